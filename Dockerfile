@@ -1,0 +1,23 @@
+# The memoryhub site: gunicorn (web), celery worker and beat share this image.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY memoryhub ./memoryhub
+COPY tenants ./tenants
+RUN pip install --no-cache-dir '.[server]'
+COPY manage.py ./
+COPY config ./config
+COPY templates ./templates
+
+RUN useradd --create-home --uid 1000 memoryhub \
+    && DEBUG=0 SECRET_KEY=collectstatic-only DATABASE_URL=postgres://x@localhost/x \
+       python manage.py collectstatic --noinput
+USER memoryhub
+
+EXPOSE 8000
+CMD ["gunicorn", "config.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3", "--access-logfile", "-"]

@@ -1,0 +1,45 @@
+# The two commands: `make run` and `make test`. Everything else is for developers.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: install run test lint format bench worker stop-db clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[embedded,dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+run: install
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py seed_demo
+	$(PY) manage.py runserver $(HOST):$(PORT)
+
+test: install
+	$(PY) -m pytest
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy memoryhub tenants config
+
+format: install
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+worker: install
+	$(VENV)/bin/celery -A config worker --beat --loglevel=info
+
+stop-db: install
+	$(PY) -m config.embedded_postgres stop
+
+clean:
+	rm -rf $(VENV) build *.egg-info

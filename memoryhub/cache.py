@@ -1,0 +1,78 @@
+"""The query cache, invalidated by per-domain generation counters.
+
+A cached query result is stored under a key made of the org, the domain, the domain's
+current *generation* and a hash of the canonical JSON of the normalised request. Every
+write, update, forget and expiry purge in a domain bumps its generation (after the
+transaction commits), so later reads miss the old entries whichever path changed the
+data, and one tenant's entry can never answer another tenant.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from django.core.cache import BaseCache, caches
+from django.db import transaction
+
+from .conf import memoryhub_settings
+from .scope import Scope
+
+_PREFIX = "memoryhub"
+
+
+def _cache() -> BaseCache:
+    return caches[memoryhub_settings.CACHE_ALIAS]
+
+
+def _generation_key(scope: Scope) -> str:
+    return f"{_PREFIX}:gen:{scope.key()}"
+
+
+def generation(scope: Scope) -> int:
+    """The current generation of ``scope``'s domain (created on first use)."""
+    cache = _cache()
+    key = _generation_key(scope)
+    value = cache.get(key)
+    if value is None:
+        cache.add(key, 1, timeout=None)
+        value = cache.get(key, 1)
+    return int(value)
+
+
+def bump_generation(scope: Scope) -> None:
+    """Invalidate every cached query of ``scope``'s domain."""
+    cache = _cache()
+    key = _generation_key(scope)
+    try:
+        cache.incr(key)
+    except ValueError:
+        # Missing (never read, or evicted): any new value differs from what entries used.
+        cache.set(key, 2, timeout=None)
+
+
+def bump_generation_on_commit(scope: Scope) -> None:
+    """Bump once the current transaction commits (immediately outside one)."""
+    transaction.on_commit(lambda: bump_generation(scope))
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def query_key(scope: Scope, request: dict[str, Any]) -> str:
+    digest = hashlib.sha256(canonical_json(request).encode("utf-8")).hexdigest()
+    return f"{_PREFIX}:q:{scope.key()}:g{generation(scope)}:{digest}"
+
+
+def get_query(scope: Scope, request: dict[str, Any]) -> Any:
+    if memoryhub_settings.CACHE_TTL <= 0:
+        return None
+    return _cache().get(query_key(scope, request))
+
+
+def set_query(scope: Scope, request: dict[str, Any], value: Any) -> None:
+    ttl = memoryhub_settings.CACHE_TTL
+    if ttl > 0:
+        _cache().set(query_key(scope, request), value, timeout=ttl)

@@ -1,0 +1,173 @@
+"""The ``MEMORYHUB`` settings dict: defaults, lazy access, and the system checks on it.
+
+Read settings through ``memoryhub_settings`` (``memoryhub_settings.MAX_K``); values are
+read lazily and re-read when a test changes ``settings.MEMORYHUB``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Warning
+from django.core.signals import setting_changed
+from django.utils.module_loading import import_string
+
+if TYPE_CHECKING:
+    from .embedders import Embedder
+
+DEFAULTS: dict[str, Any] = {
+    # Import path of the embedder class and the keyword options it is built with.
+    "EMBEDDER": "memoryhub.embedders.HashingEmbedder",
+    "EMBEDDER_OPTIONS": {},
+    # Bounds on one write request.
+    "MAX_WRITE_ITEMS": 100,
+    "MAX_CONTENT_LENGTH": 20_000,
+    "MAX_METADATA_BYTES": 16_384,
+    "MAX_TAGS": 32,
+    "MAX_TAG_LENGTH": 64,
+    "MAX_KEY_LENGTH": 255,
+    "MAX_NAMESPACE_LENGTH": 200,
+    # Bounds on one query.
+    "DEFAULT_K": 5,
+    "MAX_K": 100,
+    "MAX_QUERY_LENGTH": 4_000,
+    # Seconds a query result stays in the cache (0 disables the cache).
+    "CACHE_ALIAS": "default",
+    "CACHE_TTL": 60,
+    # Indexing: records embedded per task, and retries of a failing embedder.
+    "INDEX_BATCH_SIZE": 64,
+    "INDEX_MAX_ATTEMPTS": 5,
+    # The sweeper re-enqueues records pending for longer than this many seconds.
+    "SWEEP_PENDING_AFTER": 300,
+    "SWEEP_INTERVAL": 60,
+    # Observations older than this many days are purged by the sweeper.
+    "OBSERVATION_RETENTION_DAYS": 90,
+    # Upper bound of ``?wait=`` on writes, in seconds.
+    "MAX_WAIT_SECONDS": 30,
+}
+
+INTEGER_SETTINGS = {
+    "MAX_WRITE_ITEMS": 1,
+    "MAX_CONTENT_LENGTH": 1,
+    "MAX_METADATA_BYTES": 2,
+    "MAX_TAGS": 0,
+    "MAX_TAG_LENGTH": 1,
+    "MAX_KEY_LENGTH": 1,
+    "MAX_NAMESPACE_LENGTH": 1,
+    "DEFAULT_K": 1,
+    "MAX_K": 1,
+    "MAX_QUERY_LENGTH": 1,
+    "CACHE_TTL": 0,
+    "INDEX_BATCH_SIZE": 1,
+    "INDEX_MAX_ATTEMPTS": 1,
+    "SWEEP_PENDING_AFTER": 1,
+    "SWEEP_INTERVAL": 1,
+    "OBSERVATION_RETENTION_DAYS": 1,
+    "MAX_WAIT_SECONDS": 0,
+}
+
+
+class MemoryhubSettings:
+    """Attribute access to ``settings.MEMORYHUB`` merged over ``DEFAULTS``."""
+
+    def __init__(self) -> None:
+        self._embedder: Embedder | None = None
+
+    @property
+    def user_settings(self) -> dict[str, Any]:
+        return getattr(settings, "MEMORYHUB", None) or {}
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in DEFAULTS:
+            raise AttributeError(f"Invalid memoryhub setting: {name!r}")
+        return self.user_settings.get(name, DEFAULTS[name])
+
+    def embedder(self) -> Embedder:
+        """The configured embedder, built once and reused."""
+        if self._embedder is None:
+            embedder_class = import_string(self.EMBEDDER)
+            self._embedder = embedder_class(**self.EMBEDDER_OPTIONS)
+        return self._embedder
+
+    def reload(self) -> None:
+        self._embedder = None
+
+
+memoryhub_settings = MemoryhubSettings()
+
+
+def reload_settings(*, setting: str, **kwargs: Any) -> None:
+    if setting == "MEMORYHUB":
+        memoryhub_settings.reload()
+
+
+setting_changed.connect(reload_settings)
+
+
+def check_settings(**kwargs: Any) -> list[CheckMessage]:
+    """System checks ``memoryhub.E001``–``E004`` and ``W001`` on ``settings.MEMORYHUB``."""
+    messages: list[CheckMessage] = []
+    user_settings = getattr(settings, "MEMORYHUB", None) or {}
+    if not isinstance(user_settings, dict):
+        return [Error("settings.MEMORYHUB must be a dict.", id="memoryhub.E001")]
+    for name in sorted(set(user_settings) - set(DEFAULTS)):
+        messages.append(
+            Warning(
+                f"Unknown memoryhub setting MEMORYHUB[{name!r}] is ignored.",
+                hint=f"Known settings: {', '.join(sorted(DEFAULTS))}.",
+                id="memoryhub.W001",
+            )
+        )
+    for name, minimum in INTEGER_SETTINGS.items():
+        value = memoryhub_settings.user_settings.get(name, DEFAULTS[name])
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            messages.append(
+                Error(
+                    f"MEMORYHUB[{name!r}] must be an integer >= {minimum}, not {value!r}.",
+                    id="memoryhub.E002",
+                )
+            )
+    if memoryhub_settings.DEFAULT_K > memoryhub_settings.MAX_K:
+        messages.append(Error("MEMORYHUB['DEFAULT_K'] exceeds MAX_K.", id="memoryhub.E002"))
+    messages.extend(_check_embedder())
+    return messages
+
+
+def _check_embedder() -> list[CheckMessage]:
+    from .embedders import Embedder
+
+    path = memoryhub_settings.EMBEDDER
+    options = memoryhub_settings.EMBEDDER_OPTIONS
+    if not isinstance(options, dict):
+        return [Error("MEMORYHUB['EMBEDDER_OPTIONS'] must be a dict.", id="memoryhub.E003")]
+    try:
+        embedder_class = import_string(path)
+    except ImportError as exc:
+        return [
+            Error(
+                f"MEMORYHUB['EMBEDDER'] = {path!r} cannot be imported: {exc}",
+                hint="Use e.g. 'memoryhub.embedders.HashingEmbedder'.",
+                id="memoryhub.E003",
+            )
+        ]
+    try:
+        embedder = embedder_class(**options)
+    except Exception as exc:
+        return [
+            Error(
+                f"The embedder {path!r} cannot be built with {options!r}: {exc}",
+                id="memoryhub.E004",
+            )
+        ]
+    if not isinstance(embedder, Embedder):
+        return [
+            Error(
+                f"{path!r} is not an Embedder (name, dimensions, embed_documents, embed_query).",
+                id="memoryhub.E004",
+            )
+        ]
+    dimensions = embedder.dimensions
+    if isinstance(dimensions, bool) or not isinstance(dimensions, int) or dimensions < 1:
+        return [Error(f"{path!r} reports dimensions={dimensions!r}.", id="memoryhub.E004")]
+    return []

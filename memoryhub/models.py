@@ -1,0 +1,313 @@
+"""KnowledgeBase, MemoryRecord and Observation: memory and its operator timeline.
+
+Each model has two managers:
+
+* ``objects`` is scoped by django-scopes on ``(org, domain)``: outside an active
+  :func:`memoryhub.scope.tenant_scope` every query raises ``ScopeError`` rather than
+  returning every tenant's rows;
+* ``unscoped`` is the explicit operator path (admin, erasure, sweeper), and the base
+  manager, so related lookups such as ``record.knowledge_base`` keep working.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import unicodedata
+import uuid
+
+from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.indexes import GinIndex
+from django.contrib.postgres.search import SearchVector, SearchVectorField
+from django.db import models
+from django.db.models import F, Q
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+from django_scopes import ScopedManager
+from pgvector.django import VectorField
+
+#: The full-text search configuration of the generated ``search_vector`` column.
+SEARCH_CONFIG = "english"
+
+
+def normalize_content(content: str) -> str:
+    """Content as compared for dedupe: NFKC, case-folded, whitespace collapsed."""
+    return " ".join(unicodedata.normalize("NFKC", content).casefold().split())
+
+
+def content_hash(content: str) -> str:
+    """SHA-256 of the normalised content."""
+    return hashlib.sha256(normalize_content(content).encode("utf-8")).hexdigest()
+
+
+class KnowledgeBaseQuerySet(models.QuerySet["KnowledgeBase"]):
+    def writable(self) -> KnowledgeBaseQuerySet:
+        return self.filter(read_only=False)
+
+
+class KnowledgeBase(models.Model):
+    """A named source of memory inside a domain; ``name`` is what items carry as source."""
+
+    DEFAULT_NAME = "memory"
+
+    class OnWrite(models.TextChoices):
+        REFUSE = "refuse", _("Refuse (403)")
+        IGNORE = "ignore", _("Ignore (report as refused)")
+
+    org = models.ForeignKey(
+        "tenants.Org", on_delete=models.CASCADE, related_name="+", verbose_name=_("org")
+    )
+    domain = models.ForeignKey(
+        "tenants.Domain",
+        on_delete=models.CASCADE,
+        related_name="knowledge_bases",
+        verbose_name=_("domain"),
+    )
+    name = models.SlugField(
+        _("name"),
+        max_length=64,
+        help_text=_("Unique in its domain; returned items carry it as their source."),
+    )
+    description = models.TextField(_("description"), blank=True, default="")
+    read_only = models.BooleanField(
+        _("read-only"),
+        default=False,
+        help_text=_("Agents may read but not write it; operators curate it in the admin."),
+    )
+    on_write = models.CharField(
+        _("on write"),
+        max_length=8,
+        choices=OnWrite,
+        default=OnWrite.REFUSE,
+        help_text=_("What a write through the API does to a read-only knowledge base."),
+    )
+    refused_writes = models.PositiveBigIntegerField(_("refused writes"), default=0)
+    created_at = models.DateTimeField(_("created"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated"), auto_now=True)
+
+    objects = ScopedManager(
+        org="org_id",
+        domain="domain_id",
+        _manager_class=models.Manager.from_queryset(KnowledgeBaseQuerySet),
+    )
+    unscoped = models.Manager.from_queryset(KnowledgeBaseQuerySet)()
+
+    class Meta:
+        verbose_name = _("knowledge base")
+        verbose_name_plural = _("knowledge bases")
+        ordering = ["name"]
+        default_manager_name = "objects"
+        base_manager_name = "unscoped"
+        constraints = [
+            models.UniqueConstraint(fields=["domain", "name"], name="memoryhub_kb_unique_name"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def accepts_writes(self) -> bool:
+        return not self.read_only
+
+
+class MemoryRecordQuerySet(models.QuerySet["MemoryRecord"]):
+    def live(self, now: object = None) -> MemoryRecordQuerySet:
+        """Records that have not expired."""
+        return self.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now or timezone.now()))
+
+    def expired(self, now: object = None) -> MemoryRecordQuerySet:
+        return self.filter(expires_at__lte=now or timezone.now())
+
+    def in_namespaces(self, namespaces: list[str]) -> MemoryRecordQuerySet:
+        return self.filter(namespace__in=namespaces)
+
+    def pending(self) -> MemoryRecordQuerySet:
+        return self.filter(status=MemoryRecord.Status.PENDING)
+
+    def indexed_with(self, model_name: str) -> MemoryRecordQuerySet:
+        return self.filter(status=MemoryRecord.Status.INDEXED, embedding_model=model_name)
+
+
+MemoryRecordManager = models.Manager.from_queryset(MemoryRecordQuerySet)
+
+
+class MemoryRecord(models.Model):
+    """One remembered item: content, its metadata, and (once indexed) its embedding."""
+
+    class Kind(models.TextChoices):
+        EPISODIC = "episodic", _("Episodic: what happened")
+        SEMANTIC = "semantic", _("Semantic: what we know")
+        PROCEDURAL = "procedural", _("Procedural: how we did it")
+
+    class Status(models.TextChoices):
+        PENDING = "pending", _("Pending")
+        INDEXED = "indexed", _("Indexed")
+        FAILED = "failed", _("Failed")
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    # Both are covered by composite indexes that lead with them (see Meta.indexes).
+    org = models.ForeignKey(
+        "tenants.Org",
+        on_delete=models.CASCADE,
+        related_name="+",
+        db_index=False,
+        verbose_name=_("org"),
+    )
+    domain = models.ForeignKey(
+        "tenants.Domain",
+        on_delete=models.CASCADE,
+        related_name="+",
+        db_index=False,
+        verbose_name=_("domain"),
+    )
+    knowledge_base = models.ForeignKey(
+        KnowledgeBase,
+        on_delete=models.CASCADE,
+        related_name="records",
+        verbose_name=_("knowledge base"),
+    )
+    namespace = models.CharField(
+        _("namespace"),
+        max_length=200,
+        blank=True,
+        default="",
+        help_text=_("Partition inside the domain, e.g. user:alice; empty means shared."),
+    )
+    key = models.CharField(
+        _("key"),
+        max_length=255,
+        null=True,
+        blank=True,
+        help_text=_("Optional; writing the same key again replaces the record."),
+    )
+    kind = models.CharField(_("kind"), max_length=16, choices=Kind, default=Kind.SEMANTIC)
+    content = models.TextField(_("content"))
+    content_hash = models.CharField(_("content hash"), max_length=64, editable=False)
+    metadata = models.JSONField(_("metadata"), default=dict, blank=True)
+    tags = ArrayField(
+        models.CharField(max_length=64), verbose_name=_("tags"), default=list, blank=True
+    )
+    embedding = VectorField(_("embedding"), null=True, blank=True, editable=False)
+    embedding_model = models.CharField(
+        _("embedding model"), max_length=128, blank=True, default="", editable=False
+    )
+    status = models.CharField(
+        _("status"), max_length=8, choices=Status, default=Status.PENDING, editable=False
+    )
+    attempts = models.PositiveSmallIntegerField(_("attempts"), default=0, editable=False)
+    last_error = models.TextField(_("last error"), blank=True, default="", editable=False)
+    search_vector = models.GeneratedField(
+        expression=SearchVector("content", config=SEARCH_CONFIG),
+        output_field=SearchVectorField(),
+        db_persist=True,
+    )
+    created_at = models.DateTimeField(_("created"), default=timezone.now, editable=False)
+    updated_at = models.DateTimeField(_("updated"), auto_now=True)
+    indexed_at = models.DateTimeField(_("indexed"), null=True, blank=True, editable=False)
+    expires_at = models.DateTimeField(_("expires"), null=True, blank=True)
+
+    objects = ScopedManager(org="org_id", domain="domain_id", _manager_class=MemoryRecordManager)
+    unscoped = MemoryRecordManager()
+
+    class Meta:
+        verbose_name = _("memory record")
+        verbose_name_plural = _("memory records")
+        ordering = ["-created_at"]
+        default_manager_name = "objects"
+        base_manager_name = "unscoped"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["knowledge_base", "namespace", "key"],
+                condition=Q(key__isnull=False),
+                name="memoryhub_record_unique_key",
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=["pending", "indexed", "failed"]),
+                name="memoryhub_record_status_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(kind__in=["episodic", "semantic", "procedural"]),
+                name="memoryhub_record_kind_valid",
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["org", "domain", "knowledge_base", "namespace"],
+                name="memoryhub_record_scope_idx",
+            ),
+            models.Index(
+                fields=["knowledge_base", "namespace", "content_hash"],
+                name="memoryhub_record_hash_idx",
+            ),
+            models.Index(F("domain"), F("created_at").desc(), name="memoryhub_record_recent_idx"),
+            models.Index(
+                fields=["status", "updated_at"],
+                condition=~Q(status="indexed"),
+                name="memoryhub_record_unindexed_idx",
+            ),
+            models.Index(
+                fields=["expires_at"],
+                condition=Q(expires_at__isnull=False),
+                name="memoryhub_record_expiry_idx",
+            ),
+            GinIndex(fields=["search_vector"], name="memoryhub_record_fts_idx"),
+            GinIndex(fields=["tags"], name="memoryhub_record_tags_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return self.content[:60]
+
+    def save(self, *args: object, **kwargs: object) -> None:
+        self.content_hash = content_hash(self.content)
+        super().save(*args, **kwargs)  # type: ignore[arg-type]
+
+    @property
+    def source(self) -> str:
+        return self.knowledge_base.name
+
+
+class Observation(models.Model):
+    """An append-only entry of the operator timeline (writes, refusals, dedupes, erasures)."""
+
+    class Kind(models.TextChoices):
+        MEMORY_WRITTEN = "memory.written", _("memory written")
+        MEMORY_WRITE_REFUSED = "memory.write_refused", _("write refused")
+        MEMORY_DEDUPLICATED = "memory.deduplicated", _("memory deduplicated")
+        QUERY_DEDUPLICATED = "query.deduplicated", _("query deduplicated")
+        MEMORY_FORGOTTEN = "memory.forgotten", _("memory forgotten")
+        SCOPE_REFUSED = "scope.refused", _("scope refused")
+        EMBEDDING_FAILED = "embedding.failed", _("embedding failed")
+
+    org = models.ForeignKey(
+        "tenants.Org", on_delete=models.CASCADE, related_name="+", verbose_name=_("org")
+    )
+    domain = models.ForeignKey(
+        "tenants.Domain",
+        on_delete=models.CASCADE,
+        related_name="+",
+        null=True,
+        blank=True,
+        verbose_name=_("domain"),
+    )
+    kind = models.CharField(_("kind"), max_length=32, choices=Kind)
+    source = models.CharField(_("source"), max_length=64, blank=True, default="")
+    count = models.PositiveIntegerField(_("count"), default=0)
+    payload = models.JSONField(_("payload"), default=dict, blank=True)
+    actor = models.CharField(_("actor"), max_length=150, blank=True, default="")
+    created_at = models.DateTimeField(_("created"), default=timezone.now, db_index=True)
+
+    objects = ScopedManager(org="org_id", domain="domain_id")
+    unscoped = models.Manager()  # noqa: DJ012 (ScopedManager() is a manager, not a field)
+
+    class Meta:
+        verbose_name = _("observation")
+        verbose_name_plural = _("observations")
+        ordering = ["-created_at"]
+        default_manager_name = "objects"
+        base_manager_name = "unscoped"
+        indexes = [
+            models.Index(fields=["org", "kind", "created_at"], name="memoryhub_obs_kind_idx"),
+            models.Index(fields=["domain", "created_at"], name="memoryhub_obs_domain_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.source} ({self.count})"

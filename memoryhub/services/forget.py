@@ -1,0 +1,126 @@
+"""Forgetting memory (GDPR Article 17): hard deletes with an audit trail of counts only.
+
+Rows are deleted (the vectors live in them), the domain's cache generation is bumped,
+queued indexing tasks for the erased ids find nothing and do nothing, and one
+``memory.forgotten`` observation records counts per knowledge base and a salted hash
+of the selector, never the content or the namespace in clear.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Count, QuerySet
+
+from .. import observe
+from ..cache import bump_generation_on_commit
+from ..models import KnowledgeBase, MemoryRecord, Observation
+from ..scope import Scope, tenant_scope
+
+__all__ = ["ForgetRequest", "ForgetResult", "NothingToForget", "forget", "preview", "salted_hash"]
+
+
+class NothingToForget(ValueError):
+    """A forget named no selector; forgetting everything needs ``all=True``."""
+
+    def __init__(self, message: str = "Name a namespace, key or source, or set all=true.") -> None:
+        self.errors = {"non_field_errors": [message]}
+        super().__init__(message)
+
+
+@dataclass(frozen=True, slots=True)
+class ForgetRequest:
+    """What to erase inside a scope. Empty selectors with ``all=False`` are refused."""
+
+    namespace: str | None = None
+    key: str | None = None
+    source: str | None = None
+    all: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("namespace", "key", "source"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or "\x00" in value):
+                raise NothingToForget(f"{name} must be a string.")
+        if self.key is not None and not self.key:
+            raise NothingToForget("key may not be empty.")
+        if self.source is not None and not self.source:
+            raise NothingToForget("source may not be empty.")
+        if not self.all and self.namespace is None and self.key is None and self.source is None:
+            raise NothingToForget()
+
+
+@dataclass(slots=True)
+class ForgetResult:
+    deleted: int = 0
+    by_source: dict[str, int] = field(default_factory=dict)
+
+
+def salted_hash(value: str) -> str:
+    """An HMAC of ``value`` keyed by the site's secret: comparable, not reversible."""
+    return hmac.new(
+        settings.SECRET_KEY.encode(), value.encode("utf-8"), hashlib.sha256
+    ).hexdigest()[:32]
+
+
+def _selected(request: ForgetRequest) -> QuerySet[MemoryRecord]:
+    records = MemoryRecord.objects.all()
+    if request.namespace is not None:
+        records = records.filter(namespace=request.namespace)
+    if request.key is not None:
+        records = records.filter(key=request.key)
+    if request.source is not None:
+        records = records.filter(knowledge_base__name=request.source)
+    return records
+
+
+def preview(scope: Scope, request: ForgetRequest) -> dict[str, int]:
+    """Counts per knowledge base of what ``forget`` would erase, erasing nothing."""
+    with tenant_scope(scope):
+        rows = (
+            _selected(request)
+            .values("knowledge_base__name")
+            .annotate(n=Count("id"))
+            .order_by("knowledge_base__name")
+        )
+        return {row["knowledge_base__name"]: row["n"] for row in rows}
+
+
+def forget(scope: Scope, request: ForgetRequest, *, actor: str = "") -> ForgetResult:
+    """Hard-delete the records ``request`` selects in ``scope``; return counts per KB."""
+    result = ForgetResult()
+    with transaction.atomic(), tenant_scope(scope):
+        if (
+            request.source is not None
+            and not KnowledgeBase.objects.filter(name=request.source).exists()
+        ):
+            return result
+        records = _selected(request).select_for_update(of=("self",))
+        counts: dict[str, int] = {}
+        for name in records.values_list("knowledge_base__name", flat=True):
+            counts[name] = counts.get(name, 0) + 1
+        if not counts:
+            return result
+        MemoryRecord.objects.filter(pk__in=_selected(request).values("pk")).delete()
+        result.deleted = sum(counts.values())
+        result.by_source = dict(sorted(counts.items()))
+        selector: dict[str, Any] = {"all": request.all}
+        for name in ("namespace", "key", "source"):
+            value = getattr(request, name)
+            if value is not None:
+                selector[name] = salted_hash(value) if name != "source" else value
+        observe.record_in_scope(
+            Observation.Kind.MEMORY_FORGOTTEN,
+            scope,
+            source=request.source or "",
+            count=result.deleted,
+            payload={"by_source": result.by_source, "selector": selector},
+            actor=actor,
+        )
+        bump_generation_on_commit(scope)
+    return result

@@ -1,0 +1,620 @@
+"""Writing memory: validation, upsert by key, dedupe by content, read-only policies.
+
+``write(scope, items, sources=...)`` is what every front door calls. A batch is
+validated as a whole first: one bad item rejects the request with errors that name the
+item index and field, and nothing is written. Then, inside one transaction, each target
+knowledge base either accepts the items, refuses them (a read-only KB with
+``on_write="refuse"``) or ignores them (``on_write="ignore"``), exactly as the seeds'
+``ReadOnlyMemory`` and ``CompositeMemory`` specify. Accepted records are stored
+``pending``; indexing is scheduled when the transaction commits, so a rolled-back write
+schedules nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models import F
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from .. import observe
+from ..cache import bump_generation_on_commit
+from ..conf import memoryhub_settings
+from ..models import KnowledgeBase, MemoryRecord, Observation, content_hash
+from ..scope import Scope, tenant_scope
+
+__all__ = [
+    "MAX_TTL_SECONDS",
+    "RecordResult",
+    "UnknownSource",
+    "WriteItem",
+    "WriteRefused",
+    "WriteResult",
+    "WriteValidationError",
+    "ensure_knowledge_base",
+    "schedule_indexing",
+    "validate_items",
+    "write",
+]
+
+#: ``ttl_seconds`` may not exceed ten years.
+MAX_TTL_SECONDS = 10 * 365 * 24 * 3600
+ITEM_FIELDS = {
+    "content",
+    "key",
+    "kind",
+    "namespace",
+    "tags",
+    "metadata",
+    "expires_at",
+    "ttl_seconds",
+}
+
+
+class WriteValidationError(ValueError):
+    """A write was rejected as a whole. ``errors`` maps a path (``items[2].tags``) to messages."""
+
+    def __init__(self, errors: Mapping[str, list[str]]) -> None:
+        self.errors = dict(errors)
+        first_path, messages = next(iter(self.errors.items()))
+        super().__init__(f"{first_path}: {messages[0]}")
+
+
+class UnknownSource(LookupError):
+    """A write named a knowledge base the domain does not have."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f"Unknown knowledge base {name!r}.")
+
+
+class WriteRefused(PermissionError):
+    """A read-only knowledge base refused a write (the seeds' ``MemoryWriteRefused``).
+
+    Raised even for an empty write: the policy is about the attempt.
+    """
+
+    code = "write_refused"
+
+    def __init__(self, source: str, n: int) -> None:
+        self.source = source
+        self.n = n
+        super().__init__(f"Knowledge base {source!r} is read-only; {n} item(s) refused.")
+
+
+@dataclass(frozen=True, slots=True)
+class WriteItem:
+    """One validated item of a write."""
+
+    content: str
+    key: str | None = None
+    kind: str = MemoryRecord.Kind.SEMANTIC
+    namespace: str = ""
+    tags: tuple[str, ...] = ()
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    expires_at: datetime | None = None
+
+    @property
+    def content_hash(self) -> str:
+        return content_hash(self.content)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordResult:
+    id: str
+    key: str | None
+    status: str
+    deduplicated: bool
+    source: str
+
+
+@dataclass(slots=True)
+class WriteResult:
+    """Per-KB outcome: ``refused`` is not a slice of ``accepted`` (seed 000)."""
+
+    accepted: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    records: list[RecordResult] = field(default_factory=list)
+
+    @property
+    def record_ids(self) -> list[str]:
+        return [record.id for record in self.records]
+
+
+# --- validation ---------------------------------------------------------------------
+
+
+def _has_nul(value: str) -> bool:
+    return "\x00" in value
+
+
+def _check_json(value: Any, path: str, errors: dict[str, list[str]], depth: int = 0) -> None:
+    if depth > 20:
+        errors.setdefault(path, []).append("is nested too deeply (at most 20 levels).")
+    elif isinstance(value, dict):
+        for key, inner in value.items():
+            if not isinstance(key, str):
+                errors.setdefault(path, []).append("keys must be strings.")
+                return
+            if _has_nul(key):
+                errors.setdefault(path, []).append("keys may not contain NUL characters.")
+                return
+            _check_json(inner, f"{path}.{key}", errors, depth + 1)
+    elif isinstance(value, list):
+        for index, inner in enumerate(value):
+            _check_json(inner, f"{path}[{index}]", errors, depth + 1)
+    elif isinstance(value, str):
+        if _has_nul(value):
+            errors.setdefault(path, []).append("may not contain NUL characters.")
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            errors.setdefault(path, []).append("must be a finite number.")
+    elif value is not None and not isinstance(value, bool | int):
+        errors.setdefault(path, []).append(f"{type(value).__name__} is not a JSON value.")
+
+
+def _validate_text(
+    value: Any, path: str, errors: dict[str, list[str]], *, max_length: int, blank: bool
+) -> str | None:
+    if not isinstance(value, str):
+        errors.setdefault(path, []).append("must be a string.")
+        return None
+    if _has_nul(value):
+        errors.setdefault(path, []).append("may not contain NUL characters.")
+        return None
+    if not blank and not value.strip():
+        errors.setdefault(path, []).append("may not be blank.")
+        return None
+    if len(value) > max_length:
+        errors.setdefault(path, []).append(f"is longer than {max_length} characters.")
+        return None
+    return value
+
+
+def _validate_expiry(
+    raw: Mapping[str, Any], path: str, errors: dict[str, list[str]], now: datetime
+) -> datetime | None:
+    expires_at = raw.get("expires_at")
+    ttl = raw.get("ttl_seconds")
+    if expires_at is not None and ttl is not None:
+        errors.setdefault(f"{path}.ttl_seconds", []).append(
+            "give either expires_at or ttl_seconds, not both."
+        )
+        return None
+    if ttl is not None:
+        if isinstance(ttl, bool) or not isinstance(ttl, int) or not 1 <= ttl <= MAX_TTL_SECONDS:
+            errors.setdefault(f"{path}.ttl_seconds", []).append(
+                f"must be an integer from 1 to {MAX_TTL_SECONDS}."
+            )
+            return None
+        return now + timedelta(seconds=ttl)
+    if expires_at is None:
+        return None
+    moment = expires_at
+    if isinstance(expires_at, str):
+        try:
+            moment = parse_datetime(expires_at)
+        except ValueError:
+            moment = None
+    if not isinstance(moment, datetime):
+        errors.setdefault(f"{path}.expires_at", []).append(
+            "must be an ISO 8601 date-time with a time zone."
+        )
+        return None
+    if timezone.is_naive(moment):
+        errors.setdefault(f"{path}.expires_at", []).append("must include a time zone.")
+        return None
+    if moment.year > 9000:
+        errors.setdefault(f"{path}.expires_at", []).append("is too far in the future.")
+        return None
+    return moment
+
+
+def validate_items(raw_items: Any) -> list[WriteItem]:
+    """Validate a batch of raw items (mappings); raise :class:`WriteValidationError`."""
+    settings = memoryhub_settings
+    if not isinstance(raw_items, list | tuple):
+        raise WriteValidationError({"items": ["must be a list."]})
+    if len(raw_items) > settings.MAX_WRITE_ITEMS:
+        raise WriteValidationError(
+            {"items": [f"at most {settings.MAX_WRITE_ITEMS} items per write."]}
+        )
+    errors: dict[str, list[str]] = {}
+    items: list[WriteItem] = []
+    seen_keys: dict[tuple[str, str], int] = {}
+    now = timezone.now()
+    for index, raw in enumerate(raw_items):
+        path = f"items[{index}]"
+        if isinstance(raw, WriteItem):
+            items.append(raw)
+            continue
+        if not isinstance(raw, Mapping):
+            errors.setdefault(path, []).append("must be an object.")
+            continue
+        unknown = sorted(set(raw) - ITEM_FIELDS, key=str)
+        for name in unknown:
+            errors.setdefault(f"{path}.{name}", []).append("is not a field of a memory item.")
+        content = _validate_text(
+            raw.get("content"),
+            f"{path}.content",
+            errors,
+            max_length=settings.MAX_CONTENT_LENGTH,
+            blank=False,
+        )
+        key = raw.get("key")
+        if key is not None:
+            key = _validate_text(
+                key, f"{path}.key", errors, max_length=settings.MAX_KEY_LENGTH, blank=False
+            )
+        kind = raw.get("kind", MemoryRecord.Kind.SEMANTIC)
+        if kind not in MemoryRecord.Kind.values:
+            errors.setdefault(f"{path}.kind", []).append(
+                f"must be one of {', '.join(MemoryRecord.Kind.values)}."
+            )
+        namespace = raw.get("namespace", "")
+        namespace = _validate_text(
+            "" if namespace is None else namespace,
+            f"{path}.namespace",
+            errors,
+            max_length=settings.MAX_NAMESPACE_LENGTH,
+            blank=True,
+        )
+        tags = _validate_tags(raw.get("tags", []), f"{path}.tags", errors)
+        metadata = raw.get("metadata", {})
+        if metadata is None:
+            metadata = {}
+        if not isinstance(metadata, dict):
+            errors.setdefault(f"{path}.metadata", []).append("must be an object.")
+        else:
+            _check_json(metadata, f"{path}.metadata", errors)
+            if f"{path}.metadata" not in errors:
+                size = len(json.dumps(metadata, ensure_ascii=False).encode("utf-8"))
+                if size > settings.MAX_METADATA_BYTES:
+                    errors.setdefault(f"{path}.metadata", []).append(
+                        f"is {size} bytes of JSON; at most {settings.MAX_METADATA_BYTES}."
+                    )
+        expires_at = _validate_expiry(raw, path, errors, now)
+        if key is not None and namespace is not None:
+            first = seen_keys.setdefault((namespace, key), index)
+            if first != index:
+                errors.setdefault(f"{path}.key", []).append(
+                    f"repeats the key of items[{first}] in the same namespace."
+                )
+        if any(error_path.startswith(path) for error_path in errors):
+            continue
+        assert content is not None and namespace is not None and tags is not None
+        items.append(
+            WriteItem(
+                content=content,
+                key=key,
+                kind=kind,
+                namespace=namespace,
+                tags=tags,
+                metadata=metadata,
+                expires_at=expires_at,
+            )
+        )
+    if errors:
+        raise WriteValidationError(errors)
+    return items
+
+
+def _validate_tags(value: Any, path: str, errors: dict[str, list[str]]) -> tuple[str, ...] | None:
+    settings = memoryhub_settings
+    if value is None:
+        return ()
+    if not isinstance(value, list | tuple):
+        errors.setdefault(path, []).append("must be a list of strings.")
+        return None
+    if len(value) > settings.MAX_TAGS:
+        errors.setdefault(path, []).append(f"at most {settings.MAX_TAGS} tags.")
+        return None
+    tags: list[str] = []
+    for index, tag in enumerate(value):
+        checked = _validate_text(
+            tag, f"{path}[{index}]", errors, max_length=settings.MAX_TAG_LENGTH, blank=False
+        )
+        if checked is not None and checked not in tags:
+            tags.append(checked)
+    return tuple(tags)
+
+
+# --- knowledge bases ------------------------------------------------------------------
+
+
+def ensure_knowledge_base(
+    scope: Scope,
+    name: str,
+    *,
+    read_only: bool = False,
+    on_write: str = KnowledgeBase.OnWrite.REFUSE,
+    description: str = "",
+) -> KnowledgeBase:
+    """Get the knowledge base ``name`` of the scope, creating it with these settings."""
+    with tenant_scope(scope):
+        knowledge_base, _ = KnowledgeBase.objects.get_or_create(
+            name=name,
+            defaults={
+                "org_id": scope.org_id,
+                "domain_id": scope.domain_id,
+                "read_only": read_only,
+                "on_write": on_write,
+                "description": description,
+            },
+        )
+    return knowledge_base
+
+
+def _resolve_sources(scope: Scope, names: Sequence[str]) -> list[KnowledgeBase]:
+    with tenant_scope(scope):
+        found = {kb.name: kb for kb in KnowledgeBase.objects.filter(name__in=names)}
+    resolved = []
+    for name in names:
+        if name not in found:
+            if name != KnowledgeBase.DEFAULT_NAME:
+                raise UnknownSource(name)
+            found[name] = ensure_knowledge_base(scope, name)
+        resolved.append(found[name])
+    return resolved
+
+
+def _validate_source_names(sources: Any) -> list[str]:
+    if sources is None:
+        return [KnowledgeBase.DEFAULT_NAME]
+    if isinstance(sources, str) or not isinstance(sources, list | tuple):
+        raise WriteValidationError({"sources": ["must be a list of knowledge base names."]})
+    if not sources:
+        raise WriteValidationError({"sources": ["name at least one knowledge base."]})
+    names: list[str] = []
+    for index, name in enumerate(sources):
+        if not isinstance(name, str) or not name or len(name) > 64 or _has_nul(name):
+            raise WriteValidationError({f"sources[{index}]": ["must be a knowledge base name."]})
+        if name not in names:
+            names.append(name)
+    return names
+
+
+# --- the write ------------------------------------------------------------------------
+
+
+def _count_refusal(scope: Scope, knowledge_base: KnowledgeBase, n: int, actor: str) -> None:
+    KnowledgeBase.unscoped.filter(pk=knowledge_base.pk).update(
+        refused_writes=F("refused_writes") + 1
+    )
+    observe.record_in_scope(
+        Observation.Kind.MEMORY_WRITE_REFUSED,
+        scope,
+        source=knowledge_base.name,
+        count=n,
+        payload={"source": knowledge_base.name, "n": n, "policy": knowledge_base.on_write},
+        actor=actor,
+    )
+
+
+def _lock_namespaces(knowledge_base: KnowledgeBase, namespaces: Iterable[str]) -> None:
+    """Serialise writers of the same (KB, namespace) so dedupe and upsert cannot race."""
+    with connection.cursor() as cursor:
+        for namespace in sorted(set(namespaces)):
+            cursor.execute(
+                "SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
+                [knowledge_base.pk % 2_147_483_647, namespace],
+            )
+
+
+def _write_to(
+    scope: Scope,
+    knowledge_base: KnowledgeBase,
+    items: Sequence[WriteItem],
+    actor: str,
+    operator: bool,
+) -> list[RecordResult]:
+    """Upsert ``items`` into one writable knowledge base; return one result per item."""
+    _lock_namespaces(knowledge_base, (item.namespace for item in items))
+    records = MemoryRecord.objects.filter(knowledge_base=knowledge_base)
+    keys = {(item.namespace, item.key) for item in items if item.key is not None}
+    hashes = {(item.namespace, item.content_hash) for item in items}
+    by_key: dict[tuple[str, str], MemoryRecord] = {}
+    if keys:
+        for record in records.filter(key__in={key for _, key in keys}).select_for_update():
+            by_key[(record.namespace, record.key or "")] = record
+    by_hash: dict[tuple[str, str], str] = {}
+    for record_id, namespace, digest in records.filter(
+        content_hash__in={digest for _, digest in hashes}, namespace__in={ns for ns, _ in hashes}
+    ).values_list("id", "namespace", "content_hash"):
+        by_hash.setdefault((namespace, digest), str(record_id))
+
+    now = timezone.now()
+    results: list[RecordResult] = []
+    new_records: list[MemoryRecord] = []
+    changed: list[MemoryRecord] = []
+    deduplicated = 0
+    for item in items:
+        digest = item.content_hash
+        existing = by_key.get((item.namespace, item.key)) if item.key is not None else None
+        if existing is not None:
+            content_changed = existing.content_hash != digest
+            existing.content = item.content
+            existing.content_hash = digest
+            existing.kind = item.kind
+            existing.tags = list(item.tags)
+            existing.metadata = dict(item.metadata)
+            existing.expires_at = item.expires_at
+            existing.updated_at = now
+            if content_changed:
+                existing.status = MemoryRecord.Status.PENDING
+                existing.embedding = None
+                existing.embedding_model = ""
+                existing.attempts = 0
+                existing.last_error = ""
+                existing.indexed_at = None
+            changed.append(existing)
+            by_hash.setdefault((item.namespace, digest), str(existing.pk))
+            results.append(
+                RecordResult(
+                    str(existing.pk), item.key, existing.status, False, knowledge_base.name
+                )
+            )
+            continue
+        duplicate_of = by_hash.get((item.namespace, digest))
+        if duplicate_of is not None and item.key is None:
+            deduplicated += 1
+            results.append(RecordResult(duplicate_of, None, "", True, knowledge_base.name))
+            continue
+        record = MemoryRecord(
+            org_id=scope.org_id,
+            domain_id=scope.domain_id,
+            knowledge_base=knowledge_base,
+            namespace=item.namespace,
+            key=item.key,
+            kind=item.kind,
+            content=item.content,
+            content_hash=digest,
+            metadata=dict(item.metadata),
+            tags=list(item.tags),
+            expires_at=item.expires_at,
+            created_at=now,
+            updated_at=now,
+        )
+        new_records.append(record)
+        if item.key is not None:
+            by_key[(item.namespace, item.key)] = record
+        by_hash.setdefault((item.namespace, digest), str(record.pk))
+        results.append(
+            RecordResult(str(record.pk), item.key, record.status, False, knowledge_base.name)
+        )
+
+    if new_records:
+        MemoryRecord.objects.bulk_create(new_records)
+    if changed:
+        MemoryRecord.objects.bulk_update(
+            changed,
+            [
+                "content",
+                "content_hash",
+                "kind",
+                "tags",
+                "metadata",
+                "expires_at",
+                "updated_at",
+                "status",
+                "embedding",
+                "embedding_model",
+                "attempts",
+                "last_error",
+                "indexed_at",
+            ],
+        )
+    statuses = {str(record.pk): record.status for record in [*new_records, *changed]}
+    if deduplicated:
+        observe.record_in_scope(
+            Observation.Kind.MEMORY_DEDUPLICATED,
+            scope,
+            source=knowledge_base.name,
+            count=deduplicated,
+            payload={"source": knowledge_base.name, "n": deduplicated},
+            actor=actor,
+        )
+    written = len(new_records) + len(changed)
+    if written:
+        observe.record_in_scope(
+            Observation.Kind.MEMORY_WRITTEN,
+            scope,
+            source=knowledge_base.name,
+            count=written,
+            payload={
+                "source": knowledge_base.name,
+                "n": written,
+                "created": len(new_records),
+                "updated": len(changed),
+                "operator": operator,
+            },
+            actor=actor,
+        )
+    pending = [
+        record_id for record_id, status in statuses.items() if status == MemoryRecord.Status.PENDING
+    ]
+    schedule_indexing(pending)
+    return results
+
+
+def _fill_dedupe_status(records: list[RecordResult]) -> list[RecordResult]:
+    """Deduplicated results report the status of the record they point at."""
+    ids = [record.id for record in records if record.deduplicated]
+    if not ids:
+        return records
+    statuses = {
+        str(pk): status
+        for pk, status in MemoryRecord.unscoped.filter(pk__in=ids).values_list("id", "status")
+    }
+    return [
+        RecordResult(r.id, r.key, statuses.get(r.id, r.status), True, r.source)
+        if r.deduplicated
+        else r
+        for r in records
+    ]
+
+
+def schedule_indexing(record_ids: Sequence[str]) -> None:
+    """Enqueue indexing of ``record_ids`` in batches, once the transaction commits."""
+    if not record_ids:
+        return
+    from ..tasks import index_records
+
+    size = memoryhub_settings.INDEX_BATCH_SIZE
+    for start in range(0, len(record_ids), size):
+        index_records.delay_on_commit([str(pk) for pk in record_ids[start : start + size]])
+
+
+def write(
+    scope: Scope,
+    items: Sequence[Mapping[str, Any] | WriteItem],
+    *,
+    sources: Sequence[str] | None = None,
+    actor: str = "",
+    operator: bool = False,
+) -> WriteResult:
+    """Write ``items`` to the knowledge bases ``sources`` (default ``["memory"]``).
+
+    Raises :class:`WriteValidationError` (nothing written) for invalid input,
+    :class:`UnknownSource` for a knowledge base the domain lacks, and
+    :class:`WriteRefused` when the only target is read-only with ``on_write="refuse"``
+    (after counting the refusal). ``operator=True`` is the admin's curation path: it
+    is not bound by the read-only policy.
+    """
+    if not isinstance(scope, Scope):
+        raise TypeError("write() needs a Scope.")
+    names = _validate_source_names(sources)
+    validated = validate_items(list(items) if not isinstance(items, list) else items)
+    knowledge_bases = _resolve_sources(scope, names)
+    result = WriteResult()
+    refusal: WriteRefused | None = None
+    with transaction.atomic(), tenant_scope(scope):
+        for knowledge_base in knowledge_bases:
+            if knowledge_base.read_only and not operator:
+                _count_refusal(scope, knowledge_base, len(validated), actor)
+                if knowledge_base.on_write == KnowledgeBase.OnWrite.IGNORE:
+                    result.refused.append(knowledge_base.name)
+                else:
+                    result.failed[knowledge_base.name] = WriteRefused.code
+                    refusal = WriteRefused(knowledge_base.name, len(validated))
+                continue
+            if validated:
+                with transaction.atomic():
+                    result.records.extend(
+                        _write_to(scope, knowledge_base, validated, actor, operator)
+                    )
+            result.accepted.append(knowledge_base.name)
+        if result.records:
+            bump_generation_on_commit(scope)
+        result.records = _fill_dedupe_status(result.records)
+    if refusal is not None and len(knowledge_bases) == 1:
+        raise refusal
+    return result

@@ -1,0 +1,42 @@
+"""Celery tasks: thin wrappers over the services. Arguments are ids."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import shared_task
+
+from .conf import memoryhub_settings
+from .embedders import EmbedderError
+from .services import indexing
+
+RETRY_BACKOFF_MAX = 600
+
+
+@shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=None)
+def index_records(self: Any, record_ids: list[str]) -> dict[str, int]:
+    """Embed and index a batch of records; retried with exponential backoff on errors."""
+    try:
+        result = indexing.index_records(record_ids)
+    except EmbedderError as exc:
+        if self.request.retries + 1 >= memoryhub_settings.INDEX_MAX_ATTEMPTS:
+            # The service has marked the records failed and recorded why.
+            return {"indexed": 0, "skipped": 0, "failed": len(record_ids)}
+        countdown = min(2**self.request.retries, RETRY_BACKOFF_MAX)
+        raise self.retry(exc=exc, countdown=countdown) from exc
+    return {
+        "indexed": len(result.indexed),
+        "skipped": len(result.skipped),
+        "failed": len(result.failed),
+    }
+
+
+@shared_task(acks_late=True)
+def sweep() -> dict[str, int]:
+    """Re-enqueue records left pending too long, and purge expired memory."""
+    from .services.write import schedule_indexing
+
+    pending = indexing.pending_for_sweep()
+    schedule_indexing(pending)
+    purged = indexing.purge_expired()
+    return {"requeued": len(pending), "purged": purged}

@@ -1,0 +1,1 @@
+"""Tenancy for memoryhub: organisations, their domains, operator memberships, API keys."""

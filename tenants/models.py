@@ -1,0 +1,191 @@
+"""Orgs, domains, operator memberships and tenant-bound API keys."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+from rest_framework_api_key.models import AbstractAPIKey, APIKeyManager
+
+
+class OrgQuerySet(models.QuerySet["Org"]):
+    def active(self) -> OrgQuerySet:
+        return self.filter(is_active=True)
+
+    def visible_to(self, user: object) -> OrgQuerySet:
+        """Orgs an operator may see: all for superusers, their memberships otherwise."""
+        if getattr(user, "is_superuser", False):
+            return self.all()
+        if not getattr(user, "is_authenticated", False):
+            return self.none()
+        return self.filter(memberships__user=user).distinct()
+
+
+class Org(models.Model):
+    """A tenant: a customer organisation. All memory belongs to exactly one org."""
+
+    slug = models.SlugField(_("slug"), max_length=64, unique=True)
+    name = models.CharField(_("name"), max_length=200)
+    external_ref = models.CharField(
+        _("external reference"),
+        max_length=200,
+        blank=True,
+        default="",
+        help_text=_("The host application's own id for this organisation, if any."),
+    )
+    is_active = models.BooleanField(_("active"), default=True)
+    created_at = models.DateTimeField(_("created"), auto_now_add=True)
+
+    objects = OrgQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("org")
+        verbose_name_plural = _("orgs")
+        ordering = ["slug"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["external_ref"],
+                condition=~Q(external_ref=""),
+                name="tenants_org_unique_external_ref",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name or self.slug
+
+
+class Domain(models.Model):
+    """An area of an org's memory (``support``, ``sales``); memory is scoped by it."""
+
+    org = models.ForeignKey(
+        Org, on_delete=models.CASCADE, related_name="domains", verbose_name=_("org")
+    )
+    slug = models.SlugField(_("slug"), max_length=64)
+    name = models.CharField(_("name"), max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(_("created"), auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("domain")
+        verbose_name_plural = _("domains")
+        ordering = ["org__slug", "slug"]
+        constraints = [
+            models.UniqueConstraint(fields=["org", "slug"], name="tenants_domain_unique_slug"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.org.slug}/{self.slug}"
+
+
+class Membership(models.Model):
+    """An operator's (a Django user's) access to one org in the admin."""
+
+    class Role(models.TextChoices):
+        OWNER = "owner", _("Owner")
+        OPERATOR = "operator", _("Operator")
+        VIEWER = "viewer", _("Viewer")
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        related_name="memberships",
+        verbose_name=_("user"),
+    )
+    org = models.ForeignKey(
+        Org, on_delete=models.CASCADE, related_name="memberships", verbose_name=_("org")
+    )
+    role = models.CharField(_("role"), max_length=16, choices=Role, default=Role.OPERATOR)
+    created_at = models.DateTimeField(_("created"), auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("membership")
+        verbose_name_plural = _("memberships")
+        constraints = [
+            models.UniqueConstraint(fields=["user", "org"], name="tenants_membership_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.org.slug} ({self.role})"
+
+
+class ApiKeyQuerySet(models.QuerySet["ApiKey"]):
+    def usable(self) -> ApiKeyQuerySet:
+        """Keys that are neither revoked nor expired, of active orgs."""
+        now = timezone.now()
+        return self.filter(revoked=False, org__is_active=True).filter(
+            Q(expiry_date__isnull=True) | Q(expiry_date__gt=now)
+        )
+
+
+class ApiKeyManager(APIKeyManager.from_queryset(ApiKeyQuerySet)):
+    def get_usable_keys(self) -> models.QuerySet[ApiKey]:
+        return super().get_usable_keys().select_related("org", "domain")
+
+
+class ApiKey(AbstractAPIKey):
+    """A credential for the REST API, bound to one org and optionally one domain.
+
+    Only a hash of the key is stored (djangorestframework-api-key); the plaintext is
+    shown once, when the key is created.
+    """
+
+    class Permission(models.TextChoices):
+        READ = "read", _("read")
+        WRITE = "write", _("write")
+        FORGET = "forget", _("forget")
+
+    org = models.ForeignKey(
+        Org, on_delete=models.CASCADE, related_name="api_keys", verbose_name=_("org")
+    )
+    domain = models.ForeignKey(
+        Domain,
+        on_delete=models.CASCADE,
+        related_name="api_keys",
+        null=True,
+        blank=True,
+        verbose_name=_("domain"),
+        help_text=_("Bind the key to one domain; empty means every domain of the org."),
+    )
+    can_read = models.BooleanField(_("can read"), default=True)
+    can_write = models.BooleanField(_("can write"), default=False)
+    can_forget = models.BooleanField(_("can forget"), default=False)
+    last_used_at = models.DateTimeField(_("last used"), null=True, blank=True, editable=False)
+
+    objects = ApiKeyManager()
+
+    class Meta(AbstractAPIKey.Meta):
+        verbose_name = _("API key")
+        verbose_name_plural = _("API keys")
+        ordering = ("-created",)
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        if (
+            self.domain_id is not None
+            and self.org_id is not None
+            and Domain.objects.filter(pk=self.domain_id).exclude(org_id=self.org_id).exists()
+        ):
+            raise ValidationError({"domain": _("The domain belongs to another org.")})
+
+    @property
+    def permissions(self) -> list[str]:
+        granted = {
+            self.Permission.READ: self.can_read,
+            self.Permission.WRITE: self.can_write,
+            self.Permission.FORGET: self.can_forget,
+        }
+        return [str(permission) for permission, allowed in granted.items() if allowed]
+
+    def allows(self, permission: str) -> bool:
+        return permission in self.permissions
+
+    def covers_domain(self, domain: Domain) -> bool:
+        """Whether this key may act on ``domain``: same org, and the bound domain if any."""
+        if domain.org_id != self.org_id:
+            return False
+        return self.domain_id is None or self.domain_id == domain.pk

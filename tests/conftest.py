@@ -1,0 +1,52 @@
+"""Shared fixtures: tenants, API clients, and real external services (Redis)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from django.core.cache import cache
+from rest_framework.test import APIClient
+
+from memoryhub.scope import Scope
+from tenants.models import Domain
+
+from .factories import DomainFactory, OrgFactory
+
+
+@dataclass
+class Tenant:
+    """An org with one domain, and its scope."""
+
+    domain: Domain
+
+    @property
+    def org(self):  # type: ignore[no-untyped-def]
+        return self.domain.org
+
+    @property
+    def scope(self) -> Scope:
+        return Scope.for_domain(self.domain)
+
+
+@pytest.fixture(autouse=True)
+def _clear_cache() -> Iterator[None]:
+    cache.clear()
+    yield
+    cache.clear()
+
+
+@pytest.fixture
+def tenant(db: None) -> Tenant:
+    return Tenant(DomainFactory(org=OrgFactory(slug="acme"), slug="support"))
+
+
+@pytest.fixture
+def other_tenant(db: None) -> Tenant:
+    return Tenant(DomainFactory(org=OrgFactory(slug="globex"), slug="support"))
+
+
+@pytest.fixture
+def api_client() -> APIClient:
+    return APIClient()

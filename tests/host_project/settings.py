@@ -1,0 +1,66 @@
+"""A foreign Django project (a "monolith") that installs memoryhub's two apps.
+
+Nothing here comes from ``config/``: it has its own user model, URL layout, Celery app
+and database settings, as an existing project would.
+"""
+
+import os
+
+import dj_database_url
+
+SECRET_KEY = "host-project-test-secret"
+DEBUG = False
+ALLOWED_HOSTS = ["testserver"]
+USE_TZ = True
+ROOT_URLCONF = "tests.host_project.urls"
+AUTH_USER_MODEL = "accounts.Account"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.postgres",
+    "tests.host_project.accounts",
+    "rest_framework",
+    "rest_framework_api_key",
+    "tenants",
+    "memoryhub",
+]
+
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+DATABASES = {"default": dj_database_url.parse(os.environ["HOST_PROJECT_DATABASE_URL"])}
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["memoryhub.api.authentication.ApiKeyAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "EXCEPTION_HANDLER": "memoryhub.api.exceptions.exception_handler",
+}
+
+CELERY_TASK_ALWAYS_EAGER = True
+CELERY_BROKER_URL = "memory://localhost/"
+
+MEMORYHUB = {"MAX_K": 20, "EMBEDDER_OPTIONS": {"dimensions": 128}}

@@ -1,0 +1,88 @@
+"""The embedded PostgreSQL default: pgvector available, data survives a restart, clean stop."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import psycopg
+import pytest
+
+from config.embedded_postgres import server as embedded
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _postgres_processes(data_dir: Path) -> list[psutil.Process]:
+    found = []
+    for process in psutil.process_iter(attrs=("name", "cmdline")):
+        cmdline = process.info["cmdline"] or []
+        if process.info["name"] == "postgres" and str(data_dir) in " ".join(cmdline):
+            found.append(process)
+    return found
+
+
+def _run(data_dir: Path, code: str) -> str:
+    """Run ``code`` in a fresh interpreter that uses the server on ``data_dir``."""
+    prelude = (
+        "from pathlib import Path\n"
+        "import psycopg\n"
+        "from config.embedded_postgres import server as embedded\n"
+        f"data_dir = Path({str(data_dir)!r})\n"
+        "srv = embedded.get_server(data_dir)\n"
+        "embedded.ensure_database(srv, 'memoryhub')\n"
+        "conn = psycopg.connect(host=embedded.socket_dir(srv), user='postgres', "
+        "dbname='memoryhub', autocommit=True)\n"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", prelude + code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 0, completed.stderr
+    return completed.stdout
+
+
+def test_data_survives_restart_and_server_stops_cleanly(tmp_path):
+    data_dir = tmp_path / "pg"
+    _run(
+        data_dir,
+        "conn.execute('CREATE EXTENSION IF NOT EXISTS vector')\n"
+        "conn.execute('CREATE TABLE kept (v vector(3))')\n"
+        "conn.execute(\"INSERT INTO kept VALUES ('[1,2,3]')\")\n",
+    )
+    # The last process using it has exited: the server was stopped, not left behind.
+    assert not embedded.is_running(data_dir)
+    assert _postgres_processes(data_dir) == []
+
+    out = _run(data_dir, "print(conn.execute('SELECT v::text FROM kept').fetchone()[0])\n")
+    assert out.strip() == "[1,2,3]"
+    assert not embedded.is_running(data_dir)
+
+
+def test_keep_running_server_is_stopped_by_stop(tmp_path):
+    data_dir = tmp_path / "pg"
+    server = embedded.get_server(data_dir, keep_running=True)
+    try:
+        with psycopg.connect(host=embedded.socket_dir(server), user="postgres") as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+        assert embedded.is_running(data_dir)
+    finally:
+        assert embedded.stop(data_dir) is True
+    assert not embedded.is_running(data_dir)
+    assert embedded.stop(data_dir) is False
+
+
+@pytest.mark.django_db
+def test_site_database_has_pgvector():
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+        version = cursor.fetchone()[0]
+    major, minor = (int(part) for part in version.split(".")[:2])
+    assert (major, minor) >= (0, 8), version

@@ -1,0 +1,75 @@
+"""memoryhub embeds in an existing Django project: tests/host_project/ (no config/)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import quote
+
+import psycopg
+import pytest
+from django.db import connection
+from psycopg import sql
+
+ROOT = Path(__file__).resolve().parent.parent
+DATABASE = "memoryhub_host_project_smoke"
+
+
+def _server_params() -> dict[str, str]:
+    connection.ensure_connection()
+    params = connection.get_connection_params()
+    return {
+        "host": str(params.get("host") or "localhost"),
+        "port": str(params.get("port") or 5432),
+        "user": str(params.get("user") or "postgres"),
+        "password": str(params.get("password") or ""),
+    }
+
+
+def _admin_execute(params: dict[str, str], statement: sql.Composable) -> None:
+    with psycopg.connect(dbname="postgres", autocommit=True, **params) as admin:
+        admin.execute(statement)
+
+
+@pytest.mark.django_db
+def test_host_project_installs_both_apps_and_works():
+    params = _server_params()
+    drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(DATABASE))
+    _admin_execute(params, drop)
+    _admin_execute(params, sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DATABASE)))
+    try:
+        url = (
+            f"postgresql://{quote(params['user'])}:{quote(params['password'])}@"
+            f"/{DATABASE}?host={quote(params['host'])}&port={params['port']}"
+        )
+        env = {
+            key: value
+            for key, value in os.environ.items()
+            if key not in {"DJANGO_SETTINGS_MODULE", "DATABASE_URL"}
+        }
+        env["HOST_PROJECT_DATABASE_URL"] = url
+        completed = subprocess.run(
+            [sys.executable, "-m", "tests.host_project.smoke"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert completed.returncode == 0, completed.stdout + completed.stderr
+        assert "host project OK" in completed.stdout
+    finally:
+        _admin_execute(params, drop)
+
+
+def test_host_project_does_not_import_the_site():
+    sources = (ROOT / "tests" / "host_project").rglob("*.py")
+    for source in sources:
+        text = source.read_text()
+        assert "from config" not in text and "import config" not in text, source
+    for package in ("memoryhub", "tenants"):
+        for source in (ROOT / package).rglob("*.py"):
+            text = source.read_text()
+            assert "from config" not in text and "import config" not in text, source

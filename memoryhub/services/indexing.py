@@ -201,6 +201,10 @@ def ensure_vector_index(
             ef=sql.Literal(HNSW_EF_CONSTRUCTION),
             model=sql.Literal(model_name),
         )
+        if not concurrently:
+            # CREATE INDEX refuses to run while deferred FK checks are pending in the
+            # transaction; checking them now is what COMMIT would do anyway.
+            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
         cursor.execute(statement.as_string(cursor.connection))
     return name, True
 

@@ -32,6 +32,11 @@ DEFAULTS: dict[str, Any] = {
     "DEFAULT_K": 5,
     "MAX_K": 100,
     "MAX_QUERY_LENGTH": 4_000,
+    # Vector search scans filtered scopes up to this many rows exactly; larger ones go
+    # through the model's HNSW index with iterative scans.
+    "EXACT_SCAN_THRESHOLD": 20_000,
+    "HNSW_EF_SEARCH": 100,
+    "HNSW_MAX_SCAN_TUPLES": 40_000,
     # Seconds a query result stays in the cache (0 disables the cache).
     "CACHE_ALIAS": "default",
     "CACHE_TTL": 60,
@@ -59,6 +64,9 @@ INTEGER_SETTINGS = {
     "MAX_K": 1,
     "MAX_QUERY_LENGTH": 1,
     "CACHE_TTL": 0,
+    "EXACT_SCAN_THRESHOLD": 0,
+    "HNSW_EF_SEARCH": 1,
+    "HNSW_MAX_SCAN_TUPLES": 1,
     "INDEX_BATCH_SIZE": 1,
     "INDEX_MAX_ATTEMPTS": 1,
     "SWEEP_PENDING_AFTER": 1,

@@ -5,7 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 
-class ValidationFailed(ValueError):
+class MemoryhubError(Exception):
+    """Base of memoryhub's domain errors (a tenant violation is ``ScopeRequired``, a
+    ``PermissionError``, on purpose: "wrong tenant" and "right tenant, read-only
+    source" want different fixes where they are caught)."""
+
+
+class ValidationFailed(MemoryhubError, ValueError):
     """Input was rejected as a whole; nothing was written.
 
     ``errors`` maps a path (``items[2].tags``, ``where.$and[1].price``) to messages.
@@ -19,7 +25,7 @@ class ValidationFailed(ValueError):
         super().__init__(f"{first_path}: {messages[0]}")
 
 
-class UnknownSource(LookupError):
+class UnknownSource(MemoryhubError, LookupError):
     """A request named a knowledge base the domain does not have."""
 
     code = "unknown_source"
@@ -29,7 +35,7 @@ class UnknownSource(LookupError):
         super().__init__(f"Unknown knowledge base {name!r}.")
 
 
-class WriteRefused(PermissionError):
+class WriteRefused(MemoryhubError):
     """A read-only knowledge base refused a write (the seeds' ``MemoryWriteRefused``).
 
     Raised even for an empty write: the policy is about the attempt, not bytes moved.

@@ -1,0 +1,272 @@
+"""The ``where`` filter language over record metadata, compiled to Q objects.
+
+A filter is a JSON object:
+
+* ``{"tier": "public"}`` — equality on the top-level metadata key ``tier`` (keys are
+  literal: ``"a.b"`` is the key named ``a.b``, not a path);
+* ``{"price": {"$gte": 5, "$lt": 10}}`` — operators ``$eq $ne $gt $gte $lt $lte $in $nin
+  $exists``; several operators on one key all apply;
+* ``{"$and": [...]}`` and ``{"$or": [...]}`` — lists of filters; several keys in one
+  object all apply (an implicit ``$and``).
+
+Semantics (mirrored by :func:`evaluate`, the Python reference the tests compare with):
+
+* equality is JSON equality: ``5`` equals ``5.0`` but not ``"5"``; ``true`` is not ``1``;
+  ``null`` matches an explicit null, not a missing key;
+* ``$gt $gte $lt $lte`` take a number or a string; a number compares only with numbers
+  (numerically) and a string only with strings (by code point), never across types;
+* ``$ne`` and ``$nin`` also match records that lack the key; ``$in`` and ``$nin`` take a
+  list of at most ``MAX_LIST`` scalars;
+* ``$exists: true|false`` tests whether the key is present.
+
+Anything else raises :class:`FilterError` naming the offending path, e.g.
+``where.$and[1].price.$gte``. No SQL is ever built from strings.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from django.db.models import CharField, F, Func, JSONField, Q, Value
+from django.db.models.fields.json import HasKey, KeyTextTransform, KeyTransform
+from django.db.models.functions import Collate
+from django.db.models.lookups import (
+    Exact,
+    GreaterThan,
+    GreaterThanOrEqual,
+    LessThan,
+    LessThanOrEqual,
+)
+
+from .services.errors import ValidationFailed
+
+__all__ = ["MAX_DEPTH", "MAX_LIST", "MAX_NODES", "FilterError", "compile_where", "evaluate"]
+
+MAX_DEPTH = 8
+MAX_NODES = 200
+MAX_LIST = 100
+MAX_KEY_LENGTH = 200
+FIELD = "metadata"
+
+COMPARISONS = {
+    "$gt": GreaterThan,
+    "$gte": GreaterThanOrEqual,
+    "$lt": LessThan,
+    "$lte": LessThanOrEqual,
+}
+OPERATORS = frozenset({"$eq", "$ne", "$in", "$nin", "$exists", *COMPARISONS})
+
+
+class FilterError(ValidationFailed):
+    """An invalid ``where`` filter; ``path`` names the part that is wrong."""
+
+    code = "invalid_filter"
+
+    def __init__(self, path: str, message: str) -> None:
+        self.path = path
+        super().__init__({path: [message]})
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _is_scalar(value: Any) -> bool:
+    return value is None or isinstance(value, bool | str) or _is_number(value)
+
+
+def _check_value(value: Any, path: str) -> None:
+    """A JSON value for equality: scalars, lists and objects of them, finite, no NUL."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise FilterError(path, "numbers must be finite.")
+    if isinstance(value, str) and "\x00" in value:
+        raise FilterError(path, "strings may not contain NUL characters.")
+    if isinstance(value, list):
+        if len(value) > MAX_LIST:
+            raise FilterError(path, f"lists hold at most {MAX_LIST} values.")
+        for index, inner in enumerate(value):
+            _check_value(inner, f"{path}[{index}]")
+    elif isinstance(value, dict):
+        for key, inner in value.items():
+            if not isinstance(key, str):
+                raise FilterError(path, "object keys must be strings.")
+            _check_value(inner, f"{path}.{key}")
+    elif not _is_scalar(value):
+        raise FilterError(path, f"{type(value).__name__} is not a JSON value.")
+
+
+class _Compiler:
+    def __init__(self) -> None:
+        self.nodes = 0
+
+    def count(self, path: str) -> None:
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            raise FilterError(path, f"the filter is too large (at most {MAX_NODES} conditions).")
+
+    def compile(self, where: Any, path: str, depth: int) -> Q:
+        if depth > MAX_DEPTH:
+            raise FilterError(path, f"the filter is nested too deeply (at most {MAX_DEPTH}).")
+        if not isinstance(where, Mapping):
+            raise FilterError(path, "must be an object.")
+        q = Q()
+        for key, value in where.items():
+            if not isinstance(key, str):
+                raise FilterError(path, "keys must be strings.")
+            child = f"{path}.{key}"
+            if key in ("$and", "$or"):
+                q &= self.combine(key, value, child, depth)
+            elif key.startswith("$"):
+                raise FilterError(child, f"unknown operator {key!r}; use $and or $or here.")
+            else:
+                if not key or len(key) > MAX_KEY_LENGTH or "\x00" in key:
+                    raise FilterError(child, "is not a valid metadata key.")
+                q &= self.field(key, value, child)
+        return q
+
+    def combine(self, operator: str, value: Any, path: str, depth: int) -> Q:
+        if not isinstance(value, list) or not value:
+            raise FilterError(path, f"{operator} takes a non-empty list of filters.")
+        if len(value) > MAX_LIST:
+            raise FilterError(path, f"{operator} takes at most {MAX_LIST} filters.")
+        parts = [self.compile(inner, f"{path}[{i}]", depth + 1) for i, inner in enumerate(value)]
+        combined = parts[0]
+        for part in parts[1:]:
+            combined = combined & part if operator == "$and" else combined | part
+        return combined
+
+    def field(self, key: str, condition: Any, path: str) -> Q:
+        if isinstance(condition, Mapping) and any(
+            isinstance(name, str) and name.startswith("$") for name in condition
+        ):
+            q = Q()
+            for operator, operand in condition.items():
+                if not isinstance(operator, str) or operator not in OPERATORS:
+                    raise FilterError(f"{path}.{operator}", f"unknown operator {operator!r}.")
+                q &= self.operator(key, operator, operand, f"{path}.{operator}")
+            return q
+        return self.operator(key, "$eq", condition, path)
+
+    @staticmethod
+    def equal(value: KeyTransform, json_type: Any, operand: Any) -> Q:
+        """JSON equality; ``null`` is an explicit JSON null (SQL NULL would match nothing)."""
+        if operand is None:
+            return Q(Exact(json_type, "null"))
+        return Q(Exact(value, Value(operand, output_field=JSONField())))
+
+    def operator(self, key: str, operator: str, operand: Any, path: str) -> Q:
+        self.count(path)
+        value = KeyTransform(key, FIELD)
+        present = Q(HasKey(F(FIELD), key))
+        if operator == "$exists":
+            if not isinstance(operand, bool):
+                raise FilterError(path, "$exists takes true or false.")
+            return present if operand else ~present
+        json_type = Func(value, function="jsonb_typeof", output_field=CharField())
+        if operator in ("$eq", "$ne"):
+            _check_value(operand, path)
+            equal = self.equal(value, json_type, operand)
+            return equal if operator == "$eq" else ~present | (present & ~equal)
+        if operator in ("$in", "$nin"):
+            if not isinstance(operand, list):
+                raise FilterError(path, f"{operator} takes a list.")
+            if len(operand) > MAX_LIST:
+                raise FilterError(path, f"{operator} takes at most {MAX_LIST} values.")
+            for index, item in enumerate(operand):
+                if not _is_scalar(item):
+                    raise FilterError(f"{path}[{index}]", "must be a string, number, bool or null.")
+                _check_value(item, f"{path}[{index}]")
+            if not operand:
+                return Q(pk__in=[]) if operator == "$in" else Q()
+            member = self.equal(value, json_type, operand[0])
+            for item in operand[1:]:
+                member |= self.equal(value, json_type, item)
+            return member if operator == "$in" else ~present | (present & ~member)
+        comparison = COMPARISONS[operator]
+        if _is_number(operand):
+            _check_value(operand, path)
+            return Q(Exact(json_type, "number")) & Q(
+                comparison(value, Value(operand, output_field=JSONField()))
+            )
+        if isinstance(operand, str):
+            _check_value(operand, path)
+            text = Collate(KeyTextTransform(key, FIELD), "C")
+            return Q(Exact(json_type, "string")) & Q(comparison(text, Value(operand)))
+        raise FilterError(path, f"{operator} takes a number or a string.")
+
+
+def compile_where(where: Any, *, path: str = "where") -> Q:
+    """Compile a ``where`` filter to a Q over ``metadata``; ``None`` or ``{}`` is no filter."""
+    if where is None:
+        return Q()
+    return _Compiler().compile(where, path, depth=1)
+
+
+# --- the Python reference ------------------------------------------------------------
+
+_MISSING = object()
+
+
+def _json_equal(left: Any, right: Any) -> bool:
+    if isinstance(left, bool) or isinstance(right, bool):
+        return isinstance(left, bool) and isinstance(right, bool) and left == right
+    if _is_number(left) and _is_number(right):
+        return left == right
+    if isinstance(left, list) and isinstance(right, list):
+        return len(left) == len(right) and all(map(_json_equal, left, right))
+    if isinstance(left, dict) and isinstance(right, dict):
+        return left.keys() == right.keys() and all(_json_equal(left[k], right[k]) for k in left)
+    return type(left) is type(right) and left == right
+
+
+def _compare(operator: str, left: Any, right: Any) -> bool:
+    if _is_number(right):
+        if not _is_number(left):
+            return False
+    elif not isinstance(left, str) or isinstance(left, bool):
+        return False
+    if operator == "$gt":
+        return left > right
+    if operator == "$gte":
+        return left >= right
+    if operator == "$lt":
+        return left < right
+    return left <= right
+
+
+def evaluate(where: Any, metadata: Mapping[str, Any]) -> bool:
+    """Whether ``metadata`` matches ``where`` (assumed valid), in pure Python."""
+    if not where:
+        return True
+    for key, condition in where.items():
+        if key == "$and":
+            if not all(evaluate(inner, metadata) for inner in condition):
+                return False
+            continue
+        if key == "$or":
+            if not any(evaluate(inner, metadata) for inner in condition):
+                return False
+            continue
+        value = metadata.get(key, _MISSING)
+        operations: list[tuple[str, Any]] = [("$eq", condition)]
+        if isinstance(condition, Mapping) and any(str(k).startswith("$") for k in condition):
+            operations = list(condition.items())
+        for operator, operand in operations:
+            present = value is not _MISSING
+            if operator == "$exists":
+                matched = present == operand
+            elif operator == "$eq":
+                matched = present and _json_equal(value, operand)
+            elif operator == "$ne":
+                matched = not present or not _json_equal(value, operand)
+            elif operator == "$in":
+                matched = present and any(_json_equal(value, item) for item in operand)
+            elif operator == "$nin":
+                matched = not present or not any(_json_equal(value, item) for item in operand)
+            else:
+                matched = present and _compare(operator, value, operand)
+            if not matched:
+                return False
+    return True

@@ -1,0 +1,202 @@
+"""``MemoryItem``, the value every memory source returns, and dedupe across sources.
+
+Shared by the query service and the ``memoryhub.sources`` compositions, so both merge
+duplicates by the same rules (seed 000, "Deduping the fan-out").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal, NoReturn
+
+__all__ = ["FrozenDict", "MemoryItem", "dedupe_items", "deep_freeze", "sort_by_score", "thaw"]
+
+FROZEN_MESSAGE = (
+    "this payload belongs to a frozen value and cannot be mutated in place. "
+    "Build a new one instead: dataclasses.replace(obj, field={**obj.field, ...})"
+)
+
+
+class FrozenDict(dict[str, Any]):
+    """A dict that refuses mutation; prints, compares and serialises like a dict."""
+
+    __slots__ = ()
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise TypeError(FROZEN_MESSAGE)
+
+    __setitem__ = __delitem__ = _refuse
+    clear = pop = popitem = setdefault = update = __ior__ = _refuse
+
+    def __reduce__(self) -> tuple[type[FrozenDict], tuple[dict[str, Any]]]:
+        return (FrozenDict, (dict(self),))
+
+    def __copy__(self) -> FrozenDict:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> FrozenDict:
+        return self
+
+
+def deep_freeze(value: Any) -> Any:
+    """Copy ``value`` with every dict frozen and every list a tuple; idempotent."""
+    if isinstance(value, FrozenDict):
+        return value
+    if isinstance(value, Mapping):
+        return FrozenDict({str(key): deep_freeze(inner) for key, inner in value.items()})
+    if isinstance(value, list | tuple):
+        return tuple(deep_freeze(inner) for inner in value)
+    return value
+
+
+def thaw(value: Any) -> Any:
+    """A plain, mutable, JSON-ready copy of a frozen value."""
+    if isinstance(value, Mapping):
+        return {key: thaw(inner) for key, inner in value.items()}
+    if isinstance(value, tuple | list):
+        return [thaw(inner) for inner in value]
+    return value
+
+
+@dataclass(frozen=True, eq=True)
+class MemoryItem:
+    """One recalled item. ``content`` is what the agent reads; ``source`` names the backend.
+
+    ``metadata`` is frozen deeply at construction, and the hash covers ``(content,
+    source, score)`` only, so two copies of one passage with different chunk ids land in
+    one bucket and ``__eq__`` (which compares metadata) tells them apart. Everything
+    after ``id`` is keyword-only: memoryhub's record fields, and the per-query dedupe
+    stamps, which are never stored.
+    """
+
+    content: str
+    source: str
+    score: float | None = None
+    metadata: Mapping[str, Any] = field(default_factory=FrozenDict)
+    _: dataclasses.KW_ONLY
+    id: str | None = None
+    key: str | None = None
+    kind: str | None = None
+    namespace: str | None = None
+    tags: tuple[str, ...] = ()
+    created_at: datetime | None = None
+    dedupe_count: int | None = None
+    dedupe_sources: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "metadata", deep_freeze(self.metadata or {}))
+        object.__setattr__(self, "tags", tuple(self.tags))
+        if self.dedupe_sources is not None:
+            object.__setattr__(self, "dedupe_sources", tuple(self.dedupe_sources))
+
+    def __hash__(self) -> int:
+        return hash((self.content, self.source, self.score))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready, with the dedupe stamps only when the item is a merge."""
+        data: dict[str, Any] = {
+            "id": self.id,
+            "content": self.content,
+            "source": self.source,
+            "score": self.score,
+            "metadata": thaw(self.metadata),
+            "key": self.key,
+            "kind": self.kind,
+            "namespace": self.namespace,
+            "tags": list(self.tags),
+            "created_at": self.created_at,
+        }
+        if self.dedupe_count is not None:
+            data["dedupe_count"] = self.dedupe_count
+            data["dedupe_sources"] = list(self.dedupe_sources or ())
+        return data
+
+
+DedupeMode = Literal["id", "content"] | None
+
+
+def _identity_id(item: MemoryItem) -> str | None:
+    return item.id if item.id else None  # "" is not an identity
+
+
+def _identity_content(item: MemoryItem) -> str | None:
+    stripped = item.content.strip()
+    return stripped or None  # blank content is not an identity
+
+
+def _score_key(item: MemoryItem) -> float:
+    return float("-inf") if item.score is None else item.score
+
+
+def dedupe_items(
+    items: Iterable[MemoryItem], mode: DedupeMode = "id"
+) -> tuple[list[MemoryItem], int]:
+    """Merge duplicates; return the survivors (first-seen order) and how many merged away.
+
+    ``mode="id"`` unions two relations: a shared non-empty id, or equal stripped
+    non-blank content. ``mode="content"`` uses content only; ``None`` keeps everything.
+    The higher score survives, stamped with ``dedupe_count`` (copies collapsed, across
+    nesting) and ``dedupe_sources`` (every leaf source that agreed).
+    """
+    items = list(items)
+    if mode is None or len(items) < 2:
+        return items, 0
+    if mode not in ("id", "content"):
+        raise ValueError(f"dedupe must be 'id', 'content' or None, not {mode!r}")
+    parent = list(range(len(items)))
+
+    def find(index: int) -> int:
+        while parent[index] != index:
+            parent[index] = parent[parent[index]]
+            index = parent[index]
+        return index
+
+    def union(left: int, right: int) -> None:
+        root_left, root_right = find(left), find(right)
+        if root_left != root_right:
+            parent[max(root_left, root_right)] = min(root_left, root_right)
+
+    seen: dict[tuple[str, str], int] = {}
+    for index, item in enumerate(items):
+        identities = []
+        if mode == "id" and (item_id := _identity_id(item)) is not None:
+            identities.append(("id", item_id))
+        if (content := _identity_content(item)) is not None:
+            identities.append(("content", content))
+        for identity in identities:
+            if identity in seen:
+                union(seen[identity], index)
+            else:
+                seen[identity] = index
+
+    groups: dict[int, list[int]] = {}
+    for index in range(len(items)):
+        groups.setdefault(find(index), []).append(index)
+    merged_away = 0
+    survivors: list[tuple[int, MemoryItem]] = []
+    for root, members in groups.items():
+        if len(members) == 1:
+            survivors.append((root, items[root]))
+            continue
+        group = [items[i] for i in members]
+        best = max(group, key=_score_key)
+        count = sum(item.dedupe_count or 1 for item in group)
+        sources: list[str] = []
+        for item in group:
+            for source in item.dedupe_sources or (item.source,):
+                if source not in sources:
+                    sources.append(source)
+        merged_away += len(members) - 1
+        survivors.append(
+            (root, dataclasses.replace(best, dedupe_count=count, dedupe_sources=tuple(sources)))
+        )
+    survivors.sort(key=lambda pair: pair[0])
+    return [item for _, item in survivors], merged_away
+
+
+def sort_by_score(items: Sequence[MemoryItem]) -> list[MemoryItem]:
+    """Score descending, ``None`` last but never dropped; stable otherwise."""
+    return sorted(items, key=lambda item: (item.score is None, -(item.score or 0.0)))

@@ -1,0 +1,338 @@
+"""Querying memory: vector, keyword and hybrid search with tenant and metadata filters.
+
+Scores are comparable within a mode:
+
+* ``vector``: cosine similarity in [-1, 1] between the query's and the record's
+  embeddings (the configured model only; records still pending are not found);
+* ``keyword``: PostgreSQL full-text rank, ``ts_rank`` normalised to [0, 1)
+  (``rank / (rank + 1)``), over the generated ``search_vector`` (finds pending records);
+* ``hybrid`` (default): reciprocal-rank fusion, ``sum(1 / (RRF_K + rank))`` over the two
+  lists, with ``RRF_K = 60`` (Cormack et al.); at most ``2 / 61`` ≈ 0.0328.
+
+Vector search picks its plan from the size of the filtered scope: up to
+``MEMORYHUB["EXACT_SCAN_THRESHOLD"]`` candidate rows it scans them exactly (btree on the tenant
+columns, then a sort: recall 1.0), above it it uses the model's HNSW index with pgvector
+iterative scans so a selective filter still yields k rows.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from django.contrib.postgres.search import SearchQuery, SearchRank
+from django.db import connection, transaction
+from django.db.models import F, FloatField, QuerySet
+from django.db.models.functions import Cast
+from pgvector.django import CosineDistance, VectorField
+
+from .. import cache, observe
+from ..conf import memoryhub_settings
+from ..filters import compile_where
+from ..items import MemoryItem, dedupe_items, sort_by_score
+from ..models import SEARCH_CONFIG, KnowledgeBase, MemoryRecord, Observation
+from ..scope import Scope, tenant_scope
+from .errors import UnknownSource, ValidationFailed
+
+__all__ = [
+    "MODES",
+    "RRF_K",
+    "QueryRequest",
+    "QueryResult",
+    "query",
+    "render_grounding",
+]
+
+MODES = ("vector", "keyword", "hybrid")
+RRF_K = 60
+MAX_FILTER_VALUES = 50
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+@dataclass(frozen=True)
+class QueryRequest:
+    """A validated query. Build with :meth:`build` from raw (e.g. JSON) input."""
+
+    query: str
+    k: int
+    sources: tuple[str, ...] | None = None
+    namespaces: tuple[str, ...] = ("",)
+    kinds: tuple[str, ...] | None = None
+    tags: tuple[str, ...] | None = None
+    where: dict[str, Any] | None = None
+    mode: str = "hybrid"
+    min_score: float | None = None
+
+    @classmethod
+    def build(cls, **raw: Any) -> QueryRequest:
+        """Validate raw input; raise :class:`ValidationFailed` naming each bad field."""
+        settings = memoryhub_settings
+        errors: dict[str, list[str]] = {}
+        unknown = sorted(set(raw) - {f for f in cls.__dataclass_fields__} - {"format"})
+        for name in unknown:
+            errors.setdefault(name, []).append("is not a query field.")
+        text = raw.get("query")
+        if not isinstance(text, str) or not text.strip():
+            errors.setdefault("query", []).append("must be a non-empty string.")
+        elif len(text) > settings.MAX_QUERY_LENGTH:
+            errors.setdefault("query", []).append(
+                f"is longer than {settings.MAX_QUERY_LENGTH} characters."
+            )
+        elif "\x00" in text:
+            errors.setdefault("query", []).append("may not contain NUL characters.")
+        k = raw.get("k", settings.DEFAULT_K)
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= settings.MAX_K:
+            errors.setdefault("k", []).append(f"must be an integer from 1 to {settings.MAX_K}.")
+        mode = raw.get("mode", "hybrid")
+        if mode not in MODES:
+            errors.setdefault("mode", []).append(f"must be one of {', '.join(MODES)}.")
+        min_score = raw.get("min_score")
+        if min_score is not None and (
+            isinstance(min_score, bool)
+            or not isinstance(min_score, int | float)
+            or not -1.0 <= float(min_score) <= 1.0
+        ):
+            errors.setdefault("min_score", []).append("must be a number from -1 to 1.")
+        lists: dict[str, tuple[str, ...] | None] = {}
+        for name in ("sources", "namespaces", "kinds", "tags"):
+            lists[name] = _string_list(raw.get(name), name, errors)
+        if lists["kinds"]:
+            for index, kind in enumerate(lists["kinds"]):
+                if kind not in MemoryRecord.Kind.values:
+                    errors.setdefault(f"kinds[{index}]", []).append(
+                        f"must be one of {', '.join(MemoryRecord.Kind.values)}."
+                    )
+        where = raw.get("where")
+        if where is not None:
+            try:
+                compile_where(where)
+            except ValidationFailed as exc:
+                for path, messages in exc.errors.items():
+                    errors.setdefault(path, []).extend(messages)
+        if errors:
+            raise ValidationFailed(errors)
+        return cls(
+            query=text.strip(),  # type: ignore[union-attr]
+            k=k,
+            sources=lists["sources"],
+            namespaces=lists["namespaces"] or ("",),
+            kinds=lists["kinds"],
+            tags=lists["tags"],
+            where=where or None,
+            mode=mode,
+            min_score=None if min_score is None else float(min_score),
+        )
+
+    def canonical(self) -> dict[str, Any]:
+        """The normalised request, for cache keys: order-insensitive lists sorted."""
+        return {
+            "query": self.query,
+            "k": self.k,
+            "sources": sorted(self.sources) if self.sources is not None else None,
+            "namespaces": sorted(self.namespaces),
+            "kinds": sorted(self.kinds) if self.kinds is not None else None,
+            "tags": sorted(self.tags) if self.tags is not None else None,
+            "where": self.where,
+            "mode": self.mode,
+            "min_score": self.min_score,
+        }
+
+
+def _string_list(value: Any, name: str, errors: dict[str, list[str]]) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        errors.setdefault(name, []).append("must be a list of strings.")
+        return None
+    if len(value) > MAX_FILTER_VALUES:
+        errors.setdefault(name, []).append(f"at most {MAX_FILTER_VALUES} values.")
+        return None
+    result: list[str] = []
+    for index, item in enumerate(value):
+        if not isinstance(item, str) or "\x00" in item or len(item) > 255:
+            errors.setdefault(f"{name}[{index}]", []).append("must be a string.")
+        elif item not in result:
+            result.append(item)
+    return tuple(result)
+
+
+@dataclass
+class QueryResult:
+    items: list[MemoryItem] = field(default_factory=list)
+    cached: bool = False
+    strategy: str = ""
+
+
+# --- candidates ------------------------------------------------------------------------
+
+
+def _base_queryset(scope: Scope, request: QueryRequest) -> QuerySet[MemoryRecord]:
+    records = MemoryRecord.objects.live().filter(namespace__in=list(request.namespaces))
+    if request.sources is not None:
+        knowledge_bases = dict(
+            KnowledgeBase.objects.filter(name__in=request.sources).values_list("name", "pk")
+        )
+        for name in request.sources:
+            if name not in knowledge_bases:
+                raise UnknownSource(name)
+        records = records.filter(knowledge_base_id__in=list(knowledge_bases.values()))
+    if request.kinds is not None:
+        records = records.filter(kind__in=list(request.kinds))
+    if request.tags:
+        records = records.filter(tags__contains=list(request.tags))
+    if request.where:
+        records = records.filter(compile_where(request.where))
+    return records
+
+
+def _scope_size(records: QuerySet[MemoryRecord], limit: int) -> int:
+    """How many rows the filter selects, counting at most ``limit + 1``."""
+    return records.values("pk")[: limit + 1].count()
+
+
+def _vector_candidates(
+    records: QuerySet[MemoryRecord], text: str, depth: int
+) -> tuple[list[tuple[MemoryRecord, float]], str]:
+    embedder = memoryhub_settings.embedder()
+    vector = embedder.embed_query(text)
+    scoped = records.filter(embedding_model=embedder.name, status=MemoryRecord.Status.INDEXED)
+    threshold = memoryhub_settings.EXACT_SCAN_THRESHOLD
+    if threshold > 0 and _scope_size(scoped, threshold) <= threshold:
+        # Not the indexed expression: the planner scans the filtered rows exactly.
+        ranked = scoped.alias(distance=CosineDistance(F("embedding"), vector)).order_by("distance")
+        strategy = "exact"
+        rows = list(ranked.annotate(similarity=1 - F("distance"))[:depth])
+    else:
+        expression = Cast("embedding", VectorField(dimensions=embedder.dimensions))
+        ranked = scoped.alias(distance=CosineDistance(expression, vector)).order_by("distance")
+        strategy = "hnsw"
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+            max_tuples = int(memoryhub_settings.HNSW_MAX_SCAN_TUPLES)
+            ef_search = int(max(memoryhub_settings.HNSW_EF_SEARCH, depth))
+            cursor.execute(f"SET LOCAL hnsw.max_scan_tuples = {max_tuples}")
+            cursor.execute(f"SET LOCAL hnsw.ef_search = {min(ef_search, 1000)}")
+            rows = list(ranked.annotate(similarity=1 - F("distance"))[:depth])
+    scored: list[tuple[MemoryRecord, float]] = [(row, float(row.similarity)) for row in rows]
+    scored.sort(key=lambda pair: -pair[1])  # relaxed_order may be slightly out of order
+    return scored, strategy
+
+
+def _keyword_query(text: str) -> SearchQuery | None:
+    words = _WORD.findall(text.lower())[:64]
+    if not words:
+        return None
+    # OR of the words (stemmed, stop words dropped by PostgreSQL): any match ranks.
+    return SearchQuery(" | ".join(words), config=SEARCH_CONFIG, search_type="raw")
+
+
+def _keyword_candidates(
+    records: QuerySet[MemoryRecord], text: str, depth: int
+) -> list[tuple[MemoryRecord, float]]:
+    search = _keyword_query(text)
+    if search is None:
+        return []
+    rows = list(
+        records.filter(search_vector=search)
+        .annotate(rank=Cast(SearchRank(F("search_vector"), search, normalization=32), FloatField()))
+        .order_by("-rank", "-created_at")[:depth]
+    )
+    return [(row, float(row.rank)) for row in rows]
+
+
+def _to_item(record: MemoryRecord, score: float, sources: dict[int, str]) -> MemoryItem:
+    return MemoryItem(
+        content=record.content,
+        source=sources[record.knowledge_base_id],
+        score=score,
+        metadata=record.metadata,
+        id=str(record.pk),
+        key=record.key,
+        kind=record.kind,
+        namespace=record.namespace,
+        tags=tuple(record.tags),
+        created_at=record.created_at,
+    )
+
+
+def _fuse(
+    vector: list[tuple[MemoryRecord, float]], keyword: list[tuple[MemoryRecord, float]]
+) -> list[tuple[MemoryRecord, float]]:
+    scores: dict[Any, float] = {}
+    records: dict[Any, MemoryRecord] = {}
+    for ranking in (vector, keyword):
+        for rank, (record, _) in enumerate(ranking, start=1):
+            scores[record.pk] = scores.get(record.pk, 0.0) + 1.0 / (RRF_K + rank)
+            records[record.pk] = record
+    return sorted(((records[pk], s) for pk, s in scores.items()), key=lambda pair: -pair[1])
+
+
+def _search(scope: Scope, request: QueryRequest) -> QueryResult:
+    with tenant_scope(scope):
+        records = _base_queryset(scope, request).defer("embedding", "search_vector")
+        sources = dict(KnowledgeBase.objects.values_list("pk", "name"))
+        depth = max(request.k * 4, 40) if request.mode == "hybrid" else request.k * 2 + 10
+        strategy = request.mode
+        if request.mode == "vector":
+            ranked, strategy = _vector_candidates(records, request.query, depth)
+        elif request.mode == "keyword":
+            ranked = _keyword_candidates(records, request.query, depth)
+        else:
+            vector, plan = _vector_candidates(records, request.query, depth)
+            ranked = _fuse(vector, _keyword_candidates(records, request.query, depth))
+            strategy = f"hybrid+{plan}"
+    if request.min_score is not None:
+        ranked = [(record, score) for record, score in ranked if score >= request.min_score]
+    items = [_to_item(record, score, sources) for record, score in ranked]
+    merged, collapsed = dedupe_items(items, "id")
+    if collapsed:
+        stamped = [item for item in merged if item.dedupe_count]
+        observe.record_in_scope(
+            Observation.Kind.QUERY_DEDUPLICATED,
+            scope,
+            count=collapsed,
+            payload={
+                "n": collapsed,
+                "sources": sorted({s for item in stamped for s in item.dedupe_sources or ()}),
+            },
+        )
+    return QueryResult(items=sort_by_score(merged)[: request.k], strategy=strategy)
+
+
+def query(scope: Scope, request: QueryRequest | None = None, **raw: Any) -> QueryResult:
+    """Search ``scope``'s memory. Pass a :class:`QueryRequest` or raw fields.
+
+    Results are cached per (scope, domain generation, canonical request); any write or
+    forget in the domain invalidates them.
+    """
+    if not isinstance(scope, Scope):
+        raise TypeError("query() needs a Scope.")
+    if request is None:
+        request = QueryRequest.build(**raw)
+    canonical = request.canonical()
+    cached = cache.get_query(scope, canonical)
+    if cached is not None:
+        return replace(cached, cached=True)
+    result = _search(scope, request)
+    cache.set_query(scope, canonical, result)
+    return result
+
+
+def render_grounding(items: Sequence[MemoryItem], format: Any = None) -> str | None:
+    """The "Relevant context:" block of seed 003: one ``[source] content`` line per item.
+
+    ``format`` (a callable over the items) replaces the lines. No items, or a format
+    that renders nothing, gives ``None``: never an empty header.
+    """
+    if not items:
+        return None
+    if format is None:
+        body = "\n".join(f"[{item.source}] {item.content}" for item in items)
+    else:
+        body = format(list(items))
+    if not body or not body.strip():
+        return None
+    return f"Relevant context:\n{body}"

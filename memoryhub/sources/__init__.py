@@ -1,0 +1,80 @@
+"""The seeds' async memory contract, over memoryhub.
+
+One protocol, :class:`MemorySource` (``name``, ``query``, ``write``), many backends and
+decorators that nest::
+
+    from memoryhub.sources import (
+        CachedMemory, CompositeMemory, DjangoMemory, MemoryContext, ReadOnlyMemory,
+        ScopedMemory, as_grounder,
+    )
+
+    memory = ScopedMemory(CompositeMemory([
+        ReadOnlyMemory(DjangoMemory(sources=["handbook"])),
+        DjangoMemory(sources=["memory"]),
+    ]))
+    items = await memory.query("how long do refunds take", k=5, ctx=MemoryContext(scope))
+"""
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ..items import MemoryItem, dedupe_items, deep_freeze
+from ..services.query import render_grounding
+from .base import MemoryContext, MemorySource, MemoryWriteRefused, Reranker, accepts_writes
+from .compositions import CompositeMemory, CompositeWriteError, SequentialMemory, score_sort_rerank
+from .decorators import CachedMemory, CompactedMemory, ReadOnlyMemory, ScopedMemory, require_scope
+from .django import DjangoMemory, DjangoMemoryStore, StoredRecord
+from .tools import ToolMemory, default_parse
+
+
+def as_grounder(
+    memory: Any,
+    *,
+    k: int = 5,
+    where: Mapping[str, Any] | None = None,
+    format: Callable[[Sequence[MemoryItem]], str] | None = None,
+) -> Callable[[MemoryContext, str], Any]:
+    """An async ``(ctx, task) -> str`` that retrieves for ``task`` and renders the lines.
+
+    The default rendering is one ``[source] content`` line per item; ``""`` means
+    nothing was found (a caller omits the "Relevant context:" block then, see
+    :func:`render_grounding`). The query is the task, verbatim.
+    """
+
+    async def grounder(ctx: MemoryContext, task: str) -> str:
+        items = await memory.query(task, k=k, ctx=ctx, where=where)
+        if not items:
+            return ""
+        if format is not None:
+            return format(items)
+        return "\n".join(f"[{item.source}] {item.content}" for item in items)
+
+    return grounder
+
+
+__all__ = [
+    "CachedMemory",
+    "CompactedMemory",
+    "CompositeMemory",
+    "CompositeWriteError",
+    "DjangoMemory",
+    "DjangoMemoryStore",
+    "MemoryContext",
+    "MemoryItem",
+    "MemorySource",
+    "MemoryWriteRefused",
+    "ReadOnlyMemory",
+    "Reranker",
+    "ScopedMemory",
+    "SequentialMemory",
+    "StoredRecord",
+    "ToolMemory",
+    "accepts_writes",
+    "as_grounder",
+    "dedupe_items",
+    "deep_freeze",
+    "default_parse",
+    "render_grounding",
+    "require_scope",
+    "score_sort_rerank",
+]

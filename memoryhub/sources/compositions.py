@@ -1,0 +1,164 @@
+"""Compositions: fan out to every source (``CompositeMemory``) or try them in order
+(``SequentialMemory``)."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..items import DedupeMode, MemoryItem, dedupe_items, sort_by_score
+from .base import MemoryContext, accepts_writes
+
+__all__ = ["CompositeMemory", "CompositeWriteError", "SequentialMemory", "score_sort_rerank"]
+
+
+async def score_sort_rerank(query: str, items: Sequence[MemoryItem], *, k: int) -> list[MemoryItem]:
+    """The default reranker: score descending, ``None`` last but never dropped."""
+    return sort_by_score(items)[:k]
+
+
+async def _rerank(reranker: Any, query: str, items: list[MemoryItem], k: int) -> list[MemoryItem]:
+    call = reranker.rerank if hasattr(reranker, "rerank") else reranker
+    outcome = call(query, items, k=k)
+    if inspect.isawaitable(outcome):
+        outcome = await outcome
+    return list(outcome)[:k]
+
+
+class CompositeWriteError(Exception):
+    """A broadcast write failed somewhere; says which sources did commit.
+
+    ``accepted`` committed, ``refused`` are read-only members that wrote nothing by
+    policy, ``failed`` maps a source name to its exception. ``refused`` is not a slice of
+    ``accepted``: ``accepted`` is what to leave out of a replay.
+    """
+
+    def __init__(
+        self, accepted: list[str], refused: list[str], failed: dict[str, BaseException]
+    ) -> None:
+        self.accepted = accepted
+        self.refused = refused
+        self.failed = failed
+        failures = "; ".join(f"{name}: {type(exc).__name__}: {exc}" for name, exc in failed.items())
+        message = f"CompositeMemory.write partial failure — accepted: {accepted}"
+        if refused:
+            message += f"; refused (read-only): {refused}"
+        super().__init__(f"{message}; failed: {failures}")
+
+
+def _refused_by_outcome(outcome: Any, name: str) -> bool:
+    """A source may report a policy drop by returning a result listing itself refused."""
+    refused = getattr(outcome, "refused", None)
+    accepted = getattr(outcome, "accepted", None)
+    return bool(refused) and not accepted and name in (refused or ())
+
+
+class CompositeMemory:
+    """Queries every source concurrently, merges and dedupes, reranks, keeps the top k.
+
+    ``dedupe="id"`` (default) merges items sharing a non-empty id or equal stripped
+    content; ``"content"`` uses content only; ``None`` concatenates. Writes broadcast to
+    every source and report partial failure as :class:`CompositeWriteError`. A merged
+    pool holds up to ``len(sources) * k`` items before the cut: nest composites to keep
+    a wide tree's fan-out moderate.
+    """
+
+    def __init__(
+        self,
+        sources: Sequence[Any],
+        *,
+        reranker: Any = score_sort_rerank,
+        dedupe: DedupeMode = "id",
+        name: str = "composite",
+    ) -> None:
+        if dedupe not in ("id", "content", None):
+            raise ValueError(f"dedupe must be 'id', 'content' or None, not {dedupe!r}")
+        self.sources = list(sources)
+        self.reranker = reranker
+        self.dedupe: DedupeMode = dedupe
+        self.name = name
+
+    @property
+    def accepts_writes(self) -> bool:
+        return any(accepts_writes(source) for source in self.sources)
+
+    async def query(
+        self,
+        query: str,
+        *,
+        k: int,
+        ctx: MemoryContext,
+        where: Mapping[str, Any] | None = None,
+    ) -> list[MemoryItem]:
+        results = await asyncio.gather(
+            *(source.query(query, k=k, ctx=ctx, where=where) for source in self.sources)
+        )
+        pool = [item for items in results for item in items]
+        merged, collapsed = dedupe_items(pool, self.dedupe)
+        if collapsed:
+            sources = sorted({s for item in merged for s in (item.dedupe_sources or ())})
+            await ctx.observe(
+                "query.deduplicated", {"n": collapsed, "sources": sources, "source": self.name}
+            )
+        return await _rerank(self.reranker, query, merged, k)
+
+    async def write(self, items: Sequence[MemoryItem], *, ctx: MemoryContext) -> None:
+        if not items:
+            return
+        outcomes = await asyncio.gather(
+            *(source.write(items, ctx=ctx) for source in self.sources), return_exceptions=True
+        )
+        accepted: list[str] = []
+        refused: list[str] = []
+        failed: dict[str, BaseException] = {}
+        for source, outcome in zip(self.sources, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                if not isinstance(outcome, Exception):
+                    raise outcome
+                failed[source.name] = outcome
+            elif not accepts_writes(source) or _refused_by_outcome(outcome, source.name):
+                refused.append(source.name)
+            else:
+                accepted.append(source.name)
+        if failed:
+            raise CompositeWriteError(accepted, refused, failed)
+
+
+class SequentialMemory:
+    """Tries sources in order and stops once ``k`` items are collected.
+
+    Writes go to the first source only (the cache tier, in the usual setup), so
+    ``accepts_writes`` is the first source's.
+    """
+
+    def __init__(self, sources: Sequence[Any], *, name: str = "sequential") -> None:
+        if not sources:
+            raise ValueError("SequentialMemory needs at least one source")
+        self.sources = list(sources)
+        self.name = name
+
+    @property
+    def accepts_writes(self) -> bool:
+        return accepts_writes(self.sources[0])
+
+    async def query(
+        self,
+        query: str,
+        *,
+        k: int,
+        ctx: MemoryContext,
+        where: Mapping[str, Any] | None = None,
+    ) -> list[MemoryItem]:
+        collected: list[MemoryItem] = []
+        for source in self.sources:
+            collected.extend(await source.query(query, k=k - len(collected), ctx=ctx, where=where))
+            if len(collected) >= k:
+                break
+        return collected[:k]
+
+    async def write(self, items: Sequence[MemoryItem], *, ctx: MemoryContext) -> Any:
+        if not items:
+            return None
+        return await self.sources[0].write(items, ctx=ctx)

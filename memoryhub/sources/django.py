@@ -1,0 +1,214 @@
+"""Memory sources over memoryhub's own services: ``DjangoMemory`` and ``DjangoMemoryStore``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from asgiref.sync import sync_to_async
+
+from ..items import MemoryItem, thaw
+from ..scope import Scope, ScopeRequired, tenant_scope
+from ..services import forget as forget_service
+from ..services import query as query_service
+from ..services import write as write_service
+from .base import MemoryContext
+
+__all__ = ["DjangoMemory", "DjangoMemoryStore", "StoredRecord"]
+
+#: Per-query annotations that must never be persisted (seed 000).
+TRANSIENT_METADATA = ("dedupe_count", "dedupe_sources")
+
+
+def _scope_for(fixed: Scope | None, ctx: MemoryContext | None) -> Scope:
+    given = getattr(ctx, "scope", None)
+    if fixed is not None:
+        if given is not None and given != fixed:
+            raise PermissionError(f"this memory is bound to {fixed}, the context is {given}")
+        return fixed
+    if not isinstance(given, Scope):
+        raise ScopeRequired("DjangoMemory needs a scope: bind one or pass ctx.scope")
+    return given
+
+
+class DjangoMemory:
+    """A MemorySource over the query and write services for knowledge bases of a scope.
+
+    ``sources`` are the knowledge bases queried (default: all of the domain);
+    ``write_to`` is where writes go (default ``memory``), through the write service,
+    so read-only knowledge bases refuse or ignore exactly as over the API. The scope is
+    fixed at construction or taken from ``ctx.scope`` per call. Returned items carry
+    their knowledge base's name as ``source``.
+    """
+
+    def __init__(
+        self,
+        scope: Scope | None = None,
+        *,
+        sources: Sequence[str] | None = None,
+        write_to: str = "memory",
+        name: str | None = None,
+        mode: str = "hybrid",
+        namespaces: Sequence[str] = ("",),
+    ) -> None:
+        self.scope = scope
+        self.sources = tuple(sources) if sources is not None else None
+        self.write_to = write_to
+        self.mode = mode
+        self.namespaces = tuple(namespaces)
+        self.name = name or (
+            self.sources[0] if self.sources and len(self.sources) == 1 else write_to
+        )
+
+    async def query(
+        self,
+        query: str,
+        *,
+        k: int,
+        ctx: MemoryContext | None = None,
+        where: Mapping[str, Any] | None = None,
+    ) -> list[MemoryItem]:
+        scope = _scope_for(self.scope, ctx)
+        result = await sync_to_async(query_service.query, thread_sensitive=True)(
+            scope,
+            query=query,
+            k=k,
+            sources=list(self.sources) if self.sources is not None else None,
+            namespaces=list(self.namespaces),
+            where=thaw(where) if where else None,
+            mode=self.mode,
+        )
+        return list(result.items)
+
+    async def write(
+        self, items: Sequence[MemoryItem], *, ctx: MemoryContext | None = None
+    ) -> write_service.WriteResult:
+        scope = _scope_for(self.scope, ctx)
+        raw = [self._to_write_item(item) for item in items]
+        return await sync_to_async(write_service.write, thread_sensitive=True)(
+            scope, raw, sources=[self.write_to], actor=getattr(ctx, "actor", "") or ""
+        )
+
+    def _to_write_item(self, item: MemoryItem) -> dict[str, Any]:
+        metadata = {k: v for k, v in thaw(item.metadata).items() if k not in TRANSIENT_METADATA}
+        # A stable id in metadata doubles as the key (re-writing it replaces, never
+        # duplicates) and, unlike seed 000's VectorMemory, stays in the metadata.
+        key = item.key or (str(metadata["id"]) if metadata.get("id") not in (None, "") else None)
+        raw: dict[str, Any] = {"content": item.content, "metadata": metadata}
+        if key is not None:
+            raw["key"] = key
+        if item.kind:
+            raw["kind"] = item.kind
+        if item.namespace is not None:
+            raw["namespace"] = item.namespace
+        elif len(self.namespaces) == 1:
+            raw["namespace"] = self.namespaces[0]
+        if item.tags:
+            raw["tags"] = list(item.tags)
+        return raw
+
+
+@dataclass(frozen=True)
+class StoredRecord:
+    """Seed 004's ``MemoryRecord``: a key/value entry in a namespace ("scope" there)."""
+
+    scope: str
+    key: str
+    value: Any
+    kind: str = "semantic"
+    tags: tuple[str, ...] = ()
+    timestamp: datetime | None = None
+    updated_at: datetime | None = None
+    id: str | None = field(default=None, compare=False)
+
+
+class DjangoMemoryStore:
+    """Seed 004's key/value ``MemoryStore`` over the same services and tables.
+
+    Its ``scope`` strings (``user:alice``) are namespaces inside the domain this store is
+    bound to; ``(scope, key)`` is the identity. Values are JSON; strings are stored as
+    the record's content (searchable), anything else as its JSON text.
+    """
+
+    def __init__(self, scope: Scope, *, source: str = "memory") -> None:
+        self.tenant = scope
+        self.source = source
+
+    async def put(self, record: StoredRecord) -> None:
+        value = record.value
+        content = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+        item = {
+            "content": content,
+            "key": record.key,
+            "namespace": record.scope,
+            "kind": record.kind,
+            "tags": list(record.tags),
+            "metadata": {"value": value},
+        }
+        await sync_to_async(write_service.write, thread_sensitive=True)(
+            self.tenant, [item], sources=[self.source]
+        )
+
+    def _select(self, scope: str) -> Any:
+        from ..models import MemoryRecord
+
+        return MemoryRecord.objects.live().filter(
+            namespace=scope, knowledge_base__name=self.source, key__isnull=False
+        )
+
+    @staticmethod
+    def _to_record(row: Any) -> StoredRecord:
+        return StoredRecord(
+            scope=row.namespace,
+            key=row.key,
+            value=row.metadata.get("value", row.content),
+            kind=row.kind,
+            tags=tuple(row.tags),
+            timestamp=row.created_at,
+            updated_at=row.updated_at,
+            id=str(row.pk),
+        )
+
+    async def get(self, *, scope: str, key: str) -> StoredRecord | None:
+        def fetch() -> StoredRecord | None:
+            with tenant_scope(self.tenant):
+                row = self._select(scope).filter(key=key).first()
+                return self._to_record(row) if row is not None else None
+
+        return await sync_to_async(fetch, thread_sensitive=True)()
+
+    async def search(
+        self,
+        *,
+        scope: str,
+        kind: str | None = None,
+        key_prefix: str | None = None,
+        tag: str | None = None,
+        limit: int = 100,
+    ) -> list[StoredRecord]:
+        """Newest first (by last update), filtered by kind, key prefix and tag."""
+
+        def fetch() -> list[StoredRecord]:
+            with tenant_scope(self.tenant):
+                rows = self._select(scope)
+                if kind is not None:
+                    rows = rows.filter(kind=kind)
+                if key_prefix is not None:
+                    rows = rows.filter(key__startswith=key_prefix)
+                if tag is not None:
+                    rows = rows.filter(tags__contains=[tag])
+                rows = rows.order_by("-updated_at", "-created_at")[: max(0, min(limit, 1000))]
+                return [self._to_record(row) for row in rows]
+
+        return await sync_to_async(fetch, thread_sensitive=True)()
+
+    async def forget(self, *, scope: str, key: str | None = None) -> int:
+        """Hard-delete one key, or the whole namespace when ``key`` is None (GDPR Art. 17)."""
+        request = forget_service.ForgetRequest(namespace=scope, key=key)
+        result = await sync_to_async(forget_service.forget, thread_sensitive=True)(
+            self.tenant, request
+        )
+        return result.deleted

@@ -312,7 +312,8 @@ def query(scope: Scope, request: QueryRequest | None = None, **raw: Any) -> Quer
         raise TypeError("query() needs a Scope.")
     if request is None:
         request = QueryRequest.build(**raw)
-    canonical = request.canonical()
+    # The model is part of the key: after a change of embedder, old entries are not reused.
+    canonical = {**request.canonical(), "model": memoryhub_settings.embedder().name}
     cached = cache.get_query(scope, canonical)
     if cached is not None:
         return replace(cached, cached=True)

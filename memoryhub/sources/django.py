@@ -15,6 +15,7 @@ from ..scope import Scope, ScopeRequired, tenant_scope
 from ..services import forget as forget_service
 from ..services import query as query_service
 from ..services import write as write_service
+from ..services.errors import UnknownSource
 from .base import MemoryContext
 
 __all__ = ["DjangoMemory", "DjangoMemoryStore", "StoredRecord"]
@@ -72,15 +73,20 @@ class DjangoMemory:
         where: Mapping[str, Any] | None = None,
     ) -> list[MemoryItem]:
         scope = _scope_for(self.scope, ctx)
-        result = await sync_to_async(query_service.query, thread_sensitive=True)(
-            scope,
-            query=query,
-            k=k,
-            sources=list(self.sources) if self.sources is not None else None,
-            namespaces=list(self.namespaces),
-            where=thaw(where) if where else None,
-            mode=self.mode,
-        )
+        try:
+            result = await sync_to_async(query_service.query, thread_sensitive=True)(
+                scope,
+                query=query,
+                k=k,
+                sources=list(self.sources) if self.sources is not None else None,
+                namespaces=list(self.namespaces),
+                where=thaw(where) if where else None,
+                mode=self.mode,
+            )
+        except UnknownSource:
+            # A tenant that lacks the knowledge base has nothing in it (seed 003: "other
+            # tenant sees: []"); the REST API, by contrast, answers 400 for a typo.
+            return []
         return list(result.items)
 
     async def write(

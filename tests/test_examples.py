@@ -1,0 +1,42 @@
+"""The runnable examples run, and print what the seeds print."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .services import database_url
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.django_db(transaction=True)
+def test_agent_grounding_example_reproduces_seed_003():
+    env = {**os.environ, "DATABASE_URL": database_url()}
+    env["DJANGO_SETTINGS_MODULE"] = "config.settings"
+    completed = subprocess.run(
+        [sys.executable, "examples/agent_grounding.py"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 0, completed.stderr
+    lines = completed.stdout.splitlines()
+    assert lines[0] == "Refunds go back to the original payment method in 5 business days."
+    assert lines[1].endswith(
+        "[handbook] Refunds are issued to the original payment method within 5 business days."
+    )
+    assert "other tenant sees: []" in lines
+    assert lines[-2:] == [
+        "Relevant context:",
+        "[handbook] Refunds are issued to the original payment method within 5 business days.",
+    ]
+    from memoryhub.models import MemoryRecord
+
+    assert MemoryRecord.unscoped.count() == 0  # the example cleans up after itself

@@ -1,0 +1,368 @@
+"""The query service: modes, filters, plans, dedupe, cache and tenant isolation."""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+
+import numpy as np
+import pytest
+from django.db import connection, transaction
+from django.utils import timezone
+
+from memoryhub import cache
+from memoryhub.embedders import HashingEmbedder
+from memoryhub.models import MemoryRecord, Observation
+from memoryhub.scope import Scope, tenant_scope
+from memoryhub.services import query, write
+from memoryhub.services.errors import UnknownSource, ValidationFailed
+from memoryhub.services.query import QueryRequest, render_grounding
+
+from .factories import DomainFactory, OrgFactory
+
+pytestmark = pytest.mark.django_db
+
+HANDBOOK = [
+    "Refunds are issued to the original payment method within 5 business days.",
+    "Orders over $500 need a manager's approval before they ship.",
+    "Store credit never expires.",
+    "Deploys freeze on Fridays.",
+]
+
+
+@pytest.fixture
+def handbook(tenant, committed):  # type: ignore[no-untyped-def]
+    write.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
+    committed(
+        write.write,
+        tenant.scope,
+        [{"content": text, "metadata": {"n": i}} for i, text in enumerate(HANDBOOK)],
+        sources=["handbook"],
+        operator=True,
+    )
+
+
+@pytest.mark.parametrize("mode", ["vector", "keyword", "hybrid"])
+def test_each_mode_finds_the_relevant_record_first(tenant, handbook, mode):
+    result = query.query(tenant.scope, query="how long do refunds take", k=3, mode=mode)
+    assert result.items[0].content == HANDBOOK[0]
+    assert result.items[0].source == "handbook"
+    scores = [item.score for item in result.items]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_vector_scores_are_cosine_similarities(tenant, handbook):
+    [item] = query.query(tenant.scope, query=HANDBOOK[2], k=1, mode="vector").items
+    assert item.content == HANDBOOK[2]
+    assert item.score == pytest.approx(1.0, abs=1e-5)
+    embedder = HashingEmbedder()
+    others = query.query(tenant.scope, query="store credit", k=4, mode="vector").items
+    for other in others:
+        expected = float(
+            np.dot(embedder.embed_query("store credit"), embedder.embed_query(other.content))
+        )
+        assert other.score == pytest.approx(expected, abs=1e-5)
+
+
+def test_hybrid_score_is_reciprocal_rank_fusion(tenant, handbook):
+    [top] = query.query(tenant.scope, query="refunds", k=1).items
+    assert top.score == pytest.approx(2 / 61)  # first in both lists
+
+
+def test_items_carry_record_fields(tenant, committed):
+    committed(
+        write.write,
+        tenant.scope,
+        [
+            {
+                "content": "Alice prefers EUR.",
+                "key": "currency",
+                "namespace": "user:alice",
+                "kind": "semantic",
+                "tags": ["pref"],
+                "metadata": {"channel": "chat"},
+            }
+        ],
+    )
+    [item] = query.query(tenant.scope, query="currency EUR", namespaces=["user:alice"]).items
+    assert (item.key, item.kind, item.namespace, item.tags) == (
+        "currency",
+        "semantic",
+        "user:alice",
+        ("pref",),
+    )
+    assert item.metadata == {"channel": "chat"}
+    assert item.created_at is not None
+    assert item.to_dict()["id"] == item.id
+
+
+def test_keyword_mode_finds_records_before_they_are_embedded(tenant):
+    write.write(tenant.scope, [{"content": "The staging database is rebuilt nightly."}])
+    with tenant_scope(tenant.scope):
+        assert MemoryRecord.objects.get().status == "pending"  # no commit: not indexed
+    assert query.query(tenant.scope, query="staging database", mode="vector").items == []
+    [item] = query.query(tenant.scope, query="staging database", mode="keyword").items
+    assert item.content.startswith("The staging database")
+    [hybrid] = query.query(tenant.scope, query="staging database").items
+    assert hybrid.content == item.content
+
+
+def test_expired_records_never_return(tenant, committed):
+    committed(
+        write.write,
+        tenant.scope,
+        [{"content": "Temporary code 1234", "ttl_seconds": 60}, {"content": "Permanent code 5678"}],
+    )
+    MemoryRecord.unscoped.filter(content__startswith="Temporary").update(
+        expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    for mode in ("vector", "keyword", "hybrid"):
+        contents = [i.content for i in query.query(tenant.scope, query="code", mode=mode).items]
+        assert contents == ["Permanent code 5678"], mode
+
+
+def test_filters_namespaces_kinds_tags_sources_and_where(tenant, committed):
+    write.ensure_knowledge_base(tenant.scope, "notes")
+    committed(
+        write.write,
+        tenant.scope,
+        [
+            {"content": "alpha shared", "tags": ["x"], "metadata": {"tier": "public"}},
+            {"content": "alpha alice", "namespace": "user:alice", "kind": "episodic"},
+            {"content": "alpha internal", "tags": ["x", "y"], "metadata": {"tier": "internal"}},
+        ],
+    )
+    committed(write.write, tenant.scope, [{"content": "alpha note"}], sources=["notes"])
+
+    def contents(**filters):  # type: ignore[no-untyped-def]
+        return sorted(
+            i.content for i in query.query(tenant.scope, query="alpha", k=10, **filters).items
+        )
+
+    assert contents() == ["alpha internal", "alpha note", "alpha shared"]
+    assert contents(namespaces=["user:alice"]) == ["alpha alice"]
+    assert contents(namespaces=["", "user:alice"], kinds=["episodic"]) == ["alpha alice"]
+    assert contents(tags=["x", "y"]) == ["alpha internal"]
+    assert contents(sources=["notes"]) == ["alpha note"]
+    assert contents(where={"tier": "public"}) == ["alpha shared"]
+    assert contents(where={"tier": {"$ne": "public"}}, sources=["memory"]) == ["alpha internal"]
+
+
+def test_min_score_cuts_in_the_modes_scale(tenant, handbook):
+    assert len(query.query(tenant.scope, query="refunds", k=4, mode="vector").items) == 4
+    high = query.query(tenant.scope, query="refunds", k=4, mode="vector", min_score=0.2).items
+    assert [i.content for i in high] == [HANDBOOK[0]]
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        ({"query": ""}, "query"),
+        ({"query": "x" * 4001}, "query"),
+        ({"query": "ok", "k": 0}, "k"),
+        ({"query": "ok", "k": 101}, "k"),
+        ({"query": "ok", "k": "5"}, "k"),
+        ({"query": "ok", "mode": "fuzzy"}, "mode"),
+        ({"query": "ok", "min_score": 2}, "min_score"),
+        ({"query": "ok", "namespaces": "user:a"}, "namespaces"),
+        ({"query": "ok", "kinds": ["dream"]}, "kinds[0]"),
+        ({"query": "ok", "where": {"a": {"$bad": 1}}}, "where.a.$bad"),
+        ({"query": "ok", "colour": "red"}, "colour"),
+    ],
+)
+def test_invalid_requests_name_the_field(tenant, raw, field):
+    with pytest.raises(ValidationFailed) as raised:
+        query.query(tenant.scope, **raw)
+    assert field in raised.value.errors
+
+
+def test_unknown_source_is_an_error(tenant, other_tenant, handbook):
+    write.ensure_knowledge_base(other_tenant.scope, "secrets")
+    with pytest.raises(UnknownSource):
+        query.query(tenant.scope, query="x", sources=["secrets"])
+
+
+def test_duplicates_across_sources_merge_with_stamps_and_one_observation(tenant, committed):
+    write.ensure_knowledge_base(tenant.scope, "faq")
+    text = "Store credit never expires."
+    committed(write.write, tenant.scope, [{"content": text}])
+    committed(
+        write.write, tenant.scope, [{"content": "  Store credit never expires.\n"}], sources=["faq"]
+    )
+    items = query.query(tenant.scope, query="store credit", k=5).items
+    [merged] = [i for i in items if i.content.strip() == text]
+    assert merged.dedupe_count == 2
+    assert sorted(merged.dedupe_sources) == ["faq", "memory"]
+    assert len(items) == 1
+    with tenant_scope(tenant.scope):
+        [observation] = Observation.objects.filter(kind="query.deduplicated")
+    assert observation.count == 1
+    assert observation.payload["sources"] == ["faq", "memory"]
+
+
+def test_render_grounding_is_the_seed_block_and_none_when_empty(tenant, handbook):
+    items = query.query(tenant.scope, query="refunds", k=1).items
+    assert render_grounding(items) == (
+        "Relevant context:\n[handbook] Refunds are issued to the original payment method "
+        "within 5 business days."
+    )
+    assert render_grounding([]) is None
+    assert render_grounding(items, format=lambda xs: "") is None
+    custom = render_grounding(items, format=lambda xs: "\n".join(f"- {i.content}" for i in xs))
+    assert custom.startswith("Relevant context:\n- Refunds")
+
+
+# --- cache ------------------------------------------------------------------------------
+
+
+def test_cache_answers_repeat_queries_and_any_write_invalidates(tenant, handbook, committed):
+    first = query.query(tenant.scope, query="refunds", k=2)
+    again = query.query(tenant.scope, query="refunds", k=2)
+    assert not first.cached
+    assert again.cached
+    assert again.items == first.items
+    reordered = QueryRequest.build(query="refunds", k=2, namespaces=[""], sources=None)
+    assert query.query(tenant.scope, reordered).cached
+    committed(write.write, tenant.scope, [{"content": "Refunds for gift cards are not possible."}])
+    fresh = query.query(tenant.scope, query="refunds", k=2)
+    assert not fresh.cached
+    assert "gift cards" in " ".join(i.content for i in fresh.items)
+
+
+def test_a_tenants_cache_entry_never_answers_another_tenant(tenant, other_tenant, committed):
+    committed(write.write, tenant.scope, [{"content": "Acme secret formula"}])
+    assert query.query(tenant.scope, query="secret formula").items
+    other = query.query(other_tenant.scope, query="secret formula")
+    assert not other.cached
+    assert other.items == []
+    assert cache.query_key(tenant.scope, {"q": 1}) != cache.query_key(other_tenant.scope, {"q": 1})
+
+
+def test_tenant_isolation_of_the_service(tenant, other_tenant, committed):
+    committed(write.write, tenant.scope, [{"content": "acme refunds policy"}])
+    committed(write.write, other_tenant.scope, [{"content": "globex refunds policy"}])
+    for mode in ("vector", "keyword", "hybrid"):
+        mine = [
+            i.content for i in query.query(tenant.scope, query="refunds policy", mode=mode).items
+        ]
+        assert mine == ["acme refunds policy"], mode
+
+
+# --- plans: exact scan for small scopes, HNSW with iterative scan for large ones -------------
+
+
+def test_large_scope_uses_the_hnsw_index(tenant, handbook, settings):
+    settings.MEMORYHUB = {"EXACT_SCAN_THRESHOLD": 0}
+    result = query.query(tenant.scope, query="refunds", k=2, mode="vector")
+    assert result.strategy == "hnsw"
+    assert result.items[0].content == HANDBOOK[0]
+    embedder = HashingEmbedder()
+    from django.db.models.functions import Cast
+    from pgvector.django import CosineDistance, VectorField
+
+    with tenant_scope(tenant.scope):
+        ranked = (
+            MemoryRecord.objects.filter(embedding_model=embedder.name, status="indexed")
+            .alias(
+                distance=CosineDistance(
+                    Cast("embedding", VectorField(dimensions=384)), embedder.embed_query("refunds")
+                )
+            )
+            .order_by("distance")[:2]
+        )
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SET LOCAL enable_seqscan = off")
+            plan = ranked.explain()
+    assert "memoryhub_hnsw_hashing_384" in plan
+    small = query.query(tenant.scope, query="refundz", k=2, mode="vector")
+    assert small.strategy == "hnsw"
+    settings.MEMORYHUB = {}
+    assert query.query(tenant.scope, query="refundy", k=2, mode="vector").strategy == "exact"
+
+
+def _insert_corpus(
+    total: int, tenants: list[Scope], weights: list[float]
+) -> dict[Scope, list[str]]:
+    """Bulk-insert indexed records with hashing vectors, skewed over ``tenants``."""
+    embedder = HashingEmbedder()
+    rng = random.Random(7)
+    words = [
+        "refund",
+        "order",
+        "ship",
+        "credit",
+        "deploy",
+        "invoice",
+        "alpha",
+        "beta",
+        "gamma",
+        "delta",
+        "lambda",
+        "sigma",
+    ]
+    kbs = {scope: write.ensure_knowledge_base(scope, "memory") for scope in tenants}
+    chosen = rng.choices(tenants, weights=weights, k=total)
+    texts = [" ".join(rng.choices(words, k=6)) + f" #{n}" for n in range(total)]
+    vectors = embedder.embed_documents(texts)
+    now = timezone.now()
+    rows = [
+        MemoryRecord(
+            org_id=scope.org_id,
+            domain_id=scope.domain_id,
+            knowledge_base=kbs[scope],
+            content=text,
+            content_hash=str(n),
+            embedding=vector,
+            embedding_model=embedder.name,
+            status="indexed",
+            indexed_at=now,
+        )
+        for n, (scope, text, vector) in enumerate(zip(chosen, texts, vectors, strict=True))
+    ]
+    # Load first, build the HNSW index after (much faster than 20,000 index inserts).
+    # DDL is transactional: the test's rollback restores the original index.
+    from memoryhub.services.indexing import ensure_vector_index, vector_index_name
+
+    with connection.cursor() as cursor:
+        cursor.execute(f'DROP INDEX "{vector_index_name(embedder.name)}"')
+    MemoryRecord.unscoped.bulk_create(rows, batch_size=2000)
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL maintenance_work_mem = '256MB'")
+    ensure_vector_index(embedder.name, embedder.dimensions)
+    by_scope: dict[Scope, list[str]] = {}
+    for scope, text in zip(chosen, texts, strict=True):
+        by_scope.setdefault(scope, []).append(text)
+    return by_scope
+
+
+def test_filtered_hnsw_recall_for_a_one_percent_tenant(settings):
+    """20,000 records over 100 tenants; the 1% tenant still gets k=10 at recall >= 0.95."""
+    orgs = [OrgFactory(slug=f"t{n}") for n in range(100)]
+    tenants = [Scope.for_domain(DomainFactory(org=org, slug="d")) for org in orgs]
+    weights = [30.0] + [1.0] * 10 + [70.0 / 89] * 89
+    corpus = _insert_corpus(20_000, tenants, weights)
+    small = min(
+        (s for s in tenants if len(corpus.get(s, [])) >= 150),
+        key=lambda s: abs(len(corpus[s]) - 200),
+    )
+    assert 150 <= len(corpus[small]) <= 260
+    settings.MEMORYHUB = {"EXACT_SCAN_THRESHOLD": 0, "CACHE_TTL": 0}
+    embedder = HashingEmbedder()
+    with tenant_scope(small):
+        ids, vectors = zip(*MemoryRecord.objects.values_list("id", "embedding"), strict=True)
+    matrix = np.array(vectors)
+    recalls = []
+    for question in [
+        "refund order",
+        "deploy invoice gamma",
+        "credit sigma",
+        "alpha beta",
+        "ship lambda",
+    ]:
+        result = query.query(small, query=question, k=10, mode="vector")
+        assert result.strategy == "hnsw"
+        assert len(result.items) == 10
+        exact = np.argsort(-(matrix @ np.array(embedder.embed_query(question))))[:10]
+        truth = {str(ids[i]) for i in exact}
+        recalls.append(len(truth & {i.id for i in result.items}) / 10)
+    assert np.mean(recalls) >= 0.95, recalls

@@ -182,6 +182,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "ENUM_NAME_OVERRIDES": {
+        "RecordStatusEnum": "memoryhub.models.MemoryRecord.Status",
+        "RecordKindEnum": "memoryhub.models.MemoryRecord.Kind",
+        "OnWriteEnum": "memoryhub.models.KnowledgeBase.OnWrite",
+    },
 }
 
 # --- memoryhub ----------------------------------------------------------------------

@@ -50,6 +50,10 @@ DEFAULTS: dict[str, Any] = {
     "OBSERVATION_RETENTION_DAYS": 90,
     # Upper bound of ``?wait=`` on writes, in seconds.
     "MAX_WAIT_SECONDS": 30,
+    # Requests per API key (DRF rate syntax); None disables throttling.
+    "THROTTLE_RATE": "1200/min",
+    # Largest JSON body the API reads (bytes); larger ones get a JSON 413.
+    "MAX_BODY_BYTES": 4 * 1024 * 1024,
 }
 
 INTEGER_SETTINGS = {
@@ -73,6 +77,7 @@ INTEGER_SETTINGS = {
     "SWEEP_INTERVAL": 1,
     "OBSERVATION_RETENTION_DAYS": 1,
     "MAX_WAIT_SECONDS": 0,
+    "MAX_BODY_BYTES": 1024,
 }
 
 

@@ -1,14 +1,28 @@
-"""Errors as stable JSON: ``{"code", "detail", "errors"?}``."""
+"""Errors as stable JSON: ``{"code", "detail", "errors"?}``, with precise status codes.
+
+Domain exceptions from the services map here: ``ValidationFailed`` (and ``FilterError``)
+→ 400 with ``errors`` naming each field, ``UnknownSource`` → 400, ``WriteRefused`` → 403
+``{"code": "write_refused", "source", "n"}``, ``RecordNotFound`` → 404, a database that
+cannot be reached → 503. Anything unexpected is logged and answered as JSON too.
+"""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
+from django.db import InterfaceError, OperationalError
 from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
+
+from ..scope import ScopeRequired
+from ..services.errors import UnknownSource, ValidationFailed, WriteRefused
+from ..services.records import RecordNotFound
+
+logger = logging.getLogger(__name__)
 
 
 def _first_code(codes: Any) -> str:
@@ -21,27 +35,73 @@ def _first_code(codes: Any) -> str:
     return "error"
 
 
+def _flatten(detail: Any, prefix: str = "") -> dict[str, list[str]]:
+    """DRF's nested error details as ``{"path": ["message", ...]}``."""
+    if isinstance(detail, dict):
+        flat: dict[str, list[str]] = {}
+        for key, value in detail.items():
+            path = f"{prefix}.{key}" if prefix else str(key)
+            flat.update(_flatten(value, path))
+        return flat
+    if isinstance(detail, list) and detail and all(not isinstance(v, dict | list) for v in detail):
+        return {prefix or "non_field_errors": [str(v) for v in detail]}
+    if isinstance(detail, list):
+        flat = {}
+        for index, value in enumerate(detail):
+            flat.update(_flatten(value, f"{prefix}[{index}]"))
+        return flat
+    return {prefix or "non_field_errors": [str(detail)]}
+
+
+def _body(code: str, detail: str, **extra: Any) -> dict[str, Any]:
+    return {"code": code, "detail": detail, **extra}
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
-    """DRF's handler, reshaped so every error body has ``code`` and ``detail``."""
-    if isinstance(exc, Http404):
+    if isinstance(exc, ValidationFailed):
+        return Response(
+            _body(exc.code, "The request is invalid; see errors.", errors=exc.errors),
+            status=status.HTTP_400_BAD_REQUEST,
+        )
+    if isinstance(exc, UnknownSource):
+        return Response(
+            _body(exc.code, str(exc), errors={"sources": [str(exc)]}),
+            status=status.HTTP_400_BAD_REQUEST,
+        )
+    if isinstance(exc, WriteRefused):
+        return Response(
+            _body(exc.code, str(exc), source=exc.source, n=exc.n),
+            status=status.HTTP_403_FORBIDDEN,
+        )
+    if isinstance(exc, RecordNotFound):
+        exc = exceptions.NotFound("No such record.", code="record_not_found")
+    elif isinstance(exc, ScopeRequired):
+        exc = exceptions.PermissionDenied(str(exc), code="scope_required")
+    elif isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, PermissionDenied):
         exc = exceptions.PermissionDenied()
+    elif isinstance(exc, OperationalError | InterfaceError):
+        logger.warning("database unavailable: %s", type(exc).__name__)
+        return Response(
+            _body("service_unavailable", "The database is unavailable; retry shortly."),
+            status=status.HTTP_503_SERVICE_UNAVAILABLE,
+            headers={"Retry-After": "5"},
+        )
     response = drf_exception_handler(exc, context)
-    if response is None or not isinstance(exc, exceptions.APIException):
-        return response
+    if response is None:
+        logger.exception("unhandled error in the API", exc_info=exc)
+        return Response(
+            _body("server_error", "An unexpected error occurred."),
+            status=status.HTTP_500_INTERNAL_SERVER_ERROR,
+        )
+    assert isinstance(exc, exceptions.APIException)
     if isinstance(exc, exceptions.ValidationError):
-        response.data = {
-            "code": "invalid",
-            "detail": "The request is invalid; see errors.",
-            "errors": exc.detail,
-        }
+        response.data = _body(
+            "invalid", "The request is invalid; see errors.", errors=_flatten(exc.detail)
+        )
     else:
-        body = {"code": _first_code(exc.get_codes()), "detail": str(exc.detail)}
-        extra = getattr(exc, "extra", None)
-        if isinstance(extra, dict):
-            body.update(extra)
-        response.data = body
+        response.data = _body(_first_code(exc.get_codes()), str(exc.detail))
     if response.status_code == status.HTTP_401_UNAUTHORIZED:
         response["WWW-Authenticate"] = 'Api-Key realm="api"'
     return response

@@ -2,19 +2,71 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from celery import current_app
 from django.db import connection
-from drf_spectacular.utils import extend_schema, inline_serializer
-from rest_framework import serializers, status
-from rest_framework.permissions import AllowAny, IsAuthenticated
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiExample,
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    inline_serializer,
+)
+from rest_framework import exceptions, serializers, status
+from rest_framework.pagination import CursorPagination
+from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ..conf import memoryhub_settings
+from ..models import MemoryRecord
+from ..services import forget as forget_service
+from ..services import query as query_service
+from ..services import records as records_service
+from ..services import write as write_service
+from . import serializers as s
 from .authentication import request_api_key
+from .parsers import BoundedJSONParser
+from .permissions import FORGET, READ, WRITE, IsApiKeyOrStaff, actor, resolve_domain
+from .throttling import ApiKeyRateThrottle
+
+ERRORS = {
+    400: OpenApiResponse(s.ErrorSerializer, description="Invalid input; errors name the field."),
+    401: OpenApiResponse(
+        s.ErrorSerializer, description="Missing, unknown, revoked or expired key."
+    ),
+    403: OpenApiResponse(s.ErrorSerializer, description="The key lacks the permission."),
+    404: OpenApiResponse(s.ErrorSerializer, description="No such domain or record for this key."),
+    413: OpenApiResponse(s.ErrorSerializer, description="The body is over MAX_BODY_BYTES."),
+    429: OpenApiResponse(s.ErrorSerializer, description="Throttled; see Retry-After."),
+}
+DOMAIN = OpenApiParameter(
+    "domain", OpenApiTypes.STR, OpenApiParameter.PATH, description="Domain slug."
+)
+
+
+def errors_except(*codes: int) -> dict[int, OpenApiResponse]:
+    return {code: response for code, response in ERRORS.items() if code not in codes}
+
+
+class MemoryAPIView(APIView):
+    """Base: API key or staff session, per-key throttle, bounded JSON bodies."""
+
+    permission_classes = [IsApiKeyOrStaff]
+    throttle_classes = [ApiKeyRateThrottle]
+    parser_classes = [BoundedJSONParser]
+
+    def body(self, request: Request) -> dict[str, Any]:
+        data = request.data
+        if not isinstance(data, dict):
+            raise exceptions.ValidationError(
+                {"non_field_errors": ["The body must be a JSON object."]}
+            )
+        return data
 
 
 def _database_status() -> dict[str, Any]:
@@ -83,23 +135,27 @@ WhoAmISerializer = inline_serializer(
         "org": serializers.CharField(),
         "domain": serializers.CharField(allow_null=True),
         "permissions": serializers.ListField(child=serializers.CharField()),
-        "key": serializers.DictField(),
+        "key": inline_serializer(
+            "WhoAmIKey",
+            {
+                "name": serializers.CharField(),
+                "prefix": serializers.CharField(),
+                "expires_at": serializers.DateTimeField(allow_null=True),
+            },
+        ),
     },
 )
 
 
-class WhoAmIView(APIView):
+class WhoAmIView(MemoryAPIView):
     """The org, domain and permissions of the calling API key."""
 
-    permission_classes = [IsAuthenticated]
-
-    @extend_schema(responses={200: WhoAmISerializer})
+    @extend_schema(responses={200: WhoAmISerializer, **errors_except(400, 404, 413)})
     def get(self, request: Request) -> Response:
         api_key = request_api_key(request)
         if api_key is None:
-            return Response(
-                {"code": "api_key_required", "detail": "whoami describes an API key."},
-                status=status.HTTP_403_FORBIDDEN,
+            raise exceptions.PermissionDenied(
+                "whoami describes an API key.", code="api_key_required"
             )
         return Response(
             {
@@ -113,3 +169,362 @@ class WhoAmIView(APIView):
                 },
             }
         )
+
+
+class RecordCursor(CursorPagination):
+    ordering = ("-created_at", "-id")
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = 200
+
+
+class RecordsView(MemoryAPIView):
+    """Write memory (POST) and list records (GET)."""
+
+    @extend_schema(
+        summary="Write memory",
+        operation_id="records_write",
+        parameters=[
+            DOMAIN,
+            OpenApiParameter(
+                "wait",
+                OpenApiTypes.NUMBER,
+                description="Seconds (bounded) to wait until the records are indexed.",
+            ),
+        ],
+        request=s.WriteRequestSerializer,
+        responses={
+            200: OpenApiResponse(
+                s.WriteResponseSerializer, description="Written and indexed (?wait)."
+            ),
+            202: OpenApiResponse(s.WriteResponseSerializer, description="Accepted; indexing."),
+            **errors_except(),
+            403: OpenApiResponse(
+                s.WriteRefusedSerializer,
+                description="A read-only knowledge base refused the write.",
+            ),
+        },
+        examples=[
+            OpenApiExample(
+                "Remember a preference",
+                value={
+                    "source": "memory",
+                    "items": [
+                        {
+                            "content": "Alice prefers EUR.",
+                            "key": "currency",
+                            "namespace": "user:alice",
+                            "tags": ["preference"],
+                            "metadata": {"channel": "chat"},
+                        }
+                    ],
+                },
+                request_only=True,
+            ),
+            OpenApiExample(
+                "Accepted",
+                value={
+                    "accepted": ["memory"],
+                    "refused": [],
+                    "failed": {},
+                    "records": [
+                        {
+                            "id": "8d0f3c1e-8a55-4f0e-9a55-2f6e43c2f0a1",
+                            "key": "currency",
+                            "status": "pending",
+                            "deduplicated": False,
+                            "source": "memory",
+                        }
+                    ],
+                },
+                response_only=True,
+                status_codes=["202"],
+            ),
+        ],
+    )
+    def post(self, request: Request, domain: str) -> Response:
+        scope = resolve_domain(request, domain, WRITE)
+        body = self.body(request)
+        wait = _wait_seconds(request)
+        unknown = sorted(set(body) - {"source", "sources", "items"})
+        if unknown:
+            raise exceptions.ValidationError(
+                {name: ["is not a field of a write."] for name in unknown}
+            )
+        if "source" in body and "sources" in body:
+            raise exceptions.ValidationError({"sources": ["give source or sources, not both."]})
+        sources = [body["source"]] if "source" in body else body.get("sources")
+        if "source" in body and not isinstance(body["source"], str):
+            raise exceptions.ValidationError({"source": ["must be a knowledge base name."]})
+        if "items" not in body:
+            raise exceptions.ValidationError({"items": ["This field is required."]})
+        result = write_service.write(scope, body["items"], sources=sources, actor=actor(request))
+        records = [s.record_result(record) for record in result.records]
+        code: int = status.HTTP_202_ACCEPTED
+        if wait and result.records:
+            records, done = _wait_for_index(scope, records, wait)
+            code = status.HTTP_200_OK if done else status.HTTP_202_ACCEPTED
+        return Response(
+            {
+                "accepted": result.accepted,
+                "refused": result.refused,
+                "failed": result.failed,
+                "records": records,
+            },
+            status=code,
+        )
+
+    @extend_schema(
+        summary="List records",
+        operation_id="records_list",
+        parameters=[
+            DOMAIN,
+            *(
+                OpenApiParameter(name, OpenApiTypes.STR, description=f"Filter by {name}.")
+                for name in records_service.LIST_FILTERS
+            ),
+            OpenApiParameter("cursor", OpenApiTypes.STR),
+            OpenApiParameter("page_size", OpenApiTypes.INT),
+        ],
+        responses={
+            200: inline_serializer(
+                "RecordPage",
+                {
+                    "next": serializers.URLField(allow_null=True),
+                    "previous": serializers.URLField(allow_null=True),
+                    "results": s.RecordSerializer(many=True),
+                },
+            ),
+            **errors_except(413),
+        },
+    )
+    def get(self, request: Request, domain: str) -> Response:
+        scope = resolve_domain(request, domain, READ)
+        filters = {
+            name: value
+            for name, value in request.query_params.items()
+            if name not in ("cursor", "page_size", "org", "format")
+        }
+        records = records_service.list_records(scope, filters)
+        paginator = RecordCursor()
+        page = paginator.paginate_queryset(records, request, view=self)
+        return paginator.get_paginated_response(s.RecordSerializer(page, many=True).data)
+
+
+def _wait_seconds(request: Request) -> float:
+    raw = request.query_params.get("wait")
+    if raw is None:
+        return 0.0
+    try:
+        wait = float(raw)
+    except ValueError:
+        raise exceptions.ValidationError({"wait": ["must be a number of seconds."]}) from None
+    maximum = memoryhub_settings.MAX_WAIT_SECONDS
+    if not 0 <= wait <= maximum:
+        raise exceptions.ValidationError({"wait": [f"must be between 0 and {maximum} seconds."]})
+    return wait
+
+
+def _wait_for_index(
+    scope: Any, records: list[dict[str, Any]], wait: float
+) -> tuple[list[dict[str, Any]], bool]:
+    """Poll until every written record is indexed (or failed), or ``wait`` runs out."""
+    ids = {record["id"] for record in records}
+    deadline = time.monotonic() + wait
+    delay = 0.02
+    while True:
+        rows = MemoryRecord.unscoped.filter(
+            pk__in=ids, org_id=scope.org_id, domain_id=scope.domain_id
+        ).values_list("id", "status")
+        statuses = {str(pk): value for pk, value in rows}
+        done = all(statuses.get(pk) != MemoryRecord.Status.PENDING for pk in ids)
+        if done or time.monotonic() >= deadline:
+            updated = [{**r, "status": statuses.get(r["id"], r["status"])} for r in records]
+            return updated, done
+        time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+        delay = min(delay * 2, 0.5)
+
+
+class RecordDetailView(MemoryAPIView):
+    """One record: read, replace, patch, delete."""
+
+    @extend_schema(
+        summary="Get a record",
+        operation_id="records_get",
+        parameters=[DOMAIN],
+        responses={200: s.RecordSerializer, **errors_except(400, 413)},
+    )
+    def get(self, request: Request, domain: str, record_id: str) -> Response:
+        scope = resolve_domain(request, domain, READ)
+        record = _get_or_404(scope, record_id)
+        return Response(s.RecordSerializer(record).data)
+
+    def _update(self, request: Request, domain: str, record_id: str, partial: bool) -> Response:
+        scope = resolve_domain(request, domain, WRITE)
+        _get_or_404(scope, record_id)
+        write_service.update_record(
+            scope, record_id, self.body(request), partial=partial, actor=actor(request)
+        )
+        return Response(s.RecordSerializer(_get_or_404(scope, record_id)).data)
+
+    @extend_schema(
+        summary="Replace a record's content and fields",
+        parameters=[DOMAIN],
+        request=s.RecordUpdateSerializer,
+        responses={200: s.RecordSerializer, **errors_except()},
+    )
+    def put(self, request: Request, domain: str, record_id: str) -> Response:
+        return self._update(request, domain, record_id, partial=False)
+
+    @extend_schema(
+        summary="Change some of a record's fields",
+        parameters=[DOMAIN],
+        request=s.RecordUpdateSerializer,
+        responses={200: s.RecordSerializer, **errors_except()},
+    )
+    def patch(self, request: Request, domain: str, record_id: str) -> Response:
+        return self._update(request, domain, record_id, partial=True)
+
+    @extend_schema(
+        summary="Forget a record",
+        parameters=[DOMAIN],
+        responses={200: s.ForgetResponseSerializer, **errors_except(400, 413)},
+    )
+    def delete(self, request: Request, domain: str, record_id: str) -> Response:
+        scope = resolve_domain(request, domain, FORGET)
+        try:
+            result = forget_service.forget_record(scope, record_id, actor=actor(request))
+        except records_service.RecordNotFound:
+            raise exceptions.NotFound("No such record.", code="record_not_found") from None
+        return Response({"deleted": result.deleted, "by_source": result.by_source})
+
+
+def _get_or_404(scope: Any, record_id: str) -> MemoryRecord:
+    try:
+        return records_service.get_record(scope, record_id)
+    except records_service.RecordNotFound:
+        raise exceptions.NotFound("No such record.", code="record_not_found") from None
+
+
+class QueryView(MemoryAPIView):
+    """Query memory: vector, keyword or hybrid search, with filters and grounding."""
+
+    @extend_schema(
+        summary="Query memory",
+        parameters=[DOMAIN],
+        request=s.QueryRequestSerializer,
+        responses={200: s.QueryResponseSerializer, **errors_except()},
+        examples=[
+            OpenApiExample(
+                "Ground an answer",
+                value={
+                    "query": "how long do refunds take",
+                    "k": 3,
+                    "namespaces": ["", "user:alice"],
+                    "where": {"team": {"$in": ["support", "billing"]}},
+                },
+                request_only=True,
+            ),
+            OpenApiExample(
+                "Results",
+                value={
+                    "items": [
+                        {
+                            "id": "8d0f3c1e-8a55-4f0e-9a55-2f6e43c2f0a1",
+                            "content": "Refunds are issued within 5 business days.",
+                            "source": "handbook",
+                            "score": 0.0328,
+                            "metadata": {"team": "support"},
+                            "key": "refunds",
+                            "kind": "semantic",
+                            "namespace": "",
+                            "tags": [],
+                            "created_at": "2026-11-29T12:00:00Z",
+                        }
+                    ],
+                    "grounding": "Relevant context:\n[handbook] Refunds are issued "
+                    "within 5 business days.",
+                },
+                response_only=True,
+            ),
+        ],
+    )
+    def post(self, request: Request, domain: str) -> Response:
+        scope = resolve_domain(request, domain, READ)
+        body = self.body(request)
+        output = body.pop("format", "items")
+        if output not in ("items", "grounding"):
+            raise exceptions.ValidationError({"format": ["must be items or grounding."]})
+        result = query_service.query(scope, **body)
+        return Response(
+            {
+                "items": [item.to_dict() for item in result.items],
+                "grounding": query_service.render_grounding(result.items),
+            }
+        )
+
+
+class ForgetView(MemoryAPIView):
+    """Forget (GDPR Art. 17): by namespace, key, source, or the whole domain with all=true."""
+
+    @extend_schema(
+        summary="Forget memory",
+        parameters=[DOMAIN],
+        request=s.ForgetRequestSerializer,
+        responses={200: s.ForgetResponseSerializer, **errors_except()},
+        examples=[
+            OpenApiExample(
+                "Erase a data subject", value={"namespace": "user:alice"}, request_only=True
+            ),
+            OpenApiExample(
+                "Erased",
+                value={"deleted": 3, "by_source": {"memory": 2, "notes": 1}},
+                response_only=True,
+            ),
+        ],
+    )
+    def post(self, request: Request, domain: str) -> Response:
+        scope = resolve_domain(request, domain, FORGET)
+        body = self.body(request)
+        unknown = sorted(set(body) - {"namespace", "key", "source", "all"})
+        if unknown:
+            raise exceptions.ValidationError(
+                {name: ["is not a field of a forget."] for name in unknown}
+            )
+        forget_request = forget_service.ForgetRequest(
+            namespace=body.get("namespace"),
+            key=body.get("key"),
+            source=body.get("source"),
+            all=body.get("all", False),
+        )
+        result = forget_service.forget(scope, forget_request, actor=actor(request))
+        return Response({"deleted": result.deleted, "by_source": result.by_source})
+
+
+class SourcesView(MemoryAPIView):
+    """The domain's knowledge bases with their policies and record counts."""
+
+    @extend_schema(
+        summary="List knowledge bases",
+        parameters=[DOMAIN],
+        responses={200: s.SourceSerializer(many=True), **errors_except(400, 413)},
+    )
+    def get(self, request: Request, domain: str) -> Response:
+        scope = resolve_domain(request, domain, READ)
+        return Response(records_service.summarize_sources(scope))
+
+
+class NotFoundView(APIView):
+    """Any other path under the API: a JSON 404 (never Django's HTML page)."""
+
+    authentication_classes: list[type] = []
+    permission_classes = [AllowAny]
+    schema = None
+
+    def dispatch(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+        return super().dispatch(request, *args, **kwargs)
+
+    def _not_found(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        raise exceptions.NotFound("No such API endpoint.", code="not_found")
+
+    get = post = put = patch = delete = head = options = _not_found

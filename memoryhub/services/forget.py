@@ -29,6 +29,7 @@ __all__ = [
     "NothingToForget",
     "forget",
     "forget_org",
+    "forget_record",
     "preview",
     "salted_hash",
 ]
@@ -151,3 +152,28 @@ def forget_org(org_id: int, *, actor: str = "") -> ForgetResult:
         for name, count in result.by_source.items():
             total.by_source[name] = total.by_source.get(name, 0) + count
     return total
+
+
+def forget_record(scope: Scope, record_id: Any, *, actor: str = "") -> ForgetResult:
+    """Hard-delete one record by id (``RecordNotFound`` if the scope has no such record)."""
+    from .records import get_record
+
+    record = get_record(scope, record_id)
+    result = ForgetResult()
+    with transaction.atomic(), tenant_scope(scope):
+        deleted, _ = MemoryRecord.objects.filter(pk=record.pk).delete()
+        if not deleted:
+            return result
+        name = record.knowledge_base.name
+        result.deleted = 1
+        result.by_source = {name: 1}
+        observe.record_in_scope(
+            Observation.Kind.MEMORY_FORGOTTEN,
+            scope,
+            source=name,
+            count=1,
+            payload={"by_source": result.by_source, "selector": {"id": str(record.pk)}},
+            actor=actor,
+        )
+        bump_generation_on_commit(scope)
+    return result

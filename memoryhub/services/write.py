@@ -41,6 +41,7 @@ __all__ = [
     "WriteResult",
     "ensure_knowledge_base",
     "schedule_indexing",
+    "update_record",
     "validate_items",
     "write",
 ]
@@ -586,3 +587,108 @@ def write(
     if refusal is not None and len(knowledge_bases) == 1:
         raise refusal
     return result
+
+
+UPDATABLE_FIELDS = frozenset(
+    {"content", "key", "kind", "tags", "metadata", "expires_at", "ttl_seconds"}
+)
+
+
+def update_record(
+    scope: Scope,
+    record_id: Any,
+    changes: Mapping[str, Any],
+    *,
+    partial: bool,
+    actor: str = "",
+) -> RecordResult:
+    """Update one record by id (PUT replaces the updatable fields, PATCH merges).
+
+    The namespace and knowledge base of a record do not change. A record of a read-only
+    knowledge base is refused (``WriteRefused``, counted): operators edit those in the
+    admin. A content change sends the record back to pending and re-embeds it.
+    """
+    from .records import RecordNotFound, get_record
+
+    if not isinstance(changes, Mapping):
+        raise ValidationFailed({"non_field_errors": ["The body must be an object."]})
+    errors: dict[str, list[str]] = {}
+    for name in changes:
+        if name not in UPDATABLE_FIELDS:
+            message = (
+                "cannot be changed; write a new record instead."
+                if name in ("namespace", "source", "id")
+                else "is not a field of a memory item."
+            )
+            errors.setdefault(str(name), []).append(message)
+    if errors:
+        raise ValidationFailed(errors)
+    record = get_record(scope, record_id)
+    knowledge_base = record.knowledge_base
+    if knowledge_base.read_only:
+        with transaction.atomic():
+            _count_refusal(scope, knowledge_base, 1, actor)
+        raise WriteRefused(knowledge_base.name, 1)
+    if partial:
+        current: dict[str, Any] = {
+            "content": record.content,
+            "key": record.key,
+            "kind": record.kind,
+            "tags": list(record.tags),
+            "metadata": record.metadata,
+            "expires_at": record.expires_at,
+        }
+        if "ttl_seconds" in changes:
+            current.pop("expires_at")
+        merged = {**current, **changes}
+    else:
+        merged = dict(changes)
+    merged["namespace"] = record.namespace
+    try:
+        [item] = validate_items([merged])
+    except ValidationFailed as exc:
+        raise ValidationFailed(
+            {path.removeprefix("items[0]."): messages for path, messages in exc.errors.items()}
+        ) from None
+    with transaction.atomic(), tenant_scope(scope):
+        _lock_namespaces(knowledge_base, [record.namespace])
+        if (
+            item.key is not None
+            and MemoryRecord.objects.filter(
+                knowledge_base=knowledge_base, namespace=record.namespace, key=item.key
+            )
+            .exclude(pk=record.pk)
+            .exists()
+        ):
+            raise ValidationFailed({"key": ["another record of this namespace has this key."]})
+        locked = MemoryRecord.objects.select_for_update().filter(pk=record.pk).first()
+        if locked is None:
+            raise RecordNotFound(record_id)
+        content_changed = locked.content_hash != item.content_hash
+        locked.content = item.content
+        locked.content_hash = item.content_hash
+        locked.key = item.key
+        locked.kind = item.kind
+        locked.tags = list(item.tags)
+        locked.metadata = dict(item.metadata)
+        locked.expires_at = item.expires_at
+        if content_changed:
+            locked.status = MemoryRecord.Status.PENDING
+            locked.embedding = None
+            locked.embedding_model = ""
+            locked.attempts = 0
+            locked.last_error = ""
+            locked.indexed_at = None
+        locked.save()
+        observe.record_in_scope(
+            Observation.Kind.MEMORY_WRITTEN,
+            scope,
+            source=knowledge_base.name,
+            count=1,
+            payload={"source": knowledge_base.name, "n": 1, "updated": 1, "created": 0},
+            actor=actor,
+        )
+        if content_changed:
+            schedule_indexing([str(locked.pk)])
+        bump_generation_on_commit(scope)
+    return RecordResult(str(locked.pk), locked.key, locked.status, False, knowledge_base.name)

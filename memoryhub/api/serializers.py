@@ -1,0 +1,168 @@
+"""Request and response shapes of the REST API, for the OpenAPI schema and for output.
+
+Input validation is the services' job (one set of rules for every front door); these
+serializers describe the bodies and shape responses.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from ..models import KnowledgeBase, MemoryRecord
+
+
+class ErrorSerializer(serializers.Serializer):
+    code = serializers.CharField(help_text="Stable, machine-readable error code.")
+    detail = serializers.CharField()
+    errors = serializers.DictField(  # type: ignore[assignment]
+        child=serializers.ListField(child=serializers.CharField()),
+        required=False,
+        help_text="Field path (items[2].tags, where.$and[1].price.$gte) to messages.",
+    )
+
+
+class WriteRefusedSerializer(serializers.Serializer):
+    code = serializers.ChoiceField(choices=["write_refused"])
+    detail = serializers.CharField()
+    source = serializers.CharField()  # type: ignore[assignment]
+    n = serializers.IntegerField()
+
+
+class ItemInSerializer(serializers.Serializer):
+    content = serializers.CharField(max_length=20_000)
+    key = serializers.CharField(required=False, allow_null=True, max_length=255)
+    kind = serializers.ChoiceField(choices=MemoryRecord.Kind.choices, required=False)
+    namespace = serializers.CharField(required=False, allow_blank=True, max_length=200)
+    tags = serializers.ListField(
+        child=serializers.CharField(max_length=64), required=False, max_length=32
+    )
+    metadata = serializers.DictField(required=False)
+    expires_at = serializers.DateTimeField(required=False, allow_null=True)
+    ttl_seconds = serializers.IntegerField(required=False, min_value=1)
+
+
+class WriteRequestSerializer(serializers.Serializer):
+    source = serializers.CharField(required=False, help_text="One knowledge base (default memory).")  # type: ignore[assignment]
+    sources = serializers.ListField(
+        child=serializers.CharField(), required=False, help_text="Several knowledge bases."
+    )
+    items = ItemInSerializer(many=True)
+
+
+class RecordResultSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    key = serializers.CharField(allow_null=True)
+    status = serializers.ChoiceField(choices=MemoryRecord.Status.choices)
+    deduplicated = serializers.BooleanField()
+    source = serializers.CharField()  # type: ignore[assignment]
+
+
+class WriteResponseSerializer(serializers.Serializer):
+    accepted = serializers.ListField(child=serializers.CharField())
+    refused = serializers.ListField(child=serializers.CharField())
+    failed = serializers.DictField(child=serializers.CharField())
+    records = RecordResultSerializer(many=True)
+
+
+class QueryRequestSerializer(serializers.Serializer):
+    query = serializers.CharField(max_length=4000)
+    k = serializers.IntegerField(required=False, min_value=1, max_value=100)
+    sources = serializers.ListField(child=serializers.CharField(), required=False)
+    namespaces = serializers.ListField(
+        child=serializers.CharField(allow_blank=True), required=False
+    )
+    kinds = serializers.ListField(
+        child=serializers.ChoiceField(choices=MemoryRecord.Kind.choices), required=False
+    )
+    tags = serializers.ListField(child=serializers.CharField(), required=False)
+    where = serializers.DictField(required=False, help_text="The where filter language.")
+    mode = serializers.ChoiceField(choices=["vector", "keyword", "hybrid"], required=False)
+    min_score = serializers.FloatField(required=False, min_value=-1, max_value=1)
+    format = serializers.ChoiceField(choices=["items", "grounding"], required=False)
+
+
+class QueryItemSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    content = serializers.CharField()
+    source = serializers.CharField()  # type: ignore[assignment]
+    score = serializers.FloatField()
+    metadata = serializers.DictField()
+    key = serializers.CharField(allow_null=True)
+    kind = serializers.CharField()
+    namespace = serializers.CharField(allow_blank=True)
+    tags = serializers.ListField(child=serializers.CharField())
+    created_at = serializers.DateTimeField()
+    dedupe_count = serializers.IntegerField(required=False)
+    dedupe_sources = serializers.ListField(child=serializers.CharField(), required=False)
+
+
+class QueryResponseSerializer(serializers.Serializer):
+    items = QueryItemSerializer(many=True)
+    grounding = serializers.CharField(allow_null=True)
+
+
+class RecordSerializer(serializers.ModelSerializer):
+    source = serializers.CharField(source="knowledge_base.name", read_only=True)  # type: ignore[assignment]
+
+    class Meta:
+        model = MemoryRecord
+        fields = [
+            "id",
+            "source",
+            "namespace",
+            "key",
+            "kind",
+            "content",
+            "metadata",
+            "tags",
+            "status",
+            "embedding_model",
+            "last_error",
+            "created_at",
+            "updated_at",
+            "expires_at",
+        ]
+        read_only_fields = fields
+
+
+class RecordUpdateSerializer(serializers.Serializer):
+    content = serializers.CharField(max_length=20_000, required=False)
+    key = serializers.CharField(required=False, allow_null=True, max_length=255)
+    kind = serializers.ChoiceField(choices=MemoryRecord.Kind.choices, required=False)
+    tags = serializers.ListField(child=serializers.CharField(max_length=64), required=False)
+    metadata = serializers.DictField(required=False)
+    expires_at = serializers.DateTimeField(required=False, allow_null=True)
+    ttl_seconds = serializers.IntegerField(required=False, min_value=1)
+
+
+class ForgetRequestSerializer(serializers.Serializer):
+    namespace = serializers.CharField(required=False, allow_blank=True)
+    key = serializers.CharField(required=False)
+    source = serializers.CharField(required=False)  # type: ignore[assignment]
+    all = serializers.BooleanField(required=False, help_text="Erase the whole domain.")
+
+
+class ForgetResponseSerializer(serializers.Serializer):
+    deleted = serializers.IntegerField()
+    by_source = serializers.DictField(child=serializers.IntegerField())
+
+
+class SourceSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    description = serializers.CharField(allow_blank=True)
+    read_only = serializers.BooleanField()  # type: ignore[assignment]
+    on_write = serializers.ChoiceField(choices=KnowledgeBase.OnWrite.choices)
+    records = serializers.IntegerField()
+    refused_writes = serializers.IntegerField()
+
+
+def record_result(result: Any) -> dict[str, Any]:
+    return {
+        "id": result.id,
+        "key": result.key,
+        "status": result.status,
+        "deduplicated": result.deduplicated,
+        "source": result.source,
+    }

@@ -1,0 +1,109 @@
+"""Reading records one by one: listing with filters, and fetching by id, within a scope."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from django.db.models import QuerySet
+
+from ..models import KnowledgeBase, MemoryRecord
+from ..scope import Scope, tenant_scope
+from .errors import ValidationFailed
+
+__all__ = ["LIST_FILTERS", "RecordNotFound", "get_record", "list_records", "summarize_sources"]
+
+LIST_FILTERS = ("namespace", "kind", "tag", "key", "key_prefix", "source", "status")
+
+
+class RecordNotFound(LookupError):
+    """No record with that id in this scope (it may exist in another: that is not said)."""
+
+
+def list_records(scope: Scope, filters: Mapping[str, Any]) -> QuerySet[MemoryRecord]:
+    """Live records of the scope, newest first, narrowed by ``filters``.
+
+    The queryset is bound to the scope's org and domain explicitly, so it stays safe to
+    evaluate (paginate) after the ``tenant_scope`` block has ended.
+    """
+    errors: dict[str, list[str]] = {}
+    for name, value in filters.items():
+        if name not in LIST_FILTERS:
+            errors.setdefault(name, []).append("is not a filter of records.")
+        elif not isinstance(value, str) or "\x00" in value or len(value) > 255:
+            errors.setdefault(name, []).append("must be a string.")
+    if filters.get("kind") and filters["kind"] not in MemoryRecord.Kind.values:
+        errors.setdefault("kind", []).append(
+            f"must be one of {', '.join(MemoryRecord.Kind.values)}."
+        )
+    if filters.get("status") and filters["status"] not in MemoryRecord.Status.values:
+        errors.setdefault("status", []).append(
+            f"must be one of {', '.join(MemoryRecord.Status.values)}."
+        )
+    if errors:
+        raise ValidationFailed(errors)
+    with tenant_scope(scope):
+        records = MemoryRecord.objects.live().filter(org_id=scope.org_id, domain_id=scope.domain_id)
+    if "namespace" in filters:
+        records = records.filter(namespace=filters["namespace"])
+    if "kind" in filters:
+        records = records.filter(kind=filters["kind"])
+    if "tag" in filters:
+        records = records.filter(tags__contains=[filters["tag"]])
+    if "key" in filters:
+        records = records.filter(key=filters["key"])
+    if "key_prefix" in filters:
+        records = records.filter(key__startswith=filters["key_prefix"])
+    if "source" in filters:
+        records = records.filter(knowledge_base__name=filters["source"])
+    if "status" in filters:
+        records = records.filter(status=filters["status"])
+    return records.select_related("knowledge_base").defer("embedding", "search_vector")
+
+
+def get_record(scope: Scope, record_id: Any) -> MemoryRecord:
+    """The scope's record with this id; :class:`RecordNotFound` otherwise (bad ids too)."""
+    try:
+        pk = uuid.UUID(str(record_id))
+    except ValueError:
+        raise RecordNotFound(record_id) from None
+    with tenant_scope(scope):
+        record = (
+            MemoryRecord.objects.live()
+            .select_related("knowledge_base")
+            .defer("search_vector")
+            .filter(pk=pk)
+            .first()
+        )
+    if record is None:
+        raise RecordNotFound(record_id)
+    return record
+
+
+def summarize_sources(scope: Scope) -> list[dict[str, Any]]:
+    """The scope's knowledge bases with their policies and live record counts."""
+    from django.db.models import Count, Q
+    from django.utils import timezone
+
+    now = timezone.now()
+    live = Q(records__expires_at__isnull=True) | Q(records__expires_at__gt=now)
+    with tenant_scope(scope):
+        rows = (
+            KnowledgeBase.objects.annotate(record_count=Count("records", filter=live))
+            .order_by("name")
+            .values(
+                "name", "description", "read_only", "on_write", "refused_writes", "record_count"
+            )
+        )
+        return [
+            {
+                "name": row["name"],
+                "description": row["description"],
+                "read_only": row["read_only"],
+                "on_write": row["on_write"],
+                "records": row["record_count"],
+                "refused_writes": row["refused_writes"],
+            }
+            for row in rows
+        ]

@@ -12,7 +12,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, NoReturn
 
-__all__ = ["FrozenDict", "MemoryItem", "dedupe_items", "deep_freeze", "sort_by_score", "thaw"]
+__all__ = [
+    "FrozenDict",
+    "MemoryItem",
+    "as_write_item",
+    "dedupe_items",
+    "deep_freeze",
+    "sort_by_score",
+    "thaw",
+]
 
 FROZEN_MESSAGE = (
     "this payload belongs to a frozen value and cannot be mutated in place. "
@@ -200,3 +208,29 @@ def dedupe_items(
 def sort_by_score(items: Sequence[MemoryItem]) -> list[MemoryItem]:
     """Score descending, ``None`` last but never dropped; stable otherwise."""
     return sorted(items, key=lambda item: (item.score is None, -(item.score or 0.0)))
+
+
+#: Per-query annotations that are never persisted (seed 000).
+TRANSIENT_METADATA = ("dedupe_count", "dedupe_sources")
+
+
+def as_write_item(item: MemoryItem, *, default_namespace: str | None = None) -> dict[str, Any]:
+    """The write-service (and REST) shape of an item.
+
+    A stable ``metadata["id"]`` doubles as the key, so re-writing it replaces rather
+    than duplicates, and, unlike seed 000's ``VectorMemory``, it stays in the metadata.
+    The item's ``source`` is not sent: the backend that stores it stamps its own.
+    """
+    metadata = {k: v for k, v in thaw(item.metadata).items() if k not in TRANSIENT_METADATA}
+    raw: dict[str, Any] = {"content": item.content, "metadata": metadata}
+    key = item.key or (str(metadata["id"]) if metadata.get("id") not in (None, "") else None)
+    if key is not None:
+        raw["key"] = key
+    if item.kind:
+        raw["kind"] = item.kind
+    namespace = item.namespace if item.namespace is not None else default_namespace
+    if namespace is not None:
+        raw["namespace"] = namespace
+    if item.tags:
+        raw["tags"] = list(item.tags)
+    return raw

@@ -39,7 +39,10 @@ def _session_orgs(request: Request) -> Any:
 def _session_permissions(request: Request, org: Org) -> set[str]:
     if request.user.is_superuser:
         return {READ, WRITE, FORGET}
-    membership = Membership.objects.filter(user_id=request.user.pk, org=org).first()
+    user_id = request.user.pk
+    if user_id is None:
+        return set()
+    membership = Membership.objects.filter(user__pk=user_id, org=org).first()
     if membership is None:
         return set()
     if membership.role == Membership.Role.VIEWER:

@@ -449,7 +449,8 @@ def _write_to(
             metadata=dict(item.metadata),
             tags=list(item.tags),
             expires_at=item.expires_at,
-            created_at=now,
+            # Distinct, increasing timestamps keep a batch's order in newest-first lists.
+            created_at=now + timedelta(microseconds=len(new_records)),
             updated_at=now,
         )
         new_records.append(record)
@@ -561,7 +562,7 @@ def write(
     if not isinstance(scope, Scope):
         raise TypeError("write() needs a Scope.")
     names = _validate_source_names(sources)
-    validated = validate_items(list(items) if not isinstance(items, list) else items)
+    validated = validate_items(items)
     knowledge_bases = _resolve_sources(scope, names)
     result = WriteResult()
     refusal: WriteRefused | None = None

@@ -24,6 +24,7 @@ from .base import MemoryContext, MemorySource, MemoryWriteRefused, Reranker, acc
 from .compositions import CompositeMemory, CompositeWriteError, SequentialMemory, score_sort_rerank
 from .decorators import CachedMemory, CompactedMemory, ReadOnlyMemory, ScopedMemory, require_scope
 from .django import DjangoMemory, DjangoMemoryStore, StoredRecord
+from .http import HttpMemory, HttpMemoryError
 from .tools import ToolMemory, default_parse
 
 
@@ -59,6 +60,8 @@ __all__ = [
     "CompositeWriteError",
     "DjangoMemory",
     "DjangoMemoryStore",
+    "HttpMemory",
+    "HttpMemoryError",
     "MemoryContext",
     "MemoryItem",
     "MemorySource",

@@ -10,7 +10,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
-from ..items import MemoryItem, thaw
+from ..items import MemoryItem, as_write_item, thaw
 from ..scope import Scope, ScopeRequired, tenant_scope
 from ..services import forget as forget_service
 from ..services import query as query_service
@@ -19,9 +19,6 @@ from ..services.errors import UnknownSource
 from .base import MemoryContext
 
 __all__ = ["DjangoMemory", "DjangoMemoryStore", "StoredRecord"]
-
-#: Per-query annotations that must never be persisted (seed 000).
-TRANSIENT_METADATA = ("dedupe_count", "dedupe_sources")
 
 
 def _scope_for(fixed: Scope | None, ctx: MemoryContext | None) -> Scope:
@@ -93,28 +90,11 @@ class DjangoMemory:
         self, items: Sequence[MemoryItem], *, ctx: MemoryContext | None = None
     ) -> write_service.WriteResult:
         scope = _scope_for(self.scope, ctx)
-        raw = [self._to_write_item(item) for item in items]
+        default = self.namespaces[0] if len(self.namespaces) == 1 else None
+        raw = [as_write_item(item, default_namespace=default) for item in items]
         return await sync_to_async(write_service.write, thread_sensitive=True)(
             scope, raw, sources=[self.write_to], actor=getattr(ctx, "actor", "") or ""
         )
-
-    def _to_write_item(self, item: MemoryItem) -> dict[str, Any]:
-        metadata = {k: v for k, v in thaw(item.metadata).items() if k not in TRANSIENT_METADATA}
-        # A stable id in metadata doubles as the key (re-writing it replaces, never
-        # duplicates) and, unlike seed 000's VectorMemory, stays in the metadata.
-        key = item.key or (str(metadata["id"]) if metadata.get("id") not in (None, "") else None)
-        raw: dict[str, Any] = {"content": item.content, "metadata": metadata}
-        if key is not None:
-            raw["key"] = key
-        if item.kind:
-            raw["kind"] = item.kind
-        if item.namespace is not None:
-            raw["namespace"] = item.namespace
-        elif len(self.namespaces) == 1:
-            raw["namespace"] = self.namespaces[0]
-        if item.tags:
-            raw["tags"] = list(item.tags)
-        return raw
 
 
 @dataclass(frozen=True)

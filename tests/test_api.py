@@ -285,7 +285,7 @@ def test_get_put_patch_delete_a_record(api, tenant):
 
 
 def test_update_key_collision_is_400(api, tenant):
-    first, second = write.write(
+    _, second = write.write(
         tenant.scope, [{"content": "a", "key": "a"}, {"content": "b", "key": "b"}]
     ).records
     response = api.patch(url(f"records/{second.id}"), {"key": "a"}, format="json")

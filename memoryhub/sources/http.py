@@ -117,7 +117,7 @@ class HttpMemory:
             "source": self.write_to,
             "items": [as_write_item(item, default_namespace=default) for item in items],
         }
-        return await self._post("records", body)  # type: ignore[no-any-return]
+        return await self._post("records", body)
 
 
 def _item(row: Mapping[str, Any]) -> MemoryItem:

@@ -311,3 +311,59 @@ class Observation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.source} ({self.count})"
+
+
+class ImportJob(models.Model):
+    """A file imported into a knowledge base by an operator, run by a Celery task.
+
+    The file's text is kept until the job ends; progress lives in the cache while the
+    import transaction is open (it is not visible in this row until the end).
+    """
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", _("Queued")
+        RUNNING = "running", _("Running")
+        DONE = "done", _("Done")
+        FAILED = "failed", _("Failed")
+
+    class Format(models.TextChoices):
+        JSONL = "jsonl", _("JSON Lines")
+        CSV = "csv", _("CSV")
+        MARKDOWN = "markdown", _("Markdown")
+
+    org = models.ForeignKey(
+        "tenants.Org", on_delete=models.CASCADE, related_name="+", verbose_name=_("org")
+    )
+    domain = models.ForeignKey(
+        "tenants.Domain", on_delete=models.CASCADE, related_name="+", verbose_name=_("domain")
+    )
+    knowledge_base = models.ForeignKey(
+        KnowledgeBase,
+        on_delete=models.CASCADE,
+        related_name="import_jobs",
+        verbose_name=_("knowledge base"),
+    )
+    filename = models.CharField(_("file name"), max_length=255)
+    format = models.CharField(_("format"), max_length=8, choices=Format)
+    namespace = models.CharField(_("namespace"), max_length=200, blank=True, default="")
+    text = models.TextField(_("file text"), blank=True, default="", editable=False)
+    status = models.CharField(_("status"), max_length=8, choices=Status, default=Status.QUEUED)
+    total = models.PositiveIntegerField(_("items"), default=0)
+    imported = models.PositiveIntegerField(_("imported"), default=0)
+    errors = models.JSONField(_("errors"), default=dict, blank=True)
+    actor = models.CharField(_("actor"), max_length=150, blank=True, default="")
+    created_at = models.DateTimeField(_("created"), auto_now_add=True)
+    finished_at = models.DateTimeField(_("finished"), null=True, blank=True)
+
+    objects = ScopedManager(org="org_id", domain="domain_id")
+    unscoped = models.Manager()  # noqa: DJ012 (ScopedManager() is a manager, not a field)
+
+    class Meta:
+        verbose_name = _("import")
+        verbose_name_plural = _("imports")
+        ordering = ["-created_at"]
+        default_manager_name = "objects"
+        base_manager_name = "unscoped"
+
+    def __str__(self) -> str:
+        return f"{self.filename} → {self.knowledge_base_id} ({self.status})"

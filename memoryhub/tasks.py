@@ -40,3 +40,12 @@ def sweep() -> dict[str, int]:
     schedule_indexing(pending)
     purged = indexing.purge_expired()
     return {"requeued": len(pending), "purged": purged}
+
+
+@shared_task(acks_late=True)
+def import_file(job_id: int) -> str:
+    """Run an operator's import job (all or nothing)."""
+    from .services.imports import run_job
+
+    job = run_job(job_id)
+    return job.status if job is not None else "missing"

@@ -28,9 +28,11 @@ __all__ = [
     "ForgetResult",
     "NothingToForget",
     "forget",
+    "forget_knowledge_base",
     "forget_org",
     "forget_record",
     "preview",
+    "preview_org",
     "salted_hash",
 ]
 
@@ -177,3 +179,19 @@ def forget_record(scope: Scope, record_id: Any, *, actor: str = "") -> ForgetRes
         )
         bump_generation_on_commit(scope)
     return result
+
+
+def forget_knowledge_base(scope: Scope, name: str, *, actor: str = "") -> ForgetResult:
+    """Erase a knowledge base's records (before the knowledge base itself is deleted)."""
+    return forget(scope, ForgetRequest(source=name), actor=actor)
+
+
+def preview_org(org_id: int) -> list[tuple[str, str, int]]:
+    """(domain slug, knowledge base, live record count) rows for an org erasure page."""
+    from tenants.models import Domain
+
+    rows: list[tuple[str, str, int]] = []
+    for domain in Domain.objects.filter(org_id=org_id).order_by("slug"):
+        for name, count in preview(Scope(org_id, domain.pk), ForgetRequest(all=True)).items():
+            rows.append((domain.slug, name, count))
+    return rows

@@ -602,12 +602,13 @@ def update_record(
     *,
     partial: bool,
     actor: str = "",
+    operator: bool = False,
 ) -> RecordResult:
     """Update one record by id (PUT replaces the updatable fields, PATCH merges).
 
     The namespace and knowledge base of a record do not change. A record of a read-only
-    knowledge base is refused (``WriteRefused``, counted): operators edit those in the
-    admin. A content change sends the record back to pending and re-embeds it.
+    knowledge base is refused (``WriteRefused``, counted) unless ``operator=True`` (the
+    admin's curation path). A content change sends the record back to pending.
     """
     from .records import RecordNotFound, get_record
 
@@ -626,7 +627,7 @@ def update_record(
         raise ValidationFailed(errors)
     record = get_record(scope, record_id)
     knowledge_base = record.knowledge_base
-    if knowledge_base.read_only:
+    if knowledge_base.read_only and not operator:
         with transaction.atomic():
             _count_refusal(scope, knowledge_base, 1, actor)
         raise WriteRefused(knowledge_base.name, 1)
@@ -686,7 +687,13 @@ def update_record(
             scope,
             source=knowledge_base.name,
             count=1,
-            payload={"source": knowledge_base.name, "n": 1, "updated": 1, "created": 0},
+            payload={
+                "source": knowledge_base.name,
+                "n": 1,
+                "updated": 1,
+                "created": 0,
+                "operator": operator,
+            },
             actor=actor,
         )
         if content_changed:

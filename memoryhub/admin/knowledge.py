@@ -1,0 +1,358 @@
+"""Knowledge bases and their records: curation, import, export, re-embedding."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.db.models import Count, QuerySet
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.shortcuts import get_object_or_404, redirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
+
+from ..models import ImportJob, KnowledgeBase, MemoryRecord
+from ..scope import Scope
+from ..services import forget as forget_service
+from ..services import imports
+from ..services import write as write_service
+from ..services.errors import ValidationFailed
+from .base import OperatorAdmin, actor, admin_context, operator_view
+
+RECORD_FIELDS = ("content", "key", "kind", "namespace", "tags", "metadata", "expires_at")
+
+
+def _item_from(data: dict[str, Any]) -> dict[str, Any]:
+    item = {name: data.get(name) for name in RECORD_FIELDS if name in data}
+    if not item.get("key"):
+        item["key"] = None
+    item["tags"] = list(item.get("tags") or [])
+    item["metadata"] = item.get("metadata") or {}
+    item["namespace"] = item.get("namespace") or ""
+    return item
+
+
+class RecordForm(forms.ModelForm):
+    """Validated by the write service's own rules, so admin and API agree.
+
+    The knowledge base choices start empty (fail closed); the admin fills them with the
+    operator's visible knowledge bases.
+    """
+
+    knowledge_base = forms.ModelChoiceField(queryset=KnowledgeBase.unscoped.none())
+
+    class Meta:
+        model = MemoryRecord
+        fields = ["knowledge_base", "namespace", "key", "kind", "content", "tags", "metadata"]
+        fields += ["expires_at"]
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        if self.errors:
+            return cleaned
+        try:
+            write_service.validate_items([_item_from(cleaned)])
+        except ValidationFailed as exc:
+            for path_, messages_ in exc.errors.items():
+                field = path_.removeprefix("items[0].").split(".")[0].split("[")[0]
+                self.add_error(field if field in self.fields else None, messages_)
+        return cleaned
+
+
+class RecordInline(admin.TabularInline):
+    model = MemoryRecord
+    form = RecordForm
+    fields = ["content", "key", "namespace", "kind", "tags", "status"]
+    readonly_fields = ["status"]
+    extra = 1
+    show_change_link = True
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[MemoryRecord]:
+        return MemoryRecord.unscoped.order_by("-created_at")
+
+
+class KnowledgeBaseForm(forms.ModelForm):
+    class Meta:
+        model = KnowledgeBase
+        fields = ["domain", "name", "description", "read_only", "on_write"]
+
+
+class ImportForm(forms.Form):
+    file = forms.FileField(
+        help_text=_("JSON Lines (one item per line), CSV with a content column, or Markdown.")
+    )
+    format = forms.ChoiceField(
+        choices=[("", _("From the file name"))] + list(ImportJob.Format.choices), required=False
+    )
+    namespace = forms.CharField(
+        required=False, max_length=200, help_text=_("Optional, for every item.")
+    )
+
+    MAX_BYTES = 20 * 1024 * 1024
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        upload = cleaned.get("file")
+        if upload is None:
+            return cleaned
+        if upload.size > self.MAX_BYTES:
+            raise forms.ValidationError(_("The file is larger than 20 MB."))
+        name = upload.name.lower()
+        format_ = cleaned.get("format") or (
+            "jsonl"
+            if name.endswith((".jsonl", ".ndjson"))
+            else "csv"
+            if name.endswith(".csv")
+            else "markdown"
+            if name.endswith((".md", ".markdown"))
+            else ""
+        )
+        if not format_:
+            self.add_error("format", _("Choose a format: the file name does not tell."))
+        try:
+            cleaned["text"] = upload.read().decode("utf-8-sig")
+        except UnicodeDecodeError:
+            self.add_error("file", _("The file is not UTF-8 text."))
+        cleaned["format"] = format_
+        return cleaned
+
+
+@admin.register(KnowledgeBase)
+class KnowledgeBaseAdmin(OperatorAdmin):
+    form = KnowledgeBaseForm
+    list_display = [
+        "name",
+        "domain",
+        "read_only",
+        "on_write",
+        "record_count",
+        "refused_writes",
+        "created_at",
+    ]
+    list_filter = ["read_only", "on_write", "org"]
+    list_select_related = ["domain__org"]
+    search_fields = ["name", "description", "domain__slug", "org__slug"]
+    readonly_fields = ["refused_writes", "created_at", "updated_at", "tools"]
+    inlines = [RecordInline]
+    change_form_template = "admin/memoryhub/knowledgebase/change_form.html"
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[KnowledgeBase]:
+        return super().get_queryset(request).annotate(record_count=Count("records"))
+
+    @admin.display(description=_("records"), ordering="record_count")
+    def record_count(self, obj: KnowledgeBase) -> int:
+        return getattr(obj, "record_count", 0)
+
+    @admin.display(description=_("tools"))
+    def tools(self, obj: KnowledgeBase) -> str:
+        if obj.pk is None:
+            return "—"
+        return format_html(
+            '<a class="button" href="{}">Import a file</a> '
+            '<a class="button" href="{}">Export JSONL</a>',
+            reverse("admin:memoryhub_knowledgebase_import", args=[obj.pk]),
+            reverse("admin:memoryhub_knowledgebase_export", args=[obj.pk]),
+        )
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        fields = list(super().get_readonly_fields(request, obj))
+        if obj is not None:
+            fields.append("domain")
+        return fields
+
+    def save_model(self, request: HttpRequest, obj: KnowledgeBase, form: Any, change: bool) -> None:
+        obj.org_id = obj.domain.org_id
+        super().save_model(request, obj, form, change)
+
+    def save_formset(self, request: HttpRequest, form: Any, formset: Any, change: bool) -> None:
+        """Inline records go through the write service (operator path), never raw saves."""
+        if formset.model is not MemoryRecord:
+            return super().save_formset(request, form, formset, change)
+        knowledge_base: KnowledgeBase = form.instance
+        scope = Scope(knowledge_base.org_id, knowledge_base.domain_id)
+        # What the admin's change message reads (normally set by formset.save()).
+        formset.new_objects, formset.changed_objects, formset.deleted_objects = [], [], []
+        for deleted in formset.deleted_forms:
+            if deleted.instance.pk is not None:
+                forget_service.forget_record(scope, deleted.instance.pk, actor=actor(request))
+        for inline in formset.forms:
+            if inline in formset.deleted_forms or not inline.has_changed():
+                continue
+            item = _item_from(inline.cleaned_data)
+            if inline.instance.pk is None or inline.instance._state.adding:
+                write_service.write(
+                    scope,
+                    [item],
+                    sources=[knowledge_base.name],
+                    actor=actor(request),
+                    operator=True,
+                )
+            else:
+                item.pop("namespace", None)
+                write_service.update_record(
+                    scope,
+                    inline.instance.pk,
+                    item,
+                    partial=True,
+                    actor=actor(request),
+                    operator=True,
+                )
+        return None
+
+    def delete_model(self, request: HttpRequest, obj: KnowledgeBase) -> None:
+        forget_service.forget_knowledge_base(
+            Scope(obj.org_id, obj.domain_id), obj.name, actor=actor(request)
+        )
+        super().delete_model(request, obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[KnowledgeBase]) -> None:
+        for knowledge_base in queryset:
+            self.delete_model(request, knowledge_base)
+
+    # --- import and export ---------------------------------------------------------
+
+    def get_urls(self) -> list[URLPattern]:
+        custom = [
+            path(
+                "<int:pk>/import/",
+                self.admin_site.admin_view(operator_view(self.import_view)),
+                name="memoryhub_knowledgebase_import",
+            ),
+            path(
+                "<int:pk>/import/<int:job_id>/progress/",
+                self.admin_site.admin_view(operator_view(self.import_progress_view)),
+                name="memoryhub_knowledgebase_import_progress",
+            ),
+            path(
+                "<int:pk>/export/",
+                self.admin_site.admin_view(operator_view(self.export_view)),
+                name="memoryhub_knowledgebase_export",
+            ),
+        ]
+        return custom + super().get_urls()
+
+    def _knowledge_base(self, request: HttpRequest, pk: int, *, change: bool) -> KnowledgeBase:
+        knowledge_base = get_object_or_404(self.get_queryset(request), pk=pk)
+        allowed = (
+            self.has_change_permission(request, knowledge_base)
+            if change
+            else self.has_view_permission(request, knowledge_base)
+        )
+        if not allowed:
+            from django.core.exceptions import PermissionDenied
+
+            raise PermissionDenied
+        return knowledge_base
+
+    def import_view(self, request: HttpRequest, pk: int) -> HttpResponse:
+        from celery import current_app
+
+        from ..tasks import import_file
+
+        knowledge_base = self._knowledge_base(request, pk, change=True)
+        scope = Scope(knowledge_base.org_id, knowledge_base.domain_id)
+        form = ImportForm(request.POST or None, request.FILES or None)
+        if request.method == "POST" and form.is_valid():
+            data = form.cleaned_data
+            try:
+                job = imports.create_job(
+                    scope,
+                    knowledge_base,
+                    text=data["text"],
+                    format=data["format"],
+                    filename=data["file"].name,
+                    namespace=data.get("namespace") or "",
+                    actor=actor(request),
+                )
+            except ValidationFailed as exc:
+                for where, problems in exc.errors.items():
+                    form.add_error(None, f"{where}: {'; '.join(problems)}")
+            else:
+                if job.total <= imports.INLINE_LIMIT or current_app.conf.task_always_eager:
+                    job = imports.run_job(job.pk) or job
+                    if job.status == ImportJob.Status.DONE:
+                        self.message_user(
+                            request,
+                            ngettext(
+                                "Imported %(n)d item from %(file)s.",
+                                "Imported %(n)d items from %(file)s.",
+                                job.imported,
+                            )
+                            % {"n": job.imported, "file": job.filename},
+                            messages.SUCCESS,
+                        )
+                    else:
+                        self.message_user(
+                            request, f"Import failed: {json.dumps(job.errors)}", messages.ERROR
+                        )
+                    return redirect(reverse("admin:memoryhub_knowledgebase_change", args=[pk]))
+                import_file.delay_on_commit(job.pk)
+                self.message_user(
+                    request,
+                    _("The import runs in the background; its progress is below."),
+                    messages.INFO,
+                )
+                return redirect(
+                    reverse("admin:memoryhub_knowledgebase_change", args=[pk]) + f"?import={job.pk}"
+                )
+        context = admin_context(
+            self,
+            request,
+            title=_("Import into %s") % knowledge_base.name,
+            original=knowledge_base,
+            form=form,
+            knowledge_base=knowledge_base,
+        )
+        return TemplateResponse(request, "admin/memoryhub/knowledgebase/import.html", context)
+
+    def import_progress_view(self, request: HttpRequest, pk: int, job_id: int) -> JsonResponse:
+        knowledge_base = self._knowledge_base(request, pk, change=False)
+        job = get_object_or_404(ImportJob.unscoped, pk=job_id, knowledge_base=knowledge_base)
+        return JsonResponse(imports.progress(job))
+
+    def export_view(self, request: HttpRequest, pk: int) -> StreamingHttpResponse:
+        knowledge_base = self._knowledge_base(request, pk, change=False)
+        records = MemoryRecord.unscoped.filter(knowledge_base=knowledge_base).order_by("created_at")
+
+        def lines() -> Iterator[str]:
+            for record in records.iterator(chunk_size=500):
+                row = {
+                    "content": record.content,
+                    "key": record.key,
+                    "kind": record.kind,
+                    "namespace": record.namespace,
+                    "tags": record.tags,
+                    "metadata": record.metadata,
+                    "expires_at": record.expires_at.isoformat() if record.expires_at else None,
+                }
+                yield (
+                    json.dumps(
+                        {k: v for k, v in row.items() if v not in (None, [], {})},
+                        ensure_ascii=False,
+                    )
+                    + "\n"
+                )
+
+        response = StreamingHttpResponse(lines(), content_type="application/x-ndjson")
+        response["Content-Disposition"] = f'attachment; filename="{knowledge_base.name}.jsonl"'
+        return response
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: Any = None
+    ) -> HttpResponse:
+        extra_context = extra_context or {}
+        jobs = (
+            ImportJob.unscoped.filter(knowledge_base_id=int(object_id)).order_by("-created_at")[:5]
+            if object_id.isdigit()
+            else []
+        )
+        extra_context["import_jobs"] = [
+            imports.progress(job) | {"filename": job.filename} for job in jobs
+        ]
+        return super().change_view(request, object_id, form_url, extra_context)

@@ -1,0 +1,265 @@
+"""Memory records: list, curate through the services, re-embed, erase a data subject."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
+
+from tenants.models import Domain, Org
+
+from ..models import KnowledgeBase, MemoryRecord
+from ..scope import Scope
+from ..services import forget as forget_service
+from ..services import write as write_service
+from .base import OperatorAdmin, actor, admin_context, operator_view
+from .knowledge import RecordForm, _item_from
+
+
+@admin.register(MemoryRecord)
+class MemoryRecordAdmin(OperatorAdmin):
+    form = RecordForm
+    list_display = [
+        "short_content",
+        "knowledge_base",
+        "domain",
+        "namespace",
+        "kind",
+        "status",
+        "embedding_model",
+        "created_at",
+    ]
+    list_filter = [
+        "status",
+        "kind",
+        "embedding_model",
+        "org",
+        "domain",
+        "knowledge_base",
+        "created_at",
+    ]
+    list_select_related = ["knowledge_base", "domain__org"]
+    search_fields = ["content", "key", "namespace"]
+    readonly_fields = [
+        "id",
+        "status",
+        "embedding_summary",
+        "attempts",
+        "last_error",
+        "content_hash",
+        "created_at",
+        "updated_at",
+        "indexed_at",
+    ]
+    date_hierarchy = "created_at"
+    actions = ["reembed"]
+    change_list_template = "admin/memoryhub/memoryrecord/change_list.html"
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        main = [
+            "knowledge_base",
+            "namespace",
+            "key",
+            "kind",
+            "content",
+            "tags",
+            "metadata",
+            "expires_at",
+        ]
+        if obj is None:
+            return [(None, {"fields": main})]
+        return [
+            (None, {"fields": main}),
+            (
+                _("Indexing"),
+                {
+                    "fields": [
+                        "id",
+                        "status",
+                        "embedding_summary",
+                        "attempts",
+                        "last_error",
+                        "content_hash",
+                        "indexed_at",
+                        "created_at",
+                        "updated_at",
+                    ]
+                },
+            ),
+        ]
+
+    def get_form(
+        self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any
+    ) -> Any:
+        form = super().get_form(request, obj, change, **kwargs)
+        if "knowledge_base" in form.base_fields:
+            form.base_fields["knowledge_base"].queryset = KnowledgeBase.unscoped.filter(  # type: ignore[attr-defined]
+                org__in=self.visible_orgs(request)
+            ).select_related("domain__org")
+        return form
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        fields = list(self.readonly_fields)
+        if obj is not None:
+            fields += ["knowledge_base", "namespace"]
+        return fields
+
+    @admin.display(description=_("content"))
+    def short_content(self, obj: MemoryRecord) -> str:
+        return obj.content if len(obj.content) <= 80 else obj.content[:79] + "…"
+
+    @admin.display(description=_("embedding"))
+    def embedding_summary(self, obj: MemoryRecord) -> str:
+        vector = obj.embedding
+        if vector is None:
+            return "—"
+        norm = math.sqrt(sum(float(x) * float(x) for x in vector))
+        return f"{obj.embedding_model or '?'} · {len(vector)} dimensions · norm {norm:.4f}"
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[MemoryRecord]:
+        return super().get_queryset(request).defer("search_vector")
+
+    def save_model(self, request: HttpRequest, obj: MemoryRecord, form: Any, change: bool) -> None:
+        """Through the write service with the operator flag: logged, read-only not binding."""
+        item = _item_from(form.cleaned_data)
+        knowledge_base = obj.knowledge_base
+        scope = Scope(knowledge_base.org_id, knowledge_base.domain_id)
+        if change:
+            item.pop("namespace", None)
+            write_service.update_record(
+                scope, obj.pk, item, partial=True, actor=actor(request), operator=True
+            )
+        else:
+            result = write_service.write(
+                scope, [item], sources=[knowledge_base.name], actor=actor(request), operator=True
+            )
+            obj.pk = result.records[0].id
+        obj.refresh_from_db()
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        return None
+
+    def delete_model(self, request: HttpRequest, obj: MemoryRecord) -> None:
+        forget_service.forget_record(Scope(obj.org_id, obj.domain_id), obj.pk, actor=actor(request))
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[MemoryRecord]) -> None:
+        for record in queryset.only("pk", "org_id", "domain_id"):
+            self.delete_model(request, record)
+
+    @admin.action(description=_("Re-embed selected records"), permissions=["change"])
+    def reembed(self, request: HttpRequest, queryset: QuerySet[MemoryRecord]) -> None:
+        ids = [str(pk) for pk in queryset.values_list("pk", flat=True)]
+        MemoryRecord.unscoped.filter(pk__in=ids).update(
+            status=MemoryRecord.Status.PENDING, attempts=0, last_error="", updated_at=timezone.now()
+        )
+        write_service.schedule_indexing(ids)
+        self.message_user(
+            request,
+            ngettext("Re-embedding %(n)d record.", "Re-embedding %(n)d records.", len(ids))
+            % {"n": len(ids)},
+            messages.SUCCESS,
+        )
+
+    # --- custom pages ----------------------------------------------------------------
+
+    def get_urls(self) -> list[URLPattern]:
+        from .playground import playground_view
+
+        wrap = lambda view: self.admin_site.admin_view(operator_view(view))  # noqa: E731
+        custom = [
+            path("erase-subject/", wrap(self.erase_subject_view), name="memoryhub_erase_subject"),
+            path(
+                "playground/",
+                wrap(lambda request: playground_view(self, request)),
+                name="memoryhub_playground",
+            ),
+        ]
+        return custom + super().get_urls()
+
+    def erase_subject_view(self, request: HttpRequest) -> HttpResponse:
+        """Erase a data subject: form, then counts per KB, then erase, then the receipt."""
+        if not self.has_delete_permission(request):
+            raise PermissionDenied
+        form = EraseSubjectForm(request.POST or None, domains=self.domains_for(request))
+        context = admin_context(self, request, title=_("Erase a data subject"), form=form)
+        if request.method == "POST" and form.is_valid():
+            domains = form.selected_domains()
+            selector = forget_service.ForgetRequest(namespace=form.cleaned_data["namespace"])
+            if request.POST.get("post") != "yes":
+                rows = [
+                    (domain, name, count)
+                    for domain in domains
+                    for name, count in forget_service.preview(
+                        Scope.for_domain(domain), selector
+                    ).items()
+                ]
+                context.update(rows=rows, total=sum(count for *_, count in rows), confirm=True)
+                return TemplateResponse(request, "admin/memoryhub/erase_subject.html", context)
+            receipt: list[tuple[Domain, str, int]] = []
+            for domain in domains:
+                result = forget_service.forget(
+                    Scope.for_domain(domain), selector, actor=actor(request)
+                )
+                receipt.extend((domain, name, count) for name, count in result.by_source.items())
+            context.update(
+                receipt=receipt,
+                total=sum(count for *_, count in receipt),
+                erased_at=timezone.now(),
+                actor=actor(request),
+            )
+            return TemplateResponse(request, "admin/memoryhub/erasure_receipt.html", context)
+        return TemplateResponse(request, "admin/memoryhub/erase_subject.html", context)
+
+    def domains_for(self, request: HttpRequest) -> QuerySet[Domain]:
+        return (
+            Domain.objects.filter(org__in=self.visible_orgs(request))
+            .select_related("org")
+            .order_by("org__slug", "slug")
+        )
+
+
+class EraseSubjectForm(forms.Form):
+    org: forms.ModelChoiceField = forms.ModelChoiceField(
+        queryset=Org.objects.none(), help_text=_("The org the person's memory is in.")
+    )
+    domain: forms.ModelChoiceField = forms.ModelChoiceField(
+        queryset=Domain.objects.none(),
+        required=False,
+        help_text=_("Empty: every domain of the org."),
+    )
+    namespace = forms.CharField(
+        max_length=200, help_text=_("The data subject's namespace, e.g. user:alice.")
+    )
+
+    def __init__(self, *args: Any, domains: QuerySet[Domain], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.domains = domains
+        self.fields["org"].queryset = Org.objects.filter(  # type: ignore[attr-defined]
+            pk__in=domains.values("org_id")
+        )
+        self.fields["domain"].queryset = domains  # type: ignore[attr-defined]
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        org, domain = cleaned.get("org"), cleaned.get("domain")
+        if org is not None and domain is not None and domain.org_id != org.pk:
+            self.add_error("domain", _("This domain belongs to another org."))
+        if not (cleaned.get("namespace") or "").strip():
+            self.add_error("namespace", _("Name the data subject's namespace."))
+        return cleaned
+
+    def selected_domains(self) -> list[Domain]:
+        domain = self.cleaned_data.get("domain")
+        if domain is not None:
+            return [domain]
+        return list(self.domains.filter(org=self.cleaned_data["org"]))

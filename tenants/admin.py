@@ -75,7 +75,7 @@ class OrgAdmin(OrgRestrictedAdmin):
 @admin.register(Domain)
 class DomainAdmin(OrgRestrictedAdmin):
     list_display = ["slug", "name", "org", "created_at"]
-    list_filter = ["org"]
+    list_filter = [("org", admin.RelatedOnlyFieldListFilter)]
     list_select_related = ["org"]
     search_fields = ["slug", "name", "org__slug"]
 
@@ -83,7 +83,7 @@ class DomainAdmin(OrgRestrictedAdmin):
 @admin.register(Membership)
 class MembershipAdmin(OrgRestrictedAdmin):
     list_display = ["user", "org", "role", "created_at"]
-    list_filter = ["role", "org"]
+    list_filter = ["role", ("org", admin.RelatedOnlyFieldListFilter)]
     list_select_related = ["user", "org"]
     raw_id_fields = ["user"]
 
@@ -101,7 +101,13 @@ class ApiKeyAdmin(OrgRestrictedAdmin):
         "last_used_at",
         "created",
     )
-    list_filter = ("revoked", "can_read", "can_write", "can_forget", "org")
+    list_filter = (
+        "revoked",
+        "can_read",
+        "can_write",
+        "can_forget",
+        ("org", admin.RelatedOnlyFieldListFilter),
+    )
     list_select_related = ("org", "domain")
     search_fields = ("name", "prefix", "org__slug")
     fields = (

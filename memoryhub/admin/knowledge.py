@@ -135,7 +135,7 @@ class KnowledgeBaseAdmin(OperatorAdmin):
         "refused_writes",
         "created_at",
     ]
-    list_filter = ["read_only", "on_write", "org"]
+    list_filter = ["read_only", "on_write", ("org", admin.RelatedOnlyFieldListFilter)]
     list_select_related = ["domain__org"]
     search_fields = ["name", "description", "domain__slug", "org__slug"]
     readonly_fields = ["refused_writes", "created_at", "updated_at", "tools"]

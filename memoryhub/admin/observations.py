@@ -79,7 +79,12 @@ def summarize(observations: QuerySet[Observation], days: int = 30) -> dict[str, 
 @admin.register(Observation)
 class ObservationAdmin(OperatorAdmin):
     list_display = ["created_at", "kind", "org", "domain", "source", "count", "actor"]
-    list_filter = ["kind", "org", "domain", "source"]
+    list_filter = [
+        "kind",
+        ("org", admin.RelatedOnlyFieldListFilter),
+        ("domain", admin.RelatedOnlyFieldListFilter),
+        "source",
+    ]
     list_select_related = ["org", "domain"]
     search_fields = ["source", "actor"]
     date_hierarchy = "created_at"

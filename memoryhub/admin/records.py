@@ -43,9 +43,9 @@ class MemoryRecordAdmin(OperatorAdmin):
         "status",
         "kind",
         "embedding_model",
-        "org",
-        "domain",
-        "knowledge_base",
+        ("org", admin.RelatedOnlyFieldListFilter),
+        ("domain", admin.RelatedOnlyFieldListFilter),
+        ("knowledge_base", admin.RelatedOnlyFieldListFilter),
         "created_at",
     ]
     list_select_related = ["knowledge_base", "domain__org"]
@@ -153,7 +153,7 @@ class MemoryRecordAdmin(OperatorAdmin):
         forget_service.forget_record(Scope(obj.org_id, obj.domain_id), obj.pk, actor=actor(request))
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[MemoryRecord]) -> None:
-        for record in queryset.only("pk", "org_id", "domain_id"):
+        for record in queryset.select_related(None).only("pk", "org_id", "domain_id"):
             self.delete_model(request, record)
 
     @admin.action(description=_("Re-embed selected records"), permissions=["change"])

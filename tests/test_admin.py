@@ -9,7 +9,6 @@ from django.contrib.auth.models import Permission
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from memoryhub.models import ImportJob, KnowledgeBase, MemoryRecord, Observation
-from memoryhub.scope import Scope
 from memoryhub.services import query, write
 from memoryhub.services.imports import ImportFailed, chunk_markdown, parse
 
@@ -365,7 +364,10 @@ def test_after_erasure_no_trace_remains_anywhere(operator, data, tenant, committ
 
 
 def test_playground_shows_items_grounding_and_filter_errors(operator, data, tenant):
-    base = f"/admin/memoryhub/memoryrecord/playground/?domain={tenant.domain.pk}&query=handbook+entry&mode=hybrid&k=5"
+    base = (
+        f"/admin/memoryhub/memoryrecord/playground/?domain={tenant.domain.pk}"
+        "&query=handbook+entry&mode=hybrid&k=5"
+    )
     page = operator.get(base).content.decode()
     assert "acme handbook entry" in page
     assert "Relevant context:" in page

@@ -378,6 +378,23 @@ def _lock_namespaces(knowledge_base: KnowledgeBase, namespaces: Iterable[str]) -
             )
 
 
+def _apply(record: MemoryRecord, item: WriteItem, *, content_changed: bool) -> None:
+    """Copy an item's fields onto a record; new content sends it back to be embedded."""
+    record.content = item.content
+    record.content_hash = item.content_hash
+    record.kind = item.kind
+    record.tags = list(item.tags)
+    record.metadata = dict(item.metadata)
+    record.expires_at = item.expires_at
+    if content_changed:
+        record.status = MemoryRecord.Status.PENDING
+        record.embedding = None
+        record.embedding_model = ""
+        record.attempts = 0
+        record.last_error = ""
+        record.indexed_at = None
+
+
 def _write_to(
     scope: Scope,
     knowledge_base: KnowledgeBase,
@@ -410,20 +427,8 @@ def _write_to(
         existing = by_key.get((item.namespace, item.key)) if item.key is not None else None
         if existing is not None:
             content_changed = existing.content_hash != digest
-            existing.content = item.content
-            existing.content_hash = digest
-            existing.kind = item.kind
-            existing.tags = list(item.tags)
-            existing.metadata = dict(item.metadata)
-            existing.expires_at = item.expires_at
+            _apply(existing, item, content_changed=content_changed)
             existing.updated_at = now
-            if content_changed:
-                existing.status = MemoryRecord.Status.PENDING
-                existing.embedding = None
-                existing.embedding_model = ""
-                existing.attempts = 0
-                existing.last_error = ""
-                existing.indexed_at = None
             changed.append(existing)
             by_hash.setdefault((item.namespace, digest), str(existing.pk))
             results.append(
@@ -667,20 +672,8 @@ def update_record(
         if locked is None:
             raise RecordNotFound(record_id)
         content_changed = locked.content_hash != item.content_hash
-        locked.content = item.content
-        locked.content_hash = item.content_hash
         locked.key = item.key
-        locked.kind = item.kind
-        locked.tags = list(item.tags)
-        locked.metadata = dict(item.metadata)
-        locked.expires_at = item.expires_at
-        if content_changed:
-            locked.status = MemoryRecord.Status.PENDING
-            locked.embedding = None
-            locked.embedding_model = ""
-            locked.attempts = 0
-            locked.last_error = ""
-            locked.indexed_at = None
+        _apply(locked, item, content_changed=content_changed)
         locked.save()
         observe.record_in_scope(
             Observation.Kind.MEMORY_WRITTEN,

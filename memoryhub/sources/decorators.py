@@ -28,7 +28,21 @@ def require_scope(ctx: MemoryContext) -> bool:
     )
 
 
-class ScopedMemory:
+class _Wrapper:
+    """A decorator over one source: same name, same ``accepts_writes`` (seed 000's table)."""
+
+    inner: Any
+
+    @property
+    def name(self) -> str:
+        return str(self.inner.name)
+
+    @property
+    def accepts_writes(self) -> bool:
+        return accepts_writes(self.inner)
+
+
+class ScopedMemory(_Wrapper):
     """Fail-loud tenant guard: runs ``enforce(ctx)`` before every query and write.
 
     A falsy answer or an exception from ``enforce`` becomes ``PermissionError`` and the
@@ -40,14 +54,6 @@ class ScopedMemory:
     def __init__(self, inner: Any, *, enforce: Callable[[MemoryContext], Any] = require_scope):
         self.inner = inner
         self.enforce = enforce
-
-    @property
-    def name(self) -> str:
-        return str(self.inner.name)
-
-    @property
-    def accepts_writes(self) -> bool:
-        return accepts_writes(self.inner)
 
     async def _check(self, ctx: MemoryContext) -> None:
         try:
@@ -82,7 +88,7 @@ def _canonical(where: Mapping[str, Any] | None) -> str:
     return json.dumps(where or {}, sort_keys=True, separators=(",", ":"), default=str)
 
 
-class CachedMemory:
+class CachedMemory(_Wrapper):
     """A TTL cache over identical queries, keyed by (scope, query, k, canonical where).
 
     The scope is part of the key, so a cache stacked under a tenant guard never serves
@@ -98,14 +104,6 @@ class CachedMemory:
         self.ttl_seconds = ttl_seconds
         self.strict_scope = strict_scope
         self._entries: dict[tuple[str, str, int, str], tuple[float, list[MemoryItem]]] = {}
-
-    @property
-    def name(self) -> str:
-        return str(self.inner.name)
-
-    @property
-    def accepts_writes(self) -> bool:
-        return accepts_writes(self.inner)
 
     def _scope_key(self, ctx: MemoryContext) -> str:
         scope = getattr(ctx, "scope", None)
@@ -137,7 +135,7 @@ class CachedMemory:
         return await self.inner.write(items, ctx=ctx)
 
 
-class CompactedMemory:
+class CompactedMemory(_Wrapper):
     """Shrinks each item's content through a compactor, optionally capping the count.
 
     ``compactor`` is a callable ``str -> str`` (sync or async) or an object with
@@ -148,14 +146,6 @@ class CompactedMemory:
         self.inner = inner
         self.compactor = compactor
         self.max_items = max_items
-
-    @property
-    def name(self) -> str:
-        return str(self.inner.name)
-
-    @property
-    def accepts_writes(self) -> bool:
-        return accepts_writes(self.inner)
 
     async def _compact(self, text: str) -> str:
         call = self.compactor.compact if hasattr(self.compactor, "compact") else self.compactor

@@ -77,20 +77,39 @@ def index_records(record_ids: Sequence[str]) -> IndexResult:
         except Exception as exc:
             failure = exc
         else:
-            now = timezone.now()
-            for (pk, _), vector in zip(rows, vectors, strict=True):
-                MemoryRecord.unscoped.filter(pk=pk).update(
-                    embedding=vector,
-                    embedding_model=embedder.name,
-                    status=MemoryRecord.Status.INDEXED,
-                    last_error="",
-                    indexed_at=now,
-                )
-                result.indexed.append(str(pk))
+            _store_vectors([pk for pk, _ in rows], vectors, embedder.name)
+            result.indexed = [str(pk) for pk, _ in rows]
     if failure is not None:
         result.failed = _record_failure([pk for pk, _ in rows], failure)
         raise EmbedderError(str(failure)) from failure
     return result
+
+
+def _store_vectors(ids: list[Any], vectors: list[list[float]], model_name: str) -> None:
+    """One UPDATE for the whole batch (not one per row): vectors travel as one array."""
+    from django.db import connection
+
+    table = MemoryRecord._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            UPDATE {table} AS record
+               SET embedding = batch.embedding,
+                   embedding_model = %s,
+                   status = %s,
+                   last_error = '',
+                   indexed_at = %s
+              FROM unnest(%s::uuid[], %s::vector[]) AS batch(id, embedding)
+             WHERE record.id = batch.id
+            """,
+            [
+                model_name,
+                MemoryRecord.Status.INDEXED,
+                timezone.now(),
+                [str(pk) for pk in ids],
+                ["[" + ",".join(repr(float(x)) for x in vector) + "]" for vector in vectors],
+            ],
+        )
 
 
 def _record_failure(record_ids: list[Any], exc: Exception) -> list[str]:

@@ -37,6 +37,10 @@ lint: install
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy memoryhub tenants config
 
+SCALE ?= small
+bench: $(TEST_STAMP)
+	$(PY) -m benchmarks --scale $(SCALE)
+
 format: install
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .

@@ -271,7 +271,9 @@ def test_large_scope_uses_the_hnsw_index(tenant, handbook, settings):
             .order_by("distance")[:2]
         )
         with transaction.atomic(), connection.cursor() as cursor:
+            # Four rows: make the planner show whether the index *can* serve this ORDER BY.
             cursor.execute("SET LOCAL enable_seqscan = off")
+            cursor.execute("SET LOCAL enable_sort = off")
             plan = ranked.explain()
     assert "memoryhub_hnsw_hashing_384" in plan
     small = query.query(tenant.scope, query="refundz", k=2, mode="vector")

@@ -1,0 +1,1 @@
+"""memoryhub's benchmark harness: ``python -m benchmarks --scale small|medium|large``."""

@@ -1,0 +1,28 @@
+"""``python -m benchmarks [--scale small|medium|large]``: run and rewrite REPORT.md."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def main() -> int:
+    from benchmarks.run import SCALES
+    from benchmarks.run import main as run
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("--scale", choices=sorted(SCALES), default="small")
+    parser.add_argument("--output", type=Path, default=Path(__file__).resolve().parent)
+    args = parser.parse_args()
+    results = run(args.scale, args.output)
+    from benchmarks.report import summary_table
+
+    print(summary_table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

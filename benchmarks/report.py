@@ -1,0 +1,154 @@
+"""Render the results of a run as benchmarks/REPORT.md."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def summary_table(results: dict[str, Any]) -> str:
+    """The short table README shows."""
+    ingest = results["ingest"]
+    rows = [
+        [
+            "ingest, records/s (service → indexed, 2 workers)",
+            ingest["service"]["records_per_second"],
+        ],
+        [
+            "ingest floor, records/s (binary COPY, precomputed vectors)",
+            ingest["copy_floor"]["records_per_second"],
+        ],
+        ["ingest ratio (target ≥ 0.5)", ingest["ratio"]],
+    ]
+    for tenant, latency in results["latency_ms"].items():
+        rows.append(
+            [
+                f"{tenant}: API hybrid p50 / p95 ms",
+                f"{latency['api hybrid']['p50']} / {latency['api hybrid']['p95']}",
+            ]
+        )
+        rows.append(
+            [
+                f"{tenant}: raw SQL vector p50 / p95 ms",
+                f"{latency['raw sql vector']['p50']} / {latency['raw sql vector']['p95']}",
+            ]
+        )
+    for selectivity, row in results["filtered_recall"].items():
+        rows.append([f"filtered recall@10 at {selectivity} (HNSW forced)", row["recall@10"]])
+    for tenant, modes in results["known_item"].items():
+        rows.append(
+            [
+                f"{tenant}: known-item recall@10 vector / keyword / hybrid",
+                " / ".join(str(modes[m]["recall@10"]) for m in ("vector", "keyword", "hybrid")),
+            ]
+        )
+    return _table(["figure", "value"], rows)
+
+
+def write_report(results: dict[str, Any], path: Path) -> None:
+    machine, settings = results["machine"], results["settings"]
+    parts = [
+        "# memoryhub benchmarks",
+        "",
+        f"Scale **{results['scale']}**: {results['records']:,} records over 100 tenants (one holds 30%, one 10%, "
+        "the rest a Zipf-like tail), passages of the standard library's docstrings. "
+        f"Run {results['date']} on {machine['cpus']} CPUs, {machine['platform']}, Python {machine['python']}, "
+        f"{machine['postgres']}, pgvector {machine['pgvector']}. Regenerate with `make bench` "
+        "(`python -m benchmarks --scale small|medium|large`).",
+        "",
+        "Settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()) + ".",
+        "",
+        "## Summary",
+        "",
+        summary_table(results),
+        "",
+        "## Ingest",
+        "",
+        "Service: items written through `memoryhub.services.write` in batches of 500, indexed by a real "
+        "Celery worker (prefork, concurrency 2) on Redis; the clock stops when every record is `indexed`. "
+        "Floor: the same rows with vectors computed beforehand, one binary `COPY` into the same table "
+        "(same indexes, HNSW included).",
+        "",
+        _table(
+            ["path", "records", "seconds", "records/s"],
+            [
+                [
+                    "service → indexed",
+                    results["ingest"]["service"]["records"],
+                    results["ingest"]["service"]["indexed_seconds"],
+                    results["ingest"]["service"]["records_per_second"],
+                ],
+                [
+                    "binary COPY (floor)",
+                    results["ingest"]["copy_floor"]["records"],
+                    results["ingest"]["copy_floor"]["seconds"],
+                    results["ingest"]["copy_floor"]["records_per_second"],
+                ],
+            ],
+        ),
+        "",
+        f"Ratio: **{results['ingest']['ratio']}** of the floor (target 0.5).",
+        "",
+        "## Query latency (ms, k=10)",
+        "",
+        "API: HTTP to gunicorn (2 workers × 4 threads) from one keep-alive client. Service: "
+        "`memoryhub.services.query.query` in-process, cache off. Raw SQL: one statement with the plan the "
+        "service picks (exact scan or HNSW iterative scan) on the same index. numpy: exact search over the "
+        "tenant's vectors in memory.",
+        "",
+    ]
+    for tenant, rows in results["latency_ms"].items():
+        parts.append(f"**{tenant}** ({rows['records']:,} records, plan: {rows['plan']})")
+        parts.append("")
+        parts.append(
+            _table(
+                ["path", "p50", "p95", "p99"],
+                [
+                    [name, v["p50"], v["p95"], v["p99"]]
+                    for name, v in rows.items()
+                    if isinstance(v, dict)
+                ],
+            )
+        )
+        parts.append("")
+    parts += [
+        "## Recall",
+        "",
+        "Filtered recall@10 against exact search, in the large tenant, with a metadata filter matching "
+        "1%, 10% or 100% of its rows, HNSW forced (`EXACT_SCAN_THRESHOLD=0`):",
+        "",
+        _table(
+            ["selectivity", "rows matching", "recall@10", "queries returning < k"],
+            [
+                [k, v["rows_matching"], v["recall@10"], v["queries_short_of_k"]]
+                for k, v in results["filtered_recall"].items()
+            ],
+        ),
+        "",
+        "Known-item queries (a passage's first sentence, lightly reworded):",
+        "",
+    ]
+    for tenant, modes in results["known_item"].items():
+        parts.append(f"**{tenant}**")
+        parts.append("")
+        parts.append(
+            _table(
+                ["mode", "recall@1", "recall@10", "MRR"],
+                [[m, v["recall@1"], v["recall@10"], v["mrr"]] for m, v in modes.items()],
+            )
+        )
+        parts.append("")
+    parts += [
+        "## Not measured in this run",
+        "",
+        "- Concurrency (QPS and p95 at 1, 4 and 16 clients) and the LangGraph `PostgresStore` peer are not "
+        "in the harness yet.",
+        "",
+    ]
+    path.write_text("\n".join(parts))

@@ -1,0 +1,567 @@
+"""The benchmark run: ingest, query latency, recall, concurrency; REPORT.md and results.json.
+
+Everything runs on this machine in one run, side by side: memoryhub's paths and the
+floors they are measured against (a raw binary COPY of precomputed vectors, one raw SQL
+statement on the same index, exact numpy search).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+SCALES = {"tiny": 1_000, "small": 10_000, "medium": 100_000, "large": 1_000_000}
+TENANTS = 100
+QUERIES = 60
+K = 10
+
+
+class Progress:
+    """A one-line progress bar on stderr."""
+
+    def __init__(self, label: str, total: int) -> None:
+        self.label, self.total, self.done, self.started = label, max(total, 1), 0, time.monotonic()
+
+    def advance(self, n: int = 1) -> None:
+        self.done += n
+        width = 30
+        filled = int(width * min(self.done, self.total) / self.total)
+        elapsed = time.monotonic() - self.started
+        sys.stderr.write(
+            f"\r{self.label:<28} [{'#' * filled}{'.' * (width - filled)}] "
+            f"{self.done}/{self.total} {elapsed:6.1f}s"
+        )
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        sys.stderr.write("\n")
+
+
+def percentiles(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+
+    def at(q: float) -> float:
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+    return {"p50": round(at(0.50), 3), "p95": round(at(0.95), 3), "p99": round(at(0.99), 3)}
+
+
+def timed(fn: Callable[[], Any], repeat: Iterable[Any]) -> list[float]:
+    samples = []
+    for _ in repeat:
+        started = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - started)
+    return samples
+
+
+# --- setup -------------------------------------------------------------------------------
+
+
+def setup_django(database: str) -> None:
+    """Point the site at a dedicated benchmark database (embedded server by default)."""
+    if not os.environ.get("BENCH_DATABASE_URL"):
+        from config.embedded_postgres import server as embedded
+
+        data_dir = Path(os.environ.get("MEMORYHUB_DATA_DIR") or ROOT / ".memoryhub") / "postgres"
+        srv = embedded.get_server(data_dir)
+        import psycopg
+        from psycopg import sql
+
+        with psycopg.connect(
+            host=embedded.socket_dir(srv), user="postgres", dbname="postgres", autocommit=True
+        ) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database))
+            )
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+        os.environ["BENCH_DATABASE_URL"] = (
+            f"postgresql://postgres@/{database}?host={embedded.socket_dir(srv)}"
+        )
+    os.environ["DATABASE_URL"] = os.environ["BENCH_DATABASE_URL"]
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    import django
+
+    django.setup()
+    from django.conf import settings
+    from django.core.management import call_command
+
+    settings.MEMORYHUB = {"CACHE_TTL": 0, "THROTTLE_RATE": None, "MAX_WRITE_ITEMS": 500}
+    call_command("migrate", interactive=False, verbosity=0)
+
+
+def make_tenants(total: int) -> tuple[list[Any], list[int]]:
+    """100 tenants: one holds 30%, one 10%, the rest share 60% with a Zipf-like skew."""
+    from memoryhub.scope import Scope
+    from memoryhub.services import write
+    from tenants.models import Domain, Org
+
+    weights = [0.30, 0.10] + [1 / (rank**0.8) for rank in range(1, TENANTS - 1)]
+    tail = sum(weights[2:])
+    weights = weights[:2] + [0.60 * w / tail for w in weights[2:]]
+    sizes = [max(1, int(total * w)) for w in weights]
+    sizes[0] += total - sum(sizes)
+    scopes = []
+    for n in range(TENANTS):
+        org = Org.objects.create(slug=f"tenant-{n}", name=f"Tenant {n}")
+        domain = Domain.objects.create(org=org, slug="docs")
+        scope = Scope.for_domain(domain)
+        write.ensure_knowledge_base(scope, "memory")
+        scopes.append(scope)
+    return scopes, sizes
+
+
+# --- ingest --------------------------------------------------------------------------------
+
+
+def ingest_service(
+    scopes: list[Any], sizes: list[int], texts: list[str], broker_url: str, logs: Path
+) -> dict[str, Any]:
+    """POST-equivalent writes through the write service; real workers index them."""
+    from celery import current_app
+
+    from memoryhub.models import MemoryRecord
+    from memoryhub.services import write
+    from tests.services import start_worker, wait_for
+
+    current_app.conf.task_always_eager = False
+    current_app.conf.broker_url = broker_url
+    current_app._pool = None
+    current_app.amqp._producer_pool = None
+    workers = [start_worker(broker_url, logs / "worker.log", pool="prefork", concurrency=2)]
+    try:
+        bar = Progress("ingest (service + workers)", len(texts))
+        started = time.perf_counter()
+        offset = 0
+        for scope, size in zip(scopes, sizes, strict=True):
+            chunk = texts[offset : offset + size]
+            for start in range(0, len(chunk), 500):
+                batch = chunk[start : start + 500]
+                write.write(
+                    scope,
+                    [
+                        {"content": text, "metadata": {"bucket": (offset + start + i) % 100}}
+                        for i, text in enumerate(batch)
+                    ],
+                )
+                bar.advance(len(batch))
+            offset += size
+        bar.close()
+        written = time.perf_counter() - started
+        wait_for(
+            lambda: not MemoryRecord.unscoped.exclude(status="indexed").exists(),
+            timeout=3600,
+            what="every record indexed",
+        )
+        total = time.perf_counter() - started
+    finally:
+        for worker in workers:
+            worker.stop()
+        current_app.conf.task_always_eager = True
+    return {
+        "records": len(texts),
+        "write_seconds": round(written, 2),
+        "indexed_seconds": round(total, 2),
+        "records_per_second": round(len(texts) / total, 1),
+    }
+
+
+def ingest_copy(scopes: list[Any], sizes: list[int], texts: list[str]) -> dict[str, Any]:
+    """The floor: one binary COPY of the same rows with precomputed vectors, same table."""
+    import numpy as np
+    from django.db import connection
+    from pgvector.psycopg import register_vector
+
+    from memoryhub.conf import memoryhub_settings
+    from memoryhub.models import KnowledgeBase, MemoryRecord, content_hash
+    from memoryhub.services import write
+
+    embedder = memoryhub_settings.embedder()
+    vectors = np.array(embedder.embed_documents(texts), dtype=np.float32)
+    kbs = {scope: write.ensure_knowledge_base(scope, "copyfloor").pk for scope in scopes}
+    rows = []
+    offset = 0
+    now = datetime.now(UTC)
+    for scope, size in zip(scopes, sizes, strict=True):
+        for i in range(offset, offset + size):
+            rows.append(
+                (
+                    uuid.uuid4(),
+                    scope.org_id,
+                    scope.domain_id,
+                    kbs[scope],
+                    "",
+                    "semantic",
+                    texts[i],
+                    content_hash(texts[i]),
+                    json.dumps({"bucket": i % 100}),
+                    [],
+                    vectors[i],
+                    embedder.name,
+                    "indexed",
+                    0,
+                    "",
+                    now,
+                    now,
+                    now,
+                )
+            )
+        offset += size
+    columns = "id, org_id, domain_id, knowledge_base_id, namespace, kind, content, content_hash, metadata, tags, embedding, embedding_model, status, attempts, last_error, created_at, updated_at, indexed_at"
+    connection.ensure_connection()
+    raw = connection.connection
+    register_vector(raw)
+    started = time.perf_counter()
+    with (
+        raw.cursor() as cursor,
+        cursor.copy(
+            f"COPY {MemoryRecord._meta.db_table} ({columns}) FROM STDIN WITH (FORMAT BINARY)"
+        ) as copy,
+    ):
+        copy.set_types(
+            [
+                "uuid",
+                "int8",
+                "int8",
+                "int8",
+                "varchar",
+                "varchar",
+                "text",
+                "varchar",
+                "jsonb",
+                "varchar[]",
+                "vector",
+                "varchar",
+                "varchar",
+                "int2",
+                "text",
+                "timestamptz",
+                "timestamptz",
+                "timestamptz",
+            ]
+        )
+        for row in rows:
+            copy.write_row(row)
+    raw.commit()
+    seconds = time.perf_counter() - started
+    MemoryRecord.unscoped.filter(knowledge_base__name="copyfloor").delete()
+    KnowledgeBase.unscoped.filter(name="copyfloor").delete()
+    return {
+        "records": len(rows),
+        "seconds": round(seconds, 2),
+        "records_per_second": round(len(rows) / seconds, 1),
+    }
+
+
+# --- queries ---------------------------------------------------------------------------------
+
+
+def tenant_matrix(scope: Any) -> tuple[list[str], Any]:
+    import numpy as np
+
+    from memoryhub.models import MemoryRecord
+
+    rows = list(
+        MemoryRecord.unscoped.filter(
+            org_id=scope.org_id, domain_id=scope.domain_id, status="indexed"
+        ).values_list("id", "embedding")
+    )
+    return [str(pk) for pk, _ in rows], np.array([vector for _, vector in rows], dtype=np.float32)
+
+
+def raw_sql(
+    scope: Any, vector: list[float], exact: bool, where_bucket: int | None = None
+) -> list[str]:
+    """One statement, the plan the service would use (exact scan or HNSW iterative scan)."""
+    from django.db import connection, transaction
+
+    from memoryhub.conf import memoryhub_settings
+
+    embedder = memoryhub_settings.embedder()
+    literal = "[" + ",".join(repr(float(x)) for x in vector) + "]"
+    expression = "embedding" if exact else f"(embedding::vector({embedder.dimensions}))"
+    params: list[Any] = [scope.org_id, scope.domain_id, embedder.name]
+    bucket = ""
+    if where_bucket is not None:
+        bucket = (
+            " AND jsonb_typeof(metadata->'bucket') = 'number' AND (metadata->'bucket') < %s::jsonb"
+        )
+        params.append(json.dumps(where_bucket))
+    params.append(literal)
+    sql = (
+        "SELECT id FROM memoryhub_memoryrecord WHERE org_id = %s AND domain_id = %s "
+        f"AND embedding_model = %s AND status = 'indexed'{bucket} "
+        f"ORDER BY {expression} <=> %s::vector LIMIT {K}"
+    )
+    with transaction.atomic(), connection.cursor() as cursor:
+        if not exact:
+            cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+            cursor.execute(
+                f"SET LOCAL hnsw.max_scan_tuples = {memoryhub_settings.HNSW_MAX_SCAN_TUPLES}"
+            )
+            cursor.execute(f"SET LOCAL hnsw.ef_search = {memoryhub_settings.HNSW_EF_SEARCH}")
+        cursor.execute(sql, params)
+        return [str(row[0]) for row in cursor.fetchall()]
+
+
+def start_gunicorn(logs: Path) -> tuple[subprocess.Popen[bytes], str]:
+    from tests.services import free_port, wait_for
+
+    port = free_port()
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.settings",
+        "DEBUG": "0",
+        "SECRET_KEY": "bench-" + uuid.uuid4().hex,
+        "ALLOWED_HOSTS": "127.0.0.1",
+    }
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "config.wsgi:application",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            "2",
+            "--threads",
+            "4",
+            "--log-level",
+            "warning",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=(logs / "gunicorn.log").open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    import httpx
+
+    def up() -> bool:
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/api/v1/health", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_for(up, timeout=60, what="gunicorn to answer")
+    return process, f"http://127.0.0.1:{port}"
+
+
+def main(scale: str, output: Path) -> dict[str, Any]:
+    import logging
+
+    import numpy as np
+
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+
+    from benchmarks.corpus import known_item_query, passages
+
+    total = SCALES[scale]
+    logs = ROOT / "benchmarks" / ".cache"
+    logs.mkdir(parents=True, exist_ok=True)
+    setup_django(f"memoryhub_bench_{scale}")
+    from django.db import connection
+
+    from memoryhub.conf import memoryhub_settings
+    from memoryhub.services import query as query_service
+    from tenants.models import ApiKey
+    from tests.services import redis_server
+
+    results: dict[str, Any] = {
+        "scale": scale,
+        "records": total,
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT version(), (SELECT extversion FROM pg_extension WHERE extname='vector')"
+        )
+        pg_version, pgvector_version = cursor.fetchone()
+    results["machine"] = {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "postgres": pg_version.split(",")[0],
+        "pgvector": pgvector_version,
+    }
+    embedder = memoryhub_settings.embedder()
+    results["settings"] = {
+        "embedder": embedder.name,
+        "exact_scan_threshold": memoryhub_settings.EXACT_SCAN_THRESHOLD,
+        "hnsw_ef_search": memoryhub_settings.HNSW_EF_SEARCH,
+        "hnsw_max_scan_tuples": memoryhub_settings.HNSW_MAX_SCAN_TUPLES,
+        "index_batch_size": memoryhub_settings.INDEX_BATCH_SIZE,
+        "k": K,
+    }
+    sys.stderr.write(f"corpus: {total} passages of the standard library's docstrings\n")
+    texts = passages(total)
+    scopes, sizes = make_tenants(total)
+
+    with redis_server(logs) as redis:
+        redis.client(db=12).flushdb()
+        results["ingest"] = {
+            "service": ingest_service(scopes, sizes, texts, redis.url(db=12), logs)
+        }
+    results["ingest"]["copy_floor"] = ingest_copy(scopes, sizes, texts)
+    results["ingest"]["ratio"] = round(
+        results["ingest"]["service"]["records_per_second"]
+        / results["ingest"]["copy_floor"]["records_per_second"],
+        3,
+    )
+
+    rng = random.Random(42)
+    small_index = min(range(TENANTS), key=lambda i: abs(sizes[i] - total * 0.01))
+    tenants = {
+        "large (30%)": (scopes[0], 0),
+        "1% tenant": (scopes[small_index], sum(sizes[:small_index])),
+    }
+    offsets = {}
+    offset = 0
+    for n, size in enumerate(sizes):
+        offsets[n] = (offset, size)
+        offset += size
+
+    org_keys = {}
+    for label, (scope, _) in tenants.items():
+        _, key = ApiKey.objects.create_key(name="bench", org_id=scope.org_id, can_read=True)
+        org_keys[label] = key
+    server, base_url = start_gunicorn(logs)
+    latency: dict[str, Any] = {}
+    recall_known: dict[str, dict[str, float]] = {}
+    try:
+        import httpx
+
+        client = httpx.Client(base_url=base_url, timeout=30)
+        for label, (scope, first) in tenants.items():
+            index = scopes.index(scope)
+            start, size = offsets[index]
+            picks = [start + rng.randrange(size) for _ in range(QUERIES)]
+            questions = [known_item_query(texts[i], rng) for i in picks]
+            ids, matrix = tenant_matrix(scope)
+            exact_plan = size <= memoryhub_settings.EXACT_SCAN_THRESHOLD
+            rows: dict[str, Any] = {"records": size, "plan": "exact" if exact_plan else "hnsw"}
+            for mode in ("vector", "hybrid"):
+                iterator = iter(questions)
+                rows[f"service {mode}"] = percentiles(
+                    timed(
+                        lambda: query_service.query(scope, query=next(iterator), k=K, mode=mode),
+                        range(QUERIES),
+                    )
+                )
+                iterator = iter(questions)
+                headers = {"Authorization": f"Api-Key {org_keys[label]}"}
+                rows[f"api {mode}"] = percentiles(
+                    timed(
+                        lambda: client.post(
+                            "/api/v1/domains/docs/query",
+                            json={"query": next(iterator), "k": K, "mode": mode},
+                            headers=headers,
+                        ).raise_for_status(),
+                        range(QUERIES),
+                    )
+                )
+            query_vectors = [embedder.embed_query(q) for q in questions]
+            iterator = iter(query_vectors)
+            rows["raw sql vector"] = percentiles(
+                timed(lambda: raw_sql(scope, next(iterator), exact_plan), range(QUERIES))
+            )
+            iterator = iter(query_vectors)
+            rows["numpy exact"] = percentiles(
+                timed(
+                    lambda: np.argsort(-(matrix @ np.array(next(iterator), dtype=np.float32)))[:K],
+                    range(QUERIES),
+                )
+            )
+            latency[label] = rows
+            # Known-item recall per mode.
+            id_of = {}
+            from memoryhub.models import MemoryRecord
+
+            for pk, content in MemoryRecord.unscoped.filter(
+                org_id=scope.org_id,
+                domain_id=scope.domain_id,
+                content__in=[texts[i] for i in picks],
+            ).values_list("id", "content"):
+                id_of[content] = str(pk)
+            for mode in ("vector", "keyword", "hybrid"):
+                ranks = []
+                for question, pick in zip(questions, picks, strict=True):
+                    found = [
+                        item.id
+                        for item in query_service.query(scope, query=question, k=K, mode=mode).items
+                    ]
+                    target = id_of.get(texts[pick])
+                    ranks.append(found.index(target) + 1 if target in found else None)
+                recall_known.setdefault(label, {})[mode] = {
+                    "recall@1": round(sum(r == 1 for r in ranks) / len(ranks), 3),
+                    "recall@10": round(sum(r is not None for r in ranks) / len(ranks), 3),
+                    "mrr": round(sum(1 / r for r in ranks if r) / len(ranks), 3),
+                }
+        client.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+    results["latency_ms"] = latency
+    results["known_item"] = recall_known
+
+    # Filtered recall@10 against exact search inside the large tenant, forcing HNSW.
+    from django.conf import settings as django_settings
+
+    scope = scopes[0]
+    ids, matrix = tenant_matrix(scope)
+    from memoryhub.models import MemoryRecord
+
+    buckets = dict(
+        (str(pk), b)
+        for pk, b in MemoryRecord.unscoped.filter(
+            org_id=scope.org_id, domain_id=scope.domain_id
+        ).values_list("id", "metadata__bucket")
+    )
+    filtered: dict[str, Any] = {}
+    django_settings.MEMORYHUB = {**django_settings.MEMORYHUB, "EXACT_SCAN_THRESHOLD": 0}
+    try:
+        for label, limit in (("1%", 1), ("10%", 10), ("100%", None)):
+            recalls, short = [], 0
+            for _ in range(30):
+                question = known_item_query(texts[rng.randrange(sizes[0])], rng)
+                vector = np.array(embedder.embed_query(question), dtype=np.float32)
+                mask = np.array([limit is None or buckets[i] < limit for i in ids])
+                scores = matrix @ vector
+                scores[~mask] = -np.inf
+                truth = [ids[i] for i in np.argsort(-scores)[:K] if mask[i]]
+                where = None if limit is None else {"bucket": {"$lt": limit}}
+                got = [
+                    item.id
+                    for item in query_service.query(
+                        scope, query=question, k=K, mode="vector", where=where
+                    ).items
+                ]
+                short += len(got) < min(K, int(mask.sum()))
+                recalls.append(len(set(truth) & set(got)) / max(1, len(truth)))
+            filtered[label] = {
+                "recall@10": round(statistics.mean(recalls), 3),
+                "queries_short_of_k": short,
+                "rows_matching": int(mask.sum()),
+            }
+    finally:
+        django_settings.MEMORYHUB = {**django_settings.MEMORYHUB, "EXACT_SCAN_THRESHOLD": 20_000}
+    results["filtered_recall"] = filtered
+
+    output.mkdir(parents=True, exist_ok=True)
+    (output / f"results-{scale}.json").write_text(json.dumps(results, indent=2, default=str))
+    from benchmarks.report import write_report
+
+    write_report(results, output / "REPORT.md")
+    return results

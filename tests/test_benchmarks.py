@@ -1,0 +1,52 @@
+"""The benchmark harness runs end to end (a smoke test: figures are not asserted)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.django_db(transaction=True)
+def test_benchmark_harness_smoke(tmp_path):
+    from .services import database_url
+
+    # The harness makes its own database on the same server as the tests.
+    env = {key: value for key, value in os.environ.items() if key != "DJANGO_SETTINGS_MODULE"}
+    url = database_url()
+    env["BENCH_DATABASE_URL"] = url.replace("/test_memoryhub?", "/memoryhub_bench_smoke?")
+    import psycopg
+    from django.db import connection
+    from psycopg import sql
+
+    params = connection.get_connection_params()
+    admin = {k: params[k] for k in ("host", "port", "user", "password") if params.get(k)}
+    with psycopg.connect(dbname="postgres", autocommit=True, **admin) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS memoryhub_bench_smoke WITH (FORCE)"))
+        conn.execute(sql.SQL("CREATE DATABASE memoryhub_bench_smoke"))
+    try:
+        completed = subprocess.run(
+            [sys.executable, "-m", "benchmarks", "--scale", "tiny", "--output", str(tmp_path)],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert completed.returncode == 0, completed.stderr[-3000:]
+    finally:
+        with psycopg.connect(dbname="postgres", autocommit=True, **admin) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS memoryhub_bench_smoke WITH (FORCE)"))
+    report = (tmp_path / "REPORT.md").read_text()
+    assert "## Ingest" in report
+    assert "## Query latency" in report
+    results = json.loads((tmp_path / "results-tiny.json").read_text())
+    assert results["records"] == 1000
+    assert results["ingest"]["service"]["records_per_second"] > 0
+    assert set(results["filtered_recall"]) == {"1%", "10%", "100%"}

@@ -556,7 +556,11 @@ def main(scale: str, output: Path) -> dict[str, Any]:
                 "rows_matching": int(mask.sum()),
             }
     finally:
-        django_settings.MEMORYHUB = {**django_settings.MEMORYHUB, "EXACT_SCAN_THRESHOLD": 20_000}
+        django_settings.MEMORYHUB = {
+            key: value
+            for key, value in django_settings.MEMORYHUB.items()
+            if key != "EXACT_SCAN_THRESHOLD"
+        }
     results["filtered_recall"] = filtered
 
     output.mkdir(parents=True, exist_ok=True)

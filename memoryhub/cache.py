@@ -76,3 +76,20 @@ def set_query(scope: Scope, request: dict[str, Any], value: Any) -> None:
     ttl = memoryhub_settings.CACHE_TTL
     if ttl > 0:
         _cache().set(query_key(scope, request), value, timeout=ttl)
+
+
+#: Plan facts (how many rows a filter selects) live this long within a generation.
+PLAN_TTL = 600
+
+
+def plan_key(scope: Scope, description: str) -> str:
+    digest = hashlib.sha256(description.encode("utf-8")).hexdigest()
+    return f"{_PREFIX}:plan:{scope.key()}:g{generation(scope)}:{digest}"
+
+
+def get_plan(key: str) -> Any:
+    return _cache().get(key)
+
+
+def set_plan(key: str, value: Any) -> None:
+    _cache().set(key, value, timeout=PLAN_TTL)

@@ -188,35 +188,51 @@ def _base_queryset(scope: Scope, request: QueryRequest) -> QuerySet[MemoryRecord
     return records
 
 
-def _scope_size(records: QuerySet[MemoryRecord], limit: int) -> int:
-    """How many rows the filter selects, counting at most ``limit + 1``."""
-    return records.values("pk")[: limit + 1].count()
+def _scope_size(scope: Scope, records: QuerySet[MemoryRecord], limit: int, description: str) -> int:
+    """How many rows the filter selects, counting at most ``limit + 1``.
+
+    The count decides the plan, not the answer, so it is cached per domain generation
+    (any write invalidates it) even when query results are not.
+    """
+    key = cache.plan_key(scope, f"{description}|{limit}")
+    size = cache.get_plan(key)
+    if size is None:
+        size = records.values("pk")[: limit + 1].count()
+        cache.set_plan(key, size)
+    return int(size)
 
 
 def _vector_candidates(
-    records: QuerySet[MemoryRecord], text: str, depth: int
+    scope: Scope, request: QueryRequest, records: QuerySet[MemoryRecord], depth: int
 ) -> tuple[list[tuple[MemoryRecord, float]], str]:
+    text = request.query
     embedder = memoryhub_settings.embedder()
     vector = embedder.embed_query(text)
     scoped = records.filter(embedding_model=embedder.name, status=MemoryRecord.Status.INDEXED)
     threshold = memoryhub_settings.EXACT_SCAN_THRESHOLD
-    if threshold > 0 and _scope_size(scoped, threshold) <= threshold:
+    filters = {**request.canonical(), "query": None, "k": None, "mode": None, "min_score": None}
+    description = cache.canonical_json({**filters, "model": embedder.name})
+    if threshold > 0 and _scope_size(scope, scoped, threshold, description) <= threshold:
         # Not the indexed expression: the planner scans the filtered rows exactly.
-        ranked = scoped.alias(distance=CosineDistance(F("embedding"), vector)).order_by("distance")
+        ranked = scoped.annotate(distance=CosineDistance(F("embedding"), vector))
         strategy = "exact"
-        rows = list(ranked.annotate(similarity=1 - F("distance"))[:depth])
+        rows = list(ranked.order_by("distance")[:depth])
     else:
         expression = Cast("embedding", VectorField(dimensions=embedder.dimensions))
-        ranked = scoped.alias(distance=CosineDistance(expression, vector)).order_by("distance")
+        ranked = scoped.annotate(distance=CosineDistance(expression, vector))
         strategy = "hnsw"
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+            # We chose HNSW for this scope; a sort would mean the planner fell back to a
+            # full scan of the scope (it underestimates large tenants).
+            cursor.execute("SET LOCAL enable_sort = off")
             max_tuples = int(memoryhub_settings.HNSW_MAX_SCAN_TUPLES)
             ef_search = int(max(memoryhub_settings.HNSW_EF_SEARCH, depth))
             cursor.execute(f"SET LOCAL hnsw.max_scan_tuples = {max_tuples}")
             cursor.execute(f"SET LOCAL hnsw.ef_search = {min(ef_search, 1000)}")
-            rows = list(ranked.annotate(similarity=1 - F("distance"))[:depth])
-    scored: list[tuple[MemoryRecord, float]] = [(row, float(row.similarity)) for row in rows]
+            rows = list(ranked.order_by("distance")[:depth])
+    # The distance is computed once per row: ORDER BY reuses the SELECT column.
+    scored: list[tuple[MemoryRecord, float]] = [(row, 1.0 - float(row.distance)) for row in rows]
     scored.sort(key=lambda pair: -pair[1])  # relaxed_order may be slightly out of order
     return scored, strategy
 
@@ -277,11 +293,11 @@ def _search(scope: Scope, request: QueryRequest) -> QueryResult:
         depth = max(request.k * 4, 40) if request.mode == "hybrid" else request.k * 2 + 10
         strategy = request.mode
         if request.mode == "vector":
-            ranked, strategy = _vector_candidates(records, request.query, depth)
+            ranked, strategy = _vector_candidates(scope, request, records, depth)
         elif request.mode == "keyword":
             ranked = _keyword_candidates(records, request.query, depth)
         else:
-            vector, plan = _vector_candidates(records, request.query, depth)
+            vector, plan = _vector_candidates(scope, request, records, depth)
             ranked = _fuse(vector, _keyword_candidates(records, request.query, depth))
             strategy = f"hybrid+{plan}"
     if request.min_score is not None:

@@ -81,7 +81,12 @@ def test_operator_curates_imports_queries_and_erases(
     browser, live_server, django_user_model, tmp_path
 ):
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import Select
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    def wait(condition):  # type: ignore[no-untyped-def]
+        """Wait for the next page (a click returns before its request completes)."""
+        return WebDriverWait(browser, 30).until(condition)
 
     domain = DomainFactory(org=OrgFactory(slug="acme", name="Acme"), slug="support")
     django_user_model.objects.create_superuser("operator", "op@example.com", "s3cret-pass")
@@ -91,6 +96,7 @@ def test_operator_curates_imports_queries_and_erases(
     browser.find_element(By.NAME, "password").send_keys("s3cret-pass")
     shot(browser, "01-login")
     browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    wait(ec.title_contains("Site administration"))
     assert "memoryhub" in browser.title
     for label in ("Knowledge bases", "Memory records", "Observations", "API keys"):
         assert browser.find_element(By.LINK_TEXT, label)
@@ -103,6 +109,7 @@ def test_operator_curates_imports_queries_and_erases(
     browser.find_element(By.NAME, "read_only").click()
     shot(browser, "03-create-read-only-kb")
     browser.find_element(By.NAME, "_continue").click()
+    wait(ec.url_contains("/change/"))
     knowledge_base = KnowledgeBase.unscoped.get(name="runbook")
     assert knowledge_base.read_only
 
@@ -113,7 +120,8 @@ def test_operator_curates_imports_queries_and_erases(
     browser.find_element(By.NAME, "namespace").send_keys("team:oncall")
     shot(browser, "04-import-markdown")
     browser.find_element(By.CSS_SELECTOR, "#import-form input[type=submit]").click()
-    assert "Imported 2 items from runbook.md" in browser.page_source
+    message = wait(ec.presence_of_element_located((By.CSS_SELECTOR, "ul.messagelist li")))
+    assert "Imported 2 items from runbook.md" in message.text
     shot(browser, "05-imported")
     records = MemoryRecord.unscoped.filter(knowledge_base=knowledge_base)
     assert records.count() == 2
@@ -126,7 +134,7 @@ def test_operator_curates_imports_queries_and_erases(
     browser.find_element(By.NAME, "namespaces").send_keys("team:oncall")
     browser.find_element(By.NAME, "sources").send_keys("runbook")
     browser.find_element(By.CSS_SELECTOR, "#playground-form input[type=submit]").click()
-    grounding = browser.find_element(By.ID, "playground-grounding").text
+    grounding = wait(ec.presence_of_element_located((By.ID, "playground-grounding"))).text
     assert "[runbook] Rollbacks" in grounding
     assert "two approvers" in browser.find_element(By.ID, "playground-results").text
     shot(browser, "06-playground")
@@ -135,16 +143,17 @@ def test_operator_curates_imports_queries_and_erases(
     Select(browser.find_element(By.NAME, "org")).select_by_visible_text("Acme")
     browser.find_element(By.NAME, "namespace").send_keys("team:oncall")
     browser.find_element(By.CSS_SELECTOR, "#erase-subject-form input[type=submit]").click()
-    preview = browser.find_element(By.ID, "erasure-preview").text
+    preview = wait(ec.presence_of_element_located((By.ID, "erasure-preview"))).text
     assert "runbook" in preview
     assert MemoryRecord.unscoped.filter(namespace="team:oncall").count() == 2  # nothing yet
     shot(browser, "07-erase-confirm")
     browser.find_element(By.CSS_SELECTOR, "input[value='Yes, erase']").click()
-    assert "Erased 2 records." in browser.find_element(By.ID, "erasure-receipt").text
+    receipt = wait(ec.presence_of_element_located((By.ID, "erasure-receipt")))
+    assert "Erased 2 records." in receipt.text
     shot(browser, "08-erasure-receipt")
     assert MemoryRecord.unscoped.filter(namespace="team:oncall").count() == 0
 
     browser.get(f"{live_server.url}/admin/memoryhub/observation/")
-    assert browser.find_element(By.ID, "observation-chart")
+    assert wait(ec.presence_of_element_located((By.ID, "observation-chart")))
     shot(browser, "09-observations")
     assert domain.pk

@@ -38,7 +38,12 @@ lint: install
 	$(VENV)/bin/mypy memoryhub tenants config
 
 SCALE ?= small
-bench: $(TEST_STAMP)
+BENCH_STAMP := $(VENV)/.installed-bench-stamp
+$(BENCH_STAMP): $(TEST_STAMP)
+	$(PY) -m pip install --quiet -e '.[embedded,dev,local-embeddings,bench]'
+	@touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
 	$(PY) -m benchmarks --scale $(SCALE)
 
 format: install

@@ -39,6 +39,13 @@ def summary_table(results: dict[str, Any]) -> str:
                 f"{latency['raw sql vector']['p50']} / {latency['raw sql vector']['p95']}",
             ]
         )
+    for clients, row in results.get("concurrency", {}).items():
+        rows.append(
+            [
+                f"{clients} concurrent clients: QPS / p95 ms / errors",
+                f"{row['qps']} / {row['p95']} / {row['errors']}",
+            ]
+        )
     for selectivity, row in results["filtered_recall"].items():
         rows.append([f"filtered recall@10 at {selectivity} (HNSW forced)", row["recall@10"]])
     for tenant, modes in results["known_item"].items():
@@ -144,11 +151,60 @@ def write_report(results: dict[str, Any], path: Path) -> None:
             )
         )
         parts.append("")
-    parts += [
-        "## Not measured in this run",
-        "",
-        "- Concurrency (QPS and p95 at 1, 4 and 16 clients) and the LangGraph `PostgresStore` peer are not "
-        "in the harness yet.",
-        "",
-    ]
+    if "concurrency" in results:
+        parts += [
+            "## Concurrency",
+            "",
+            "Hybrid queries against gunicorn (2 workers × 4 threads), each client on its own keep-alive "
+            "connection and API key, distinct query texts (no cache hits):",
+            "",
+            _table(
+                ["clients", "requests", "QPS", "p50 ms", "p95 ms", "errors"],
+                [
+                    [c, v["requests"], v["qps"], v["p50"], v["p95"], v["errors"]]
+                    for c, v in results["concurrency"].items()
+                ],
+            ),
+            "",
+        ]
+    peer = results.get("peer", {})
+    parts += ["## The peer: LangGraph PostgresStore", ""]
+    if "skipped" in peer:
+        parts += [f"Skipped: {peer['skipped']}.", ""]
+    else:
+        parts += [
+            "`langgraph-checkpoint-postgres` with the same hashing embedder, on the same PostgreSQL "
+            "(its own tables and HNSW index), one namespace per tenant; ingest with `batch` of 500 `PutOp`s, "
+            "search with `search(namespace, query=..., limit=10)`, the same known-item queries.",
+            "",
+            _table(
+                ["figure", "memoryhub", "PostgresStore"],
+                [
+                    [
+                        "ingest records/s (to searchable)",
+                        results["ingest"]["service"]["records_per_second"],
+                        peer["ingest"]["records_per_second"],
+                    ]
+                ]
+                + [
+                    [
+                        f"{tenant}: search p50 / p95 ms",
+                        f"{results['latency_ms'][tenant]['service vector']['p50']} / {results['latency_ms'][tenant]['service vector']['p95']} (service, vector)",
+                        f"{peer[tenant]['p50']} / {peer[tenant]['p95']}",
+                    ]
+                    for tenant in results["latency_ms"]
+                    if tenant in peer
+                ]
+                + [
+                    [
+                        f"{tenant}: known-item recall@10",
+                        results["known_item"][tenant]["vector"]["recall@10"],
+                        peer[tenant]["recall@10"],
+                    ]
+                    for tenant in results["known_item"]
+                    if tenant in peer
+                ],
+            ),
+            "",
+        ]
     path.write_text("\n".join(parts))

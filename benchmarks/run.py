@@ -359,6 +359,108 @@ def start_gunicorn(logs: Path) -> tuple[subprocess.Popen[bytes], str]:
     return process, f"http://127.0.0.1:{port}"
 
 
+def measure_peer(
+    scopes: list[Any], sizes: list[int], texts: list[str], queries: dict[str, list[tuple[str, int]]]
+) -> dict[str, Any]:
+    """LangGraph's PostgresStore with the same embedder on the same PostgreSQL."""
+    try:
+        from langgraph.store.base import PutOp
+        from langgraph.store.postgres import PostgresStore
+    except ImportError as exc:
+        return {"skipped": f"langgraph-checkpoint-postgres is not installed ({exc})"}
+    from memoryhub.conf import memoryhub_settings
+
+    embedder = memoryhub_settings.embedder()
+    url = os.environ["BENCH_DATABASE_URL"]
+    index = {"dims": embedder.dimensions, "embed": embedder.embed_documents, "fields": ["text"]}
+    figures: dict[str, Any] = {}
+    with PostgresStore.from_conn_string(url, index=index) as store:
+        store.setup()
+        bar = Progress("ingest (LangGraph peer)", len(texts))
+        started = time.perf_counter()
+        offset = 0
+        for tenant, size in enumerate(sizes):
+            for start in range(offset, offset + size, 500):
+                stop = min(start + 500, offset + size)
+                store.batch(
+                    [
+                        PutOp(namespace=(f"tenant-{tenant}",), key=str(i), value={"text": texts[i]})
+                        for i in range(start, stop)
+                    ]
+                )
+                bar.advance(stop - start)
+            offset += size
+        bar.close()
+        seconds = time.perf_counter() - started
+        figures["ingest"] = {
+            "records": len(texts),
+            "seconds": round(seconds, 2),
+            "records_per_second": round(len(texts) / seconds, 1),
+        }
+        for label, pairs in queries.items():
+            tenant = pairs[0][2] if len(pairs[0]) > 2 else 0
+            samples, hits = [], 0
+            for question, target, *_ in pairs:
+                started = time.perf_counter()
+                found = store.search((f"tenant-{tenant}",), query=question, limit=K)
+                samples.append(time.perf_counter() - started)
+                hits += str(target) in [item.key for item in found]
+            figures[label] = {**percentiles(samples), "recall@10": round(hits / len(pairs), 3)}
+    return figures
+
+
+def measure_concurrency(
+    base_url: str, scope: Any, texts: list[str], rng: random.Random
+) -> dict[str, Any]:
+    """QPS and latency at 1, 4 and 16 concurrent clients (hybrid queries, distinct texts)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+
+    from benchmarks.corpus import known_item_query
+    from tenants.models import ApiKey
+
+    figures: dict[str, Any] = {}
+    for clients in (1, 4, 16):
+        per_client = max(8, 96 // clients)
+        # One key per client: the per-key throttle must not be what is measured.
+        keys = [
+            ApiKey.objects.create_key(name="load", org_id=scope.org_id, can_read=True)[1]
+            for _ in range(clients)
+        ]
+        questions = [
+            [known_item_query(rng.choice(texts), rng) for _ in range(per_client)]
+            for _ in range(clients)
+        ]
+
+        def run_client(index: int) -> tuple[list[float], int]:
+            samples, errors = [], 0
+            with httpx.Client(
+                base_url=base_url, timeout=60, headers={"Authorization": f"Api-Key {keys[index]}"}
+            ) as client:
+                for question in questions[index]:
+                    started = time.perf_counter()
+                    response = client.post(
+                        "/api/v1/domains/docs/query", json={"query": question, "k": K}
+                    )
+                    samples.append(time.perf_counter() - started)
+                    errors += response.status_code != 200
+            return samples, errors
+
+        started = time.perf_counter()
+        with ThreadPoolExecutor(clients) as pool:
+            outcomes = list(pool.map(run_client, range(clients)))
+        wall = time.perf_counter() - started
+        samples = [sample for outcome in outcomes for sample in outcome[0]]
+        figures[str(clients)] = {
+            "requests": len(samples),
+            "qps": round(len(samples) / wall, 1),
+            **percentiles(samples),
+            "errors": sum(outcome[1] for outcome in outcomes),
+        }
+    return figures
+
+
 def main(scale: str, output: Path) -> dict[str, Any]:
     import logging
 
@@ -439,6 +541,7 @@ def main(scale: str, output: Path) -> dict[str, Any]:
         org_keys[label] = key
     server, base_url = start_gunicorn(logs)
     latency: dict[str, Any] = {}
+    peer_queries: dict[str, list[tuple[str, int, int]]] = {}
     recall_known: dict[str, dict[str, float]] = {}
     try:
         import httpx
@@ -485,6 +588,9 @@ def main(scale: str, output: Path) -> dict[str, Any]:
                 )
             )
             latency[label] = rows
+            peer_queries[label] = [
+                (q, pick, index) for q, pick in zip(questions, picks, strict=True)
+            ]
             # Known-item recall per mode.
             id_of = {}
             from memoryhub.models import MemoryRecord
@@ -510,11 +616,13 @@ def main(scale: str, output: Path) -> dict[str, Any]:
                     "mrr": round(sum(1 / r for r in ranks if r) / len(ranks), 3),
                 }
         client.close()
+        results["concurrency"] = measure_concurrency(base_url, scopes[0], texts[: sizes[0]], rng)
     finally:
         server.terminate()
         server.wait(timeout=20)
     results["latency_ms"] = latency
     results["known_item"] = recall_known
+    results["peer"] = measure_peer(scopes, sizes, texts, peer_queries)
 
     # Filtered recall@10 against exact search inside the large tenant, forcing HNSW.
     from django.conf import settings as django_settings

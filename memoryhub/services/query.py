@@ -204,7 +204,8 @@ def _scope_size(scope: Scope, records: QuerySet[MemoryRecord], limit: int, descr
 
 def _vector_candidates(
     scope: Scope, request: QueryRequest, records: QuerySet[MemoryRecord], depth: int
-) -> tuple[list[tuple[MemoryRecord, float]], str]:
+) -> tuple[list[tuple[Any, float]], str]:
+    """``(id, cosine similarity)`` of the best ``depth`` records, and the plan used."""
     text = request.query
     embedder = memoryhub_settings.embedder()
     vector = embedder.embed_query(text)
@@ -216,7 +217,9 @@ def _vector_candidates(
         # Not the indexed expression: the planner scans the filtered rows exactly.
         ranked = scoped.annotate(distance=CosineDistance(F("embedding"), vector))
         strategy = "exact"
-        rows = list(ranked.order_by("distance")[:depth])
+        rows: list[tuple[Any, float]] = list(
+            ranked.order_by("distance").values_list("id", "distance")[:depth]
+        )
     else:
         expression = Cast("embedding", VectorField(dimensions=embedder.dimensions))
         ranked = scoped.annotate(distance=CosineDistance(expression, vector))
@@ -230,9 +233,9 @@ def _vector_candidates(
             ef_search = int(max(memoryhub_settings.HNSW_EF_SEARCH, depth))
             cursor.execute(f"SET LOCAL hnsw.max_scan_tuples = {max_tuples}")
             cursor.execute(f"SET LOCAL hnsw.ef_search = {min(ef_search, 1000)}")
-            rows = list(ranked.order_by("distance")[:depth])
+            rows = list(ranked.order_by("distance").values_list("id", "distance")[:depth])
     # The distance is computed once per row: ORDER BY reuses the SELECT column.
-    scored: list[tuple[MemoryRecord, float]] = [(row, 1.0 - float(row.distance)) for row in rows]
+    scored: list[tuple[Any, float]] = [(pk, 1.0 - float(distance)) for pk, distance in rows]
     scored.sort(key=lambda pair: -pair[1])  # relaxed_order may be slightly out of order
     return scored, strategy
 
@@ -247,49 +250,60 @@ def _keyword_query(text: str) -> SearchQuery | None:
 
 def _keyword_candidates(
     records: QuerySet[MemoryRecord], text: str, depth: int
-) -> list[tuple[MemoryRecord, float]]:
+) -> list[tuple[Any, float]]:
+    """``(id, normalised rank)`` of the best ``depth`` full-text matches."""
     search = _keyword_query(text)
     if search is None:
         return []
-    rows = list(
+    rank = Cast(SearchRank(F("search_vector"), search, normalization=32), FloatField())
+    rows = (
         records.filter(search_vector=search)
-        .annotate(rank=Cast(SearchRank(F("search_vector"), search, normalization=32), FloatField()))
-        .order_by("-rank", "-created_at")[:depth]
+        .annotate(rank=rank)
+        .order_by("-rank", "-created_at")
+        .values_list("id", "rank")[:depth]
     )
-    return [(row, float(row.rank)) for row in rows]
+    return [(pk, float(score)) for pk, score in rows]
 
 
-def _to_item(record: MemoryRecord, score: float, sources: dict[int, str]) -> MemoryItem:
+ITEM_FIELDS: tuple[str, ...] = ("id", "content", "knowledge_base__name", "metadata", "key")
+ITEM_FIELDS += ("kind", "namespace", "tags", "created_at")
+
+
+def _fetch(ids: list[Any]) -> dict[Any, dict[str, Any]]:
+    """The rows of the final candidates only (content travels for these, not for all)."""
+    rows = MemoryRecord.objects.filter(pk__in=ids).values(*ITEM_FIELDS)
+    return {row["id"]: row for row in rows}
+
+
+def _to_item(row: dict[str, Any], score: float) -> MemoryItem:
     return MemoryItem(
-        content=record.content,
-        source=sources[record.knowledge_base_id],
+        content=row["content"],
+        source=row["knowledge_base__name"],
         score=score,
-        metadata=record.metadata,
-        id=str(record.pk),
-        key=record.key,
-        kind=record.kind,
-        namespace=record.namespace,
-        tags=tuple(record.tags),
-        created_at=record.created_at,
+        metadata=row["metadata"],
+        id=str(row["id"]),
+        key=row["key"],
+        kind=row["kind"],
+        namespace=row["namespace"],
+        tags=tuple(row["tags"]),
+        created_at=row["created_at"],
     )
 
 
 def _fuse(
-    vector: list[tuple[MemoryRecord, float]], keyword: list[tuple[MemoryRecord, float]]
-) -> list[tuple[MemoryRecord, float]]:
+    vector: list[tuple[Any, float]], keyword: list[tuple[Any, float]]
+) -> list[tuple[Any, float]]:
+    """Reciprocal-rank fusion of two ``(id, score)`` rankings."""
     scores: dict[Any, float] = {}
-    records: dict[Any, MemoryRecord] = {}
     for ranking in (vector, keyword):
-        for rank, (record, _) in enumerate(ranking, start=1):
-            scores[record.pk] = scores.get(record.pk, 0.0) + 1.0 / (RRF_K + rank)
-            records[record.pk] = record
-    return sorted(((records[pk], s) for pk, s in scores.items()), key=lambda pair: -pair[1])
+        for rank, (pk, _) in enumerate(ranking, start=1):
+            scores[pk] = scores.get(pk, 0.0) + 1.0 / (RRF_K + rank)
+    return sorted(scores.items(), key=lambda pair: -pair[1])
 
 
 def _search(scope: Scope, request: QueryRequest) -> QueryResult:
     with tenant_scope(scope):
-        records = _base_queryset(scope, request).defer("embedding", "search_vector")
-        sources = dict(KnowledgeBase.objects.values_list("pk", "name"))
+        records = _base_queryset(scope, request)
         depth = max(request.k * 4, 40) if request.mode == "hybrid" else request.k * 2 + 10
         strategy = request.mode
         if request.mode == "vector":
@@ -300,9 +314,12 @@ def _search(scope: Scope, request: QueryRequest) -> QueryResult:
             vector, plan = _vector_candidates(scope, request, records, depth)
             ranked = _fuse(vector, _keyword_candidates(records, request.query, depth))
             strategy = f"hybrid+{plan}"
-    if request.min_score is not None:
-        ranked = [(record, score) for record, score in ranked if score >= request.min_score]
-    items = [_to_item(record, score, sources) for record, score in ranked]
+        if request.min_score is not None:
+            ranked = [(pk, score) for pk, score in ranked if score >= request.min_score]
+        # Twice k: room for duplicates that merge away.
+        ranked = ranked[: request.k * 2]
+        rows = _fetch([pk for pk, _ in ranked])
+    items = [_to_item(rows[pk], score) for pk, score in ranked if pk in rows]
     merged, collapsed = dedupe_items(items, "id")
     if collapsed:
         stamped = [item for item in merged if item.dedupe_count]

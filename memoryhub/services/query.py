@@ -225,14 +225,18 @@ def _vector_candidates(
         ranked = scoped.annotate(distance=CosineDistance(expression, vector))
         strategy = "hnsw"
         with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-            # We chose HNSW for this scope; a sort would mean the planner fell back to a
-            # full scan of the scope (it underestimates large tenants).
-            cursor.execute("SET LOCAL enable_sort = off")
             max_tuples = int(memoryhub_settings.HNSW_MAX_SCAN_TUPLES)
-            ef_search = int(max(memoryhub_settings.HNSW_EF_SEARCH, depth))
-            cursor.execute(f"SET LOCAL hnsw.max_scan_tuples = {max_tuples}")
-            cursor.execute(f"SET LOCAL hnsw.ef_search = {min(ef_search, 1000)}")
+            ef_search = min(int(max(memoryhub_settings.HNSW_EF_SEARCH, depth)), 1000)
+            # One round trip for the transaction's settings. enable_sort=off: we chose
+            # HNSW for this scope, and a sort would mean the planner fell back to
+            # scanning the whole scope (it underestimates large tenants).
+            cursor.execute(
+                "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true),"
+                " set_config('enable_sort', 'off', true),"
+                " set_config('hnsw.max_scan_tuples', %s, true),"
+                " set_config('hnsw.ef_search', %s, true)",
+                [str(max_tuples), str(ef_search)],
+            )
             rows = list(ranked.order_by("distance").values_list("id", "distance")[:depth])
     # The distance is computed once per row: ORDER BY reuses the SELECT column.
     scored: list[tuple[Any, float]] = [(pk, 1.0 - float(distance)) for pk, distance in rows]

@@ -521,9 +521,6 @@ class NotFoundView(APIView):
     permission_classes = [AllowAny]
     schema = None
 
-    def dispatch(self, request: Any, *args: Any, **kwargs: Any) -> Any:
-        return super().dispatch(request, *args, **kwargs)
-
     def _not_found(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         raise exceptions.NotFound("No such API endpoint.", code="not_found")
 

@@ -100,6 +100,9 @@ if os.environ.get("DATABASE_URL"):
         )
     }
 else:
+    from config.embedded_postgres.server import exit_cleanly_on_sigterm
+
+    exit_cleanly_on_sigterm()
     DATABASES = {
         "default": {
             "ENGINE": "config.embedded_postgres",

@@ -86,3 +86,32 @@ def test_site_database_has_pgvector():
         version = cursor.fetchone()[0]
     major, minor = (int(part) for part in version.split(".")[:2])
     assert (major, minor) >= (0, 8), version
+
+
+def test_sigterm_stops_the_embedded_server(tmp_path):
+    """kill/pkill/a supervisor's stop must not leave the embedded PostgreSQL running."""
+    import os
+
+    data = tmp_path / "site"
+    code = (
+        "import os, signal, time, django\n"
+        "django.setup()\n"
+        "from django.db import connection\n"
+        "connection.ensure_connection()\n"
+        "print('connected', flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGTERM)\n"
+        "time.sleep(30)\n"
+    )
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in {"DATABASE_URL", "DJANGO_SETTINGS_MODULE"}
+    }
+    env.update({"DJANGO_SETTINGS_MODULE": "config.settings", "MEMORYHUB_DATA_DIR": str(data)})
+    completed = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert "connected" in completed.stdout, completed.stderr
+    assert completed.returncode == 128 + 15
+    assert not embedded.is_running(data / "postgres")
+    assert _postgres_processes(data / "postgres") == []

@@ -79,3 +79,19 @@ def stop(data_dir: Path) -> bool:
         return False
     get_server(data_dir, keep_running=True).stop()
     return True
+
+
+def exit_cleanly_on_sigterm() -> None:
+    """Turn SIGTERM into a normal exit, so the embedded server is stopped at exit.
+
+    Python's default for SIGTERM ends the process without running ``atexit``, which
+    would leave the embedded PostgreSQL running after ``kill``/``pkill``/a supervisor's
+    stop. Only installed from the main thread, and only over the default handler.
+    """
+    import signal
+    import sys
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))

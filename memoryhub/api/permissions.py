@@ -50,7 +50,7 @@ def _session_permissions(request: Request, org: Org) -> set[str]:
     return {READ, WRITE, FORGET}
 
 
-def _refuse(request: Request, org_id: int, slug: str, reason: str) -> DomainNotFound:
+def _refuse(request: Request, org_id: int, reason: str) -> DomainNotFound:
     observe.record(
         Observation.Kind.SCOPE_REFUSED,
         org_id=org_id,
@@ -75,9 +75,9 @@ def resolve_domain(request: Request, slug: str, permission: str) -> Scope:
     if api_key is not None:
         domain = Domain.objects.filter(org_id=api_key.org_id, slug=slug).first()
         if domain is None:
-            raise _refuse(request, api_key.org_id, slug, "not a domain of the key's org")
+            raise _refuse(request, api_key.org_id, "not a domain of the key's org")
         if not api_key.covers_domain(domain):
-            raise _refuse(request, api_key.org_id, slug, "outside the key's domain")
+            raise _refuse(request, api_key.org_id, "outside the key's domain")
         granted = set(api_key.permissions)
     else:
         org_slug = request.query_params.get("org")

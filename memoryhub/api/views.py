@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from celery import current_app
@@ -25,6 +24,7 @@ from rest_framework.views import APIView
 from ..conf import memoryhub_settings
 from ..models import MemoryRecord
 from ..services import forget as forget_service
+from ..services import indexing as indexing_service
 from ..services import query as query_service
 from ..services import records as records_service
 from ..services import write as write_service
@@ -262,7 +262,10 @@ class RecordsView(MemoryAPIView):
         records = [s.record_result(record) for record in result.records]
         code: int = status.HTTP_202_ACCEPTED
         if wait and result.records:
-            records, done = _wait_for_index(scope, records, wait)
+            statuses, done = indexing_service.wait_until_indexed(
+                scope, [record["id"] for record in records], wait
+            )
+            records = [{**r, "status": statuses.get(r["id"], r["status"])} for r in records]
             code = status.HTTP_200_OK if done else status.HTTP_202_ACCEPTED
         return Response(
             {
@@ -323,26 +326,6 @@ def _wait_seconds(request: Request) -> float:
     if not 0 <= wait <= maximum:
         raise exceptions.ValidationError({"wait": [f"must be between 0 and {maximum} seconds."]})
     return wait
-
-
-def _wait_for_index(
-    scope: Any, records: list[dict[str, Any]], wait: float
-) -> tuple[list[dict[str, Any]], bool]:
-    """Poll until every written record is indexed (or failed), or ``wait`` runs out."""
-    ids = {record["id"] for record in records}
-    deadline = time.monotonic() + wait
-    delay = 0.02
-    while True:
-        rows = MemoryRecord.unscoped.filter(
-            pk__in=ids, org_id=scope.org_id, domain_id=scope.domain_id
-        ).values_list("id", "status")
-        statuses = {str(pk): value for pk, value in rows}
-        done = all(statuses.get(pk) != MemoryRecord.Status.PENDING for pk in ids)
-        if done or time.monotonic() >= deadline:
-            updated = [{**r, "status": statuses.get(r["id"], r["status"])} for r in records]
-            return updated, done
-        time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-        delay = min(delay * 2, 0.5)
 
 
 class RecordDetailView(MemoryAPIView):

@@ -33,6 +33,7 @@ __all__ = [
     "records_to_reembed",
     "vector_expression",
     "vector_index_name",
+    "wait_until_indexed",
 ]
 
 
@@ -142,6 +143,28 @@ def _record_failure(record_ids: list[Any], exc: Exception) -> list[str]:
                 actor="indexer",
             )
     return [str(pk) for pk, _, _ in exhausted]
+
+
+def wait_until_indexed(
+    scope: Scope, record_ids: Sequence[str], seconds: float
+) -> tuple[dict[str, str], bool]:
+    """Read-your-writes: poll until no record of ``record_ids`` (in ``scope``) is pending,
+    or ``seconds`` pass. Returns each record's status and whether all are done."""
+    import time
+
+    ids = {str(pk) for pk in record_ids}
+    deadline = time.monotonic() + seconds
+    delay = 0.02
+    while True:
+        rows = MemoryRecord.unscoped.filter(
+            pk__in=ids, org_id=scope.org_id, domain_id=scope.domain_id
+        ).values_list("id", "status")
+        statuses = {str(pk): status for pk, status in rows}
+        done = all(statuses.get(pk) != MemoryRecord.Status.PENDING for pk in ids)
+        if done or time.monotonic() >= deadline:
+            return statuses, done
+        time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+        delay = min(delay * 2, 0.5)
 
 
 def pending_for_sweep(older_than: timedelta | None = None) -> list[str]:

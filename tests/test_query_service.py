@@ -368,3 +368,52 @@ def test_filtered_hnsw_recall_for_a_one_percent_tenant(settings):
         truth = {str(ids[i]) for i in exact}
         recalls.append(len(truth & {i.id for i in result.items}) / 10)
     assert np.mean(recalls) >= 0.95, recalls
+
+
+def _session_settings() -> tuple[str, ...]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT current_setting('enable_sort'), current_setting('hnsw.ef_search'),"
+            " current_setting('hnsw.iterative_scan')"
+        )
+        return tuple(cursor.fetchone())
+
+
+@pytest.mark.parametrize("mode", ["vector", "hybrid"])
+def test_hnsw_settings_end_with_the_query_inside_a_transaction(tenant, handbook, settings, mode):
+    settings.MEMORYHUB = {"EXACT_SCAN_THRESHOLD": 0}
+    before = _session_settings()
+    assert connection.in_atomic_block  # the test's own transaction stays open
+    result = query.query(tenant.scope, query="refunds", k=2, mode=mode)
+    assert result.strategy.endswith("hnsw")
+    assert result.items[0].content == HANDBOOK[0]
+    assert _session_settings() == before  # enable_sort=off did not outlive the query
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("mode", ["vector", "keyword", "hybrid"])
+def test_outside_a_transaction_a_query_is_one_round_trip_and_leaves_no_settings(
+    tenant, settings, mode
+):
+    from django.test.utils import CaptureQueriesContext
+
+    write.ensure_knowledge_base(tenant.scope, "handbook")
+    write.write(tenant.scope, [{"content": text} for text in HANDBOOK], sources=["handbook"])
+    settings.MEMORYHUB = {"EXACT_SCAN_THRESHOLD": 0, "CACHE_TTL": 0}
+    before = _session_settings()
+    in_transaction = None
+    with transaction.atomic():
+        in_transaction = query.query(tenant.scope, query="refunds payment", k=3, mode=mode)
+    with CaptureQueriesContext(connection) as statements:
+        result = query.query(tenant.scope, query="refunds payment", k=3, mode=mode)
+    assert [item.id for item in result.items] == [item.id for item in in_transaction.items]
+    assert [item.score for item in result.items] == pytest.approx(
+        [item.score for item in in_transaction.items]
+    )
+    assert result.items[0].content == HANDBOOK[0]
+    searches = [q["sql"] for q in statements.captured_queries if "ORDER BY" in q["sql"]]
+    # Candidates (and the HNSW settings) in one message, then the final rows.
+    assert len(searches) == 1, searches
+    assert ("set_config" in searches[0]) == (mode != "keyword")
+    assert not any(q["sql"] in ("BEGIN", "COMMIT") for q in statements.captured_queries)
+    assert _session_settings() == before

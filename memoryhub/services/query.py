@@ -18,15 +18,17 @@ iterative scans so a selective filter still yields k rows.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django.contrib.postgres.search import SearchQuery, SearchRank
-from django.db import connection, transaction
+from django.core.exceptions import EmptyResultSet
+from django.db import connection
 from django.db.models import F, FloatField, QuerySet
 from django.db.models.functions import Cast
 from pgvector.django import CosineDistance, VectorField
+from psycopg import ClientCursor
 
 from .. import cache, observe
 from ..conf import memoryhub_settings
@@ -67,7 +69,7 @@ class QueryRequest:
     min_score: float | None = None
 
     @classmethod
-    def build(cls, **raw: Any) -> QueryRequest:
+    def build(cls, /, **raw: Any) -> QueryRequest:
         """Validate raw input; raise :class:`ValidationFailed` naming each bad field."""
         settings = memoryhub_settings
         errors: dict[str, list[str]] = {}
@@ -202,46 +204,48 @@ def _scope_size(scope: Scope, records: QuerySet[MemoryRecord], limit: int, descr
     return int(size)
 
 
-def _vector_candidates(
+@dataclass(frozen=True)
+class _Leg:
+    """A ranked candidate list: a queryset of ``(id, value)``, best first, and how
+    ``value`` (a distance or a rank) becomes the mode's score."""
+
+    queryset: QuerySet[Any, Any]
+    to_score: Callable[[float], float]
+
+
+def _vector_leg(
     scope: Scope, request: QueryRequest, records: QuerySet[MemoryRecord], depth: int
-) -> tuple[list[tuple[Any, float]], str]:
-    """``(id, cosine similarity)`` of the best ``depth`` records, and the plan used."""
-    text = request.query
+) -> tuple[_Leg, str, dict[str, str]]:
+    """The vector leg, the plan it uses, and the settings that plan needs (HNSW)."""
     embedder = memoryhub_settings.embedder()
-    vector = embedder.embed_query(text)
+    vector = embedder.embed_query(request.query)
     scoped = records.filter(embedding_model=embedder.name, status=MemoryRecord.Status.INDEXED)
     threshold = memoryhub_settings.EXACT_SCAN_THRESHOLD
     filters = {**request.canonical(), "query": None, "k": None, "mode": None, "min_score": None}
     description = cache.canonical_json({**filters, "model": embedder.name})
+    settings: dict[str, str] = {}
     if threshold > 0 and _scope_size(scope, scoped, threshold, description) <= threshold:
         # Not the indexed expression: the planner scans the filtered rows exactly.
-        ranked = scoped.annotate(distance=CosineDistance(F("embedding"), vector))
+        expression: Any = F("embedding")
         strategy = "exact"
-        rows: list[tuple[Any, float]] = list(
-            ranked.order_by("distance").values_list("id", "distance")[:depth]
-        )
     else:
         expression = Cast("embedding", VectorField(dimensions=embedder.dimensions))
-        ranked = scoped.annotate(distance=CosineDistance(expression, vector))
         strategy = "hnsw"
-        with transaction.atomic(), connection.cursor() as cursor:
-            max_tuples = int(memoryhub_settings.HNSW_MAX_SCAN_TUPLES)
-            ef_search = min(int(max(memoryhub_settings.HNSW_EF_SEARCH, depth)), 1000)
-            # One round trip for the transaction's settings. enable_sort=off: we chose
-            # HNSW for this scope, and a sort would mean the planner fell back to
-            # scanning the whole scope (it underestimates large tenants).
-            cursor.execute(
-                "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true),"
-                " set_config('enable_sort', 'off', true),"
-                " set_config('hnsw.max_scan_tuples', %s, true),"
-                " set_config('hnsw.ef_search', %s, true)",
-                [str(max_tuples), str(ef_search)],
-            )
-            rows = list(ranked.order_by("distance").values_list("id", "distance")[:depth])
+        # enable_sort=off: we chose HNSW for this scope, and a sort would mean the planner
+        # fell back to scanning the whole scope (it underestimates large tenants).
+        settings = {
+            "hnsw.iterative_scan": "relaxed_order",
+            "enable_sort": "off",
+            "hnsw.max_scan_tuples": str(int(memoryhub_settings.HNSW_MAX_SCAN_TUPLES)),
+            "hnsw.ef_search": str(min(int(max(memoryhub_settings.HNSW_EF_SEARCH, depth)), 1000)),
+        }
     # The distance is computed once per row: ORDER BY reuses the SELECT column.
-    scored: list[tuple[Any, float]] = [(pk, 1.0 - float(distance)) for pk, distance in rows]
-    scored.sort(key=lambda pair: -pair[1])  # relaxed_order may be slightly out of order
-    return scored, strategy
+    ranked = (
+        scoped.annotate(distance=CosineDistance(expression, vector))
+        .order_by("distance")
+        .values_list("id", "distance")[:depth]
+    )
+    return _Leg(ranked, lambda distance: 1.0 - distance), strategy, settings
 
 
 def _keyword_query(text: str) -> SearchQuery | None:
@@ -252,21 +256,77 @@ def _keyword_query(text: str) -> SearchQuery | None:
     return SearchQuery(" | ".join(words), config=SEARCH_CONFIG, search_type="raw")
 
 
-def _keyword_candidates(
-    records: QuerySet[MemoryRecord], text: str, depth: int
-) -> list[tuple[Any, float]]:
-    """``(id, normalised rank)`` of the best ``depth`` full-text matches."""
+def _keyword_leg(records: QuerySet[MemoryRecord], text: str, depth: int) -> _Leg | None:
+    """The best ``depth`` full-text matches, ranked by ``ts_rank`` normalised to [0, 1)."""
     search = _keyword_query(text)
     if search is None:
-        return []
+        return None
     rank = Cast(SearchRank(F("search_vector"), search, normalization=32), FloatField())
-    rows = (
+    ranked = (
         records.filter(search_vector=search)
         .annotate(rank=rank)
         .order_by("-rank", "-created_at")
         .values_list("id", "rank")[:depth]
     )
-    return [(pk, float(score)) for pk, score in rows]
+    return _Leg(ranked, float)
+
+
+_SET = "SELECT " + ", ".join(["set_config(%s, %s, true)"] * 4)
+
+
+def _run(legs: Sequence[_Leg | None], settings: dict[str, str]) -> list[list[tuple[Any, float]]]:
+    """Each leg's ``(id, score)`` list, best first, from one round trip when possible.
+
+    The statements (and the transaction-local ``settings``) go to PostgreSQL as one
+    message when the connection binds parameters client-side (Django's default) and no
+    transaction is open: one implicit transaction, so the settings end with it. Inside a
+    transaction they are sent one by one and the settings restored afterwards.
+    """
+    compiled: list[tuple[str, tuple[Any, ...]]] = []
+    runnable: list[_Leg | None] = []
+    for leg in legs:
+        try:
+            compiled.append(leg.queryset.query.sql_with_params() if leg else ("", ()))
+            runnable.append(leg)
+        except EmptyResultSet:  # e.g. kinds=[]: nothing can match, nothing to send
+            runnable.append(None)
+    compiled = [pair for pair, leg in zip(compiled, runnable, strict=True) if leg]
+    names = list(settings)
+    assert len(names) in (0, 4)
+    results: list[list[tuple[Any, Any]]] = []
+    with connection.cursor() as cursor:
+        if isinstance(cursor.cursor, ClientCursor) and not connection.in_atomic_block:
+            statements = [sql for sql, _ in compiled]
+            params: list[Any] = [p for _, leg_params in compiled for p in leg_params]
+            if names:
+                statements.insert(0, _SET)
+                params[:0] = [v for name in names for v in (name, settings[name])]
+            cursor.execute(";\n".join(statements), params)
+            if names:
+                cursor.nextset()
+            for index in range(len(compiled)):
+                if index:
+                    cursor.nextset()
+                results.append(cursor.fetchall())
+        else:
+            saved: list[Any] = []
+            if names:
+                cursor.execute("SELECT " + ", ".join(["current_setting(%s)"] * len(names)), names)
+                saved = list(cursor.fetchone())
+                cursor.execute(_SET, [v for name in names for v in (name, settings[name])])
+            try:
+                for sql, leg_params in compiled:
+                    cursor.execute(sql, leg_params)
+                    results.append(cursor.fetchall())
+            finally:
+                if names:
+                    restore = zip(names, saved, strict=True)
+                    cursor.execute(_SET, [v for pair in restore for v in pair])
+    found = iter(results)
+    return [
+        [(pk, leg.to_score(float(value))) for pk, value in next(found)] if leg else []
+        for leg in runnable
+    ]
 
 
 ITEM_FIELDS: tuple[str, ...] = ("id", "content", "knowledge_base__name", "metadata", "key")
@@ -275,7 +335,7 @@ ITEM_FIELDS += ("kind", "namespace", "tags", "created_at")
 
 def _fetch(ids: list[Any]) -> dict[Any, dict[str, Any]]:
     """The rows of the final candidates only (content travels for these, not for all)."""
-    rows = MemoryRecord.objects.filter(pk__in=ids).values(*ITEM_FIELDS)
+    rows = MemoryRecord.objects.filter(pk__in=ids).order_by().values(*ITEM_FIELDS)
     return {row["id"]: row for row in rows}
 
 
@@ -309,15 +369,24 @@ def _search(scope: Scope, request: QueryRequest) -> QueryResult:
     with tenant_scope(scope):
         records = _base_queryset(scope, request)
         depth = max(request.k * 4, 40) if request.mode == "hybrid" else request.k * 2 + 10
+        vector_leg: _Leg | None = None
+        keyword_leg: _Leg | None = None
+        settings: dict[str, str] = {}
         strategy = request.mode
+        if request.mode in ("vector", "hybrid"):
+            vector_leg, plan, settings = _vector_leg(scope, request, records, depth)
+            strategy = plan if request.mode == "vector" else f"hybrid+{plan}"
+        if request.mode in ("keyword", "hybrid"):
+            keyword_leg = _keyword_leg(records, request.query, depth)
+        vector, keyword = _run([vector_leg, keyword_leg], settings)
+        # relaxed_order may return the vector leg slightly out of order.
+        vector.sort(key=lambda pair: -pair[1])
         if request.mode == "vector":
-            ranked, strategy = _vector_candidates(scope, request, records, depth)
+            ranked = vector
         elif request.mode == "keyword":
-            ranked = _keyword_candidates(records, request.query, depth)
+            ranked = keyword
         else:
-            vector, plan = _vector_candidates(scope, request, records, depth)
-            ranked = _fuse(vector, _keyword_candidates(records, request.query, depth))
-            strategy = f"hybrid+{plan}"
+            ranked = _fuse(vector, keyword)
         if request.min_score is not None:
             ranked = [(pk, score) for pk, score in ranked if score >= request.min_score]
         # Twice k: room for duplicates that merge away.
@@ -339,7 +408,7 @@ def _search(scope: Scope, request: QueryRequest) -> QueryResult:
     return QueryResult(items=sort_by_score(merged)[: request.k], strategy=strategy)
 
 
-def query(scope: Scope, request: QueryRequest | None = None, **raw: Any) -> QueryResult:
+def query(scope: Scope, request: QueryRequest | None = None, /, **raw: Any) -> QueryResult:
     """Search ``scope``'s memory. Pass a :class:`QueryRequest` or raw fields.
 
     Results are cached per (scope, domain generation, canonical request); any write or

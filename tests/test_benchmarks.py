@@ -46,7 +46,13 @@ def test_benchmark_harness_smoke(tmp_path):
     report = (tmp_path / "REPORT.md").read_text()
     assert "## Ingest" in report
     assert "## Query latency" in report
+    assert "## Targets" in report
     results = json.loads((tmp_path / "results-tiny.json").read_text())
     assert results["records"] == 1000
     assert results["ingest"]["service"]["records_per_second"] > 0
     assert set(results["filtered_recall"]) == {"1%", "10%", "100%"}
+    for tenant, rows in results["latency_ms"].items():
+        assert {"api vector", "api hybrid", "raw sql vector", "raw sql hybrid"} <= set(rows)
+        # The floors return what the service returns (same work, same plan).
+        assert results["floor_overlap"][tenant]["vector"] >= 0.9
+        assert results["floor_overlap"][tenant]["hybrid"] >= 0.8

@@ -73,7 +73,11 @@ def resolve_domain(request: Request, slug: str, permission: str) -> Scope:
     """The caller's scope for domain ``slug``, checking ``permission``; 404/403 otherwise."""
     api_key = request_api_key(request)
     if api_key is not None:
-        domain = Domain.objects.filter(org_id=api_key.org_id, slug=slug).first()
+        bound = api_key.domain  # loaded with the key
+        if bound is not None and bound.slug == slug:
+            domain: Domain | None = bound
+        else:
+            domain = Domain.objects.filter(org_id=api_key.org_id, slug=slug).first()
         if domain is None:
             raise _refuse(request, api_key.org_id, "not a domain of the key's org")
         if not api_key.covers_domain(domain):

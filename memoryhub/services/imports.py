@@ -11,9 +11,12 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from django.core.cache import caches
@@ -25,6 +28,8 @@ from ..models import ImportJob, KnowledgeBase
 from ..scope import Scope
 from . import write
 from .errors import ValidationFailed
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "CHUNK_OVERLAP",
@@ -200,6 +205,41 @@ def create_job(
         text=text,
         total=len(rows),
         actor=actor,
+    )
+
+
+def schedule_job(job: ImportJob) -> None:
+    """Run ``job`` on a worker once the transaction commits.
+
+    A broker that cannot be reached does not fail the operator's request: the job stays
+    ``queued`` and the sweeper enqueues it again (:func:`queued_for_sweep`). Should it
+    then run twice, the write service's deduplication makes the second run a no-op.
+    """
+    transaction.on_commit(partial(enqueue_job, job.pk))
+
+
+def enqueue_job(job_id: int) -> None:
+    from ..tasks import import_file
+
+    try:
+        import_file.delay(job_id)
+    except Exception as exc:  # kombu's OperationalError, or whatever the transport raises
+        logger.warning(
+            "could not enqueue import job %s, left queued for the sweeper: %s",
+            job_id,
+            type(exc).__name__,
+        )
+
+
+def queued_for_sweep(older_than: timedelta | None = None) -> list[int]:
+    """Jobs still ``queued`` after ``SWEEP_PENDING_AFTER``: their message never arrived."""
+    if older_than is None:
+        older_than = timedelta(seconds=memoryhub_settings.SWEEP_PENDING_AFTER)
+    cutoff = timezone.now() - older_than
+    return list(
+        ImportJob.unscoped.filter(
+            status=ImportJob.Status.QUEUED, created_at__lte=cutoff
+        ).values_list("pk", flat=True)[:100]
     )
 
 

@@ -13,10 +13,12 @@ schedules nothing.
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from django.db import connection, transaction
@@ -45,6 +47,8 @@ __all__ = [
     "validate_items",
     "write",
 ]
+
+logger = logging.getLogger(__name__)
 
 #: ``ttl_seconds`` may not exceed ten years.
 MAX_TTL_SECONDS = 10 * 365 * 24 * 3600
@@ -538,14 +542,38 @@ def _fill_dedupe_status(records: list[RecordResult]) -> list[RecordResult]:
 
 
 def schedule_indexing(record_ids: Sequence[str]) -> None:
-    """Enqueue indexing of ``record_ids`` in batches, once the transaction commits."""
+    """Enqueue indexing of ``record_ids`` in batches, once the transaction commits.
+
+    The write is committed by then, so a broker that cannot be reached does not fail it
+    (``delay_on_commit`` would raise out of the commit): the failure is logged, the
+    records stay ``pending``, and the sweeper enqueues them once the broker is back.
+    """
     if not record_ids:
         return
+    size = memoryhub_settings.INDEX_BATCH_SIZE
+    batches = [
+        [str(pk) for pk in record_ids[start : start + size]]
+        for start in range(0, len(record_ids), size)
+    ]
+    transaction.on_commit(partial(_enqueue_indexing, batches))
+
+
+def _enqueue_indexing(batches: list[list[str]]) -> None:
     from ..tasks import index_records
 
-    size = memoryhub_settings.INDEX_BATCH_SIZE
-    for start in range(0, len(record_ids), size):
-        index_records.delay_on_commit([str(pk) for pk in record_ids[start : start + size]])
+    for number, batch in enumerate(batches):
+        try:
+            index_records.delay(batch)
+        except Exception as exc:  # kombu's OperationalError, or whatever the transport raises
+            # A broker that refused this batch refuses the next ones too, each after
+            # Celery's publish retries: stop here, the sweeper has them all.
+            logger.warning(
+                "could not enqueue indexing of %d record(s), left pending for the sweeper: %s: %s",
+                sum(len(rest) for rest in batches[number:]),
+                type(exc).__name__,
+                exc,
+            )
+            return
 
 
 def write(

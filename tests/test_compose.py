@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import yaml
@@ -63,3 +64,83 @@ def test_dockerfile_copies_what_the_commands_need():
     for needed in ("memoryhub", "tenants", "config", "manage.py", "templates"):
         assert f"COPY {needed}" in dockerfile, needed
     assert "'.[server]'" in dockerfile
+
+
+def test_worker_acknowledges_late_and_gives_back_tasks_of_a_lost_worker(settings):
+    services = _compose()["services"]
+    command = services["worker"]["command"]
+    assert command[:3] == ["celery", "-A", "config"]
+    assert "worker" in command
+    assert settings.CELERY_TASK_ACKS_LATE is True
+    assert settings.CELERY_TASK_REJECT_ON_WORKER_LOST is True
+    assert settings.CELERY_WORKER_PREFETCH_MULTIPLIER == 1
+    from memoryhub.tasks import index_records
+
+    assert index_records.acks_late is True
+    assert index_records.reject_on_worker_lost is True
+
+
+def test_workers_scale_with_compose_scale():
+    services = _compose()["services"]
+    text = (ROOT / "docker-compose.yml").read_text()
+    assert "docker compose up -d --scale worker=" in text
+    # A fixed container name or host port would make a second replica fail to start.
+    for name in ("worker", "beat"):
+        assert "container_name" not in services[name], name
+        assert "ports" not in services[name], name
+    assert "beat" in services["beat"]["command"]
+
+
+def test_redis_never_evicts_broker_messages():
+    command = _compose()["services"]["redis"]["command"]
+    assert command[command.index("--maxmemory-policy") + 1] == "noeviction"
+
+
+def test_secrets_have_no_defaults():
+    services = _compose()["services"]
+    app = services["web"]["environment"]
+    assert app["SECRET_KEY"] == "${SECRET_KEY:?set SECRET_KEY}"
+    assert "${POSTGRES_PASSWORD:?" in app["DATABASE_URL"]
+    assert services["postgres"]["environment"]["POSTGRES_PASSWORD"].startswith(
+        "${POSTGRES_PASSWORD:?"
+    )
+    for name, service in services.items():
+        for variable, value in (service.get("environment") or {}).items():
+            if any(word in variable for word in ("SECRET", "PASSWORD")):
+                assert ":-" not in str(value), f"{name}.{variable} has a default"
+
+
+def test_web_logs_json_lines_through_the_site_not_gunicorn():
+    services = _compose()["services"]
+    web = services["web"]["command"]
+    assert web[:2] == ["gunicorn", "config.wsgi:application"]
+    # --preload: the site's LOGGING is in place before gunicorn logs; gunicorn's access
+    # log would write plain lines with query strings (namespaces) in them.
+    assert "--preload" in web
+    assert not any(option.startswith("--access-log") for option in web)
+    for name in ("worker", "beat"):
+        command = services[name]["command"]
+        assert command.index("--quiet") < command.index(name)
+    for name in ("web", "worker", "beat", "migrate"):
+        assert services[name]["environment"]["LOG_FORMAT"] == "json"
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    cmd = next(line for line in dockerfile.splitlines() if line.startswith("CMD "))
+    assert json.loads(cmd.removeprefix("CMD ")) == web
+
+
+def test_the_health_probe_is_exempt_from_the_https_redirect(settings):
+    import re
+
+    probe = " ".join(_compose()["services"]["web"]["healthcheck"]["test"])
+    path = re.search(r"http://127\.0\.0\.1:8000/([^'\"]+)", probe)
+    assert path is not None
+    assert any(re.search(pattern, path.group(1)) for pattern in settings.SECURE_REDIRECT_EXEMPT)
+
+
+def test_a_read_replica_can_be_switched_on_from_the_environment():
+    services = _compose()["services"]
+    for name in ("web", "worker", "beat"):
+        assert services[name]["environment"]["REPLICA_DATABASE_URL"] == (
+            "${REPLICA_DATABASE_URL:-}"
+        )
+    assert (ROOT / "config" / "routers.py").is_file()

@@ -2,8 +2,10 @@
 
 Domain exceptions from the services map here: ``ValidationFailed`` (and ``FilterError``)
 → 400 with ``errors`` naming each field, ``UnknownSource`` → 400, ``WriteRefused`` → 403
-``{"code": "write_refused", "source", "n"}``, ``RecordNotFound`` → 404, a database that
-cannot be reached → 503. Anything unexpected is logged and answered as JSON too.
+``{"code": "write_refused", "source", "n"}``, ``RecordNotFound`` → 404, a body Django
+finds too big → 413, a database that cannot be reached → 503. Every 400 carries
+``errors`` (an unparsable body under ``non_field_errors``). Anything unexpected is logged
+and answered as JSON too.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.db import InterfaceError, OperationalError
 from django.http import Http404
 from rest_framework import exceptions, status
@@ -21,6 +23,7 @@ from rest_framework.views import exception_handler as drf_exception_handler
 from ..scope import ScopeRequired
 from ..services.errors import UnknownSource, ValidationFailed, WriteRefused
 from ..services.records import RecordNotFound
+from .parsers import RequestTooLarge
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +84,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         exc = exceptions.NotFound()
     elif isinstance(exc, PermissionDenied):
         exc = exceptions.PermissionDenied()
+    elif isinstance(exc, RequestDataTooBig):
+        exc = RequestTooLarge()
     elif isinstance(exc, OperationalError | InterfaceError):
         logger.warning("database unavailable: %s", type(exc).__name__)
         return Response(
@@ -99,6 +104,13 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     if isinstance(exc, exceptions.ValidationError):
         response.data = _body(
             "invalid", "The request is invalid; see errors.", errors=_flatten(exc.detail)
+        )
+    elif isinstance(exc, exceptions.ParseError):
+        # Every 400 names what is wrong; an unreadable body is wrong as a whole.
+        response.data = _body(
+            _first_code(exc.get_codes()),
+            str(exc.detail),
+            errors={"non_field_errors": [str(exc.detail)]},
         )
     else:
         response.data = _body(_first_code(exc.get_codes()), str(exc.detail))

@@ -1,12 +1,24 @@
-"""A JSON parser that refuses bodies over ``MEMORYHUB["MAX_BODY_BYTES"]`` with a 413."""
+"""Request bodies: bounded JSON, with a JSON 413 past ``MEMORYHUB["MAX_BODY_BYTES"]``.
+
+The parser reads the body itself, at most the limit plus one byte, whatever the
+``Content-Length`` says or whether there is one. (DRF's ``JSONParser`` is fed the whole
+``request.body``, which Django refuses past ``DATA_UPLOAD_MAX_MEMORY_SIZE`` with an
+exception the API would answer as a 500.) JSON that Python cannot parse (invalid UTF-8,
+``NaN``, nesting deeper than the interpreter's recursion limit) is a 400
+``parse_error``; strings holding unpaired UTF-16 surrogates (``"\\ud800"``), which no
+database, embedder or response could encode, are a 400 naming the field.
+"""
 
 from __future__ import annotations
 
+from io import BytesIO
 from typing import Any
 
-from rest_framework import status
+from django.conf import settings
+from rest_framework import exceptions, renderers, status
 from rest_framework.exceptions import APIException
-from rest_framework.parsers import JSONParser
+from rest_framework.parsers import BaseParser
+from rest_framework.utils import json
 
 from ..conf import memoryhub_settings
 
@@ -17,21 +29,103 @@ class RequestTooLarge(APIException):
     default_code = "request_too_large"
 
 
-class BoundedJSONParser(JSONParser):
-    """Reads at most the configured number of bytes; a larger body is a JSON 413."""
+class LengthRequired(APIException):
+    status_code = status.HTTP_411_LENGTH_REQUIRED
+    default_detail = "A request body needs a Content-Length header."
+    default_code = "length_required"
+
+
+def _too_large(limit: int) -> RequestTooLarge:
+    return RequestTooLarge(f"The request body is over {limit} bytes.")
+
+
+def read_chunked_body(request: Any) -> None:
+    """Make a chunked body (no ``Content-Length``) readable, or refuse it.
+
+    Django reads nothing of a body without a ``Content-Length``, so a chunked request
+    would silently arrive empty. When the server says its input stream ends with the
+    body (``wsgi.input_terminated``, as gunicorn does) the body is read here, bounded;
+    otherwise the request is a 411.
+    """
+    meta = request.META
+    if "chunked" not in meta.get("HTTP_TRANSFER_ENCODING", "").lower():
+        return
+    if meta.get("CONTENT_LENGTH"):
+        return
+    django_request = getattr(request, "_request", request)
+    environ = getattr(django_request, "environ", {})
+    if not environ.get("wsgi.input_terminated"):
+        raise LengthRequired()
+    limit = memoryhub_settings.MAX_BODY_BYTES
+    body = environ["wsgi.input"].read(limit + 1)
+    if len(body) > limit:
+        raise _too_large(limit)
+    from django.core.handlers.wsgi import LimitedStream
+
+    django_request._stream = LimitedStream(BytesIO(body), len(body))
+    meta["CONTENT_LENGTH"] = str(len(body))
+
+
+def unpaired_surrogate_path(data: Any) -> str | None:
+    """The path (``items[0].content``) of the first string or key with a lone surrogate."""
+    stack: list[tuple[Any, str]] = [(data, "")]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, str):
+            if not value.isascii() and _has_surrogate(value):
+                return path or "non_field_errors"
+        elif isinstance(value, dict):
+            for key, inner in value.items():
+                printable = key.encode("utf-8", "backslashreplace").decode("utf-8")
+                child = f"{path}.{printable}" if path else printable
+                if _has_surrogate(key):
+                    return child
+                stack.append((inner, child))
+        elif isinstance(value, list):
+            stack.extend((inner, f"{path}[{index}]") for index, inner in enumerate(value))
+    return None
+
+
+def _has_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+class BoundedJSONParser(BaseParser):
+    """JSON, at most ``MAX_BODY_BYTES`` (a JSON 413 past it), strictly (no ``NaN``)."""
+
+    media_type = "application/json"
+    renderer_class = renderers.JSONRenderer
 
     def parse(self, stream: Any, media_type: Any = None, parser_context: Any = None) -> Any:
+        parser_context = parser_context or {}
         limit = memoryhub_settings.MAX_BODY_BYTES
-        request = (parser_context or {}).get("request")
+        request = parser_context.get("request")
         declared = request.META.get("CONTENT_LENGTH") if request is not None else None
         try:
             if declared and int(declared) > limit:
-                raise RequestTooLarge(f"The request body is over {limit} bytes.")
+                raise _too_large(limit)
         except ValueError:
             pass
         body = stream.read(limit + 1) if stream is not None else b""
         if len(body) > limit:
-            raise RequestTooLarge(f"The request body is over {limit} bytes.")
-        from io import BytesIO
-
-        return super().parse(BytesIO(body), media_type, parser_context)
+            raise _too_large(limit)
+        encoding = parser_context.get("encoding", settings.DEFAULT_CHARSET)
+        try:
+            "".encode(encoding)  # text codecs only: bz2_codec would inflate the body
+            data = json.loads(body.decode(encoding))
+        except (LookupError, UnicodeError) as exc:
+            raise exceptions.ParseError(f"The body is not {encoding} text: {exc}") from None
+        except RecursionError:
+            raise exceptions.ParseError("JSON parse error - nested too deeply.") from None
+        except ValueError as exc:
+            raise exceptions.ParseError(f"JSON parse error - {exc}") from None
+        path = unpaired_surrogate_path(data)
+        if path is not None:
+            raise exceptions.ValidationError(
+                {path: ["contains an unpaired UTF-16 surrogate; send valid Unicode text."]}
+            )
+        return data

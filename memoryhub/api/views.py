@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from celery import current_app
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import connection
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
@@ -21,6 +22,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from .. import log, routing
 from ..conf import memoryhub_settings
 from ..models import MemoryRecord
 from ..services import forget as forget_service
@@ -30,7 +32,7 @@ from ..services import records as records_service
 from ..services import write as write_service
 from . import serializers as s
 from .authentication import request_api_key
-from .parsers import BoundedJSONParser
+from .parsers import BoundedJSONParser, read_chunked_body
 from .permissions import FORGET, READ, WRITE, IsApiKeyOrStaff, actor, resolve_domain
 from .throttling import ApiKeyRateThrottle
 
@@ -54,11 +56,36 @@ def errors_except(*codes: int) -> dict[int, OpenApiResponse]:
 
 
 class MemoryAPIView(APIView):
-    """Base: API key or staff session, per-key throttle, bounded JSON bodies."""
+    """Base: API key or staff session, per-key throttle, bounded JSON bodies.
+
+    Requests with a ``replica_methods`` method read memory from a replica when the site
+    routes one (``memoryhub.routing``); the caller's org and key prefix go into the
+    request's log context (``memoryhub.log``).
+    """
 
     permission_classes = [IsApiKeyOrStaff]
     throttle_classes = [ApiKeyRateThrottle]
     parser_classes = [BoundedJSONParser]
+    #: Read-only methods: nothing they do needs to read its own writes.
+    replica_methods: frozenset[str] = frozenset({"GET", "HEAD"})
+
+    def dispatch(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+        if request.method not in self.replica_methods:
+            return super().dispatch(request, *args, **kwargs)
+        with routing.replica_reads():
+            return super().dispatch(request, *args, **kwargs)
+
+    def perform_authentication(self, request: Request) -> None:
+        try:
+            super().perform_authentication(request)
+        finally:
+            api_key = request_api_key(request)  # None when authentication failed
+            if api_key is not None:
+                log.bind(org=api_key.org.slug, key_prefix=api_key.prefix)
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        read_chunked_body(request)
 
     def body(self, request: Request) -> dict[str, Any]:
         data = request.data
@@ -176,6 +203,14 @@ class RecordCursor(CursorPagination):
     page_size = 50
     page_size_query_param = "page_size"
     max_page_size = 200
+
+    def paginate_queryset(self, queryset: Any, request: Any, view: Any = None) -> Any:
+        # DRF decodes a cursor's position without checking it is a date-time; a forged
+        # one (base64 of "p=2024") must be a 404 like any other invalid cursor.
+        try:
+            return super().paginate_queryset(queryset, request, view)
+        except (DjangoValidationError, OverflowError):
+            raise exceptions.NotFound(self.invalid_cursor_message) from None
 
 
 class RecordsView(MemoryAPIView):

@@ -1,9 +1,10 @@
 """Forgetting memory (GDPR Article 17): hard deletes with an audit trail of counts only.
 
-Rows are deleted (the vectors live in them), the domain's cache generation is bumped,
-queued indexing tasks for the erased ids find nothing and do nothing, and one
-``memory.forgotten`` observation records counts per knowledge base and a salted hash
-of the selector, never the content or the namespace in clear.
+Rows are deleted (the vectors live in them), the domain's cache generation is bumped and
+its cached query results are deleted, queued indexing tasks for the erased ids find
+nothing and do nothing, and one ``memory.forgotten`` observation records counts per
+knowledge base and a salted hash of the selector, never the content or the namespace in
+clear.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from django.db import transaction
 from django.db.models import Count, QuerySet
 
 from .. import observe
-from ..cache import bump_generation_on_commit
+from ..cache import erase_on_commit
 from ..models import KnowledgeBase, MemoryRecord, Observation
 from ..scope import Scope, tenant_scope
 from .errors import ValidationFailed
@@ -139,7 +140,7 @@ def forget(scope: Scope, request: ForgetRequest, *, actor: str = "") -> ForgetRe
             payload={"by_source": result.by_source, "selector": selector},
             actor=actor,
         )
-        bump_generation_on_commit(scope)
+        erase_on_commit(scope)
     return result
 
 
@@ -177,7 +178,7 @@ def forget_record(scope: Scope, record_id: Any, *, actor: str = "") -> ForgetRes
             payload={"by_source": result.by_source, "selector": {"id": str(record.pk)}},
             actor=actor,
         )
-        bump_generation_on_commit(scope)
+        erase_on_commit(scope)
     return result
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.contrib.postgres.search import SearchQuery, SearchRank
@@ -365,7 +365,8 @@ def _fuse(
     return sorted(scores.items(), key=lambda pair: -pair[1])
 
 
-def _search(scope: Scope, request: QueryRequest) -> QueryResult:
+def _rank(scope: Scope, request: QueryRequest) -> tuple[list[tuple[Any, float]], str]:
+    """The best ``(id, score)`` pairs for ``request`` (twice k) and the strategy used."""
     with tenant_scope(scope):
         records = _base_queryset(scope, request)
         depth = max(request.k * 4, 40) if request.mode == "hybrid" else request.k * 2 + 10
@@ -379,22 +380,29 @@ def _search(scope: Scope, request: QueryRequest) -> QueryResult:
         if request.mode in ("keyword", "hybrid"):
             keyword_leg = _keyword_leg(records, request.query, depth)
         vector, keyword = _run([vector_leg, keyword_leg], settings)
-        # relaxed_order may return the vector leg slightly out of order.
-        vector.sort(key=lambda pair: -pair[1])
-        if request.mode == "vector":
-            ranked = vector
-        elif request.mode == "keyword":
-            ranked = keyword
-        else:
-            ranked = _fuse(vector, keyword)
-        if request.min_score is not None:
-            ranked = [(pk, score) for pk, score in ranked if score >= request.min_score]
-        # Twice k: room for duplicates that merge away.
-        ranked = ranked[: request.k * 2]
+    # relaxed_order may return the vector leg slightly out of order.
+    vector.sort(key=lambda pair: -pair[1])
+    if request.mode == "vector":
+        ranked = vector
+    elif request.mode == "keyword":
+        ranked = keyword
+    else:
+        ranked = _fuse(vector, keyword)
+    if request.min_score is not None:
+        ranked = [(pk, score) for pk, score in ranked if score >= request.min_score]
+    # Twice k: room for duplicates that merge away.
+    return ranked[: request.k * 2], strategy
+
+
+def _items(
+    scope: Scope, request: QueryRequest, ranked: list[tuple[Any, float]], *, observed: bool
+) -> list[MemoryItem]:
+    """The ranked records as items, duplicates merged; ``observed`` records the merge."""
+    with tenant_scope(scope):
         rows = _fetch([pk for pk, _ in ranked])
     items = [_to_item(rows[pk], score) for pk, score in ranked if pk in rows]
     merged, collapsed = dedupe_items(items, "id")
-    if collapsed:
+    if collapsed and observed:
         stamped = [item for item in merged if item.dedupe_count]
         observe.record_in_scope(
             Observation.Kind.QUERY_DEDUPLICATED,
@@ -405,14 +413,15 @@ def _search(scope: Scope, request: QueryRequest) -> QueryResult:
                 "sources": sorted({s for item in stamped for s in item.dedupe_sources or ()}),
             },
         )
-    return QueryResult(items=sort_by_score(merged)[: request.k], strategy=strategy)
+    return sort_by_score(merged)[: request.k]
 
 
 def query(scope: Scope, request: QueryRequest | None = None, /, **raw: Any) -> QueryResult:
     """Search ``scope``'s memory. Pass a :class:`QueryRequest` or raw fields.
 
-    Results are cached per (scope, domain generation, canonical request); any write or
-    forget in the domain invalidates them.
+    The ranking (ids and scores, never content) is cached per (scope, domain
+    generation, canonical request); any write or forget in the domain invalidates it, and
+    a hit reads the rows again, so erased memory cannot come back from the cache.
     """
     if not isinstance(scope, Scope):
         raise TypeError("query() needs a Scope.")
@@ -422,10 +431,12 @@ def query(scope: Scope, request: QueryRequest | None = None, /, **raw: Any) -> Q
     canonical = {**request.canonical(), "model": memoryhub_settings.embedder().name}
     cached = cache.get_query(scope, canonical)
     if cached is not None:
-        return replace(cached, cached=True)
-    result = _search(scope, request)
-    cache.set_query(scope, canonical, result)
-    return result
+        ranked, strategy = cached
+        items = _items(scope, request, ranked, observed=False)
+        return QueryResult(items=items, cached=True, strategy=strategy)
+    ranked, strategy = _rank(scope, request)
+    cache.set_query(scope, canonical, (ranked, strategy))
+    return QueryResult(items=_items(scope, request, ranked, observed=True), strategy=strategy)
 
 
 def render_grounding(items: Sequence[MemoryItem], format: Any = None) -> str | None:

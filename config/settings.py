@@ -96,6 +96,9 @@ MIDDLEWARE = [
     # First: its request id and access line cover everything below (redirects included).
     "memoryhub.log.RequestLogMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # Serves collected static files (the admin's, Swagger UI's) when DEBUG is off, so
+    # the site needs no separate static file server (`collectstatic` runs in the image).
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -210,6 +213,12 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = Path(os.environ.get("STATIC_ROOT") or BASE_DIR / "staticfiles")
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    # Compressed copies (gzip) next to the originals; no manifest, so a page never fails
+    # for a file collectstatic has not seen (tests, `make run`).
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
 
 # --- DRF and the OpenAPI schema -----------------------------------------------------------
 REST_FRAMEWORK = {

@@ -12,6 +12,7 @@ import io
 import json
 import logging
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -245,6 +246,15 @@ def gunicorn(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         SECURE_PROXY_SSL_HEADER="X-Forwarded-Proto",
         PYTHONUNBUFFERED="1",
     )
+    # As the image does: the static files are collected before the server starts.
+    environment["STATIC_ROOT"] = str(tmp_path / "static")
+    subprocess.run(
+        [sys.executable, "manage.py", "collectstatic", "--noinput", "-v", "0"],
+        cwd=ROOT,
+        env=environment,
+        check=True,
+        timeout=120,
+    )
     log = tmp_path / "gunicorn.log"
     with log.open("wb") as handle:
         process = subprocess.Popen(
@@ -270,6 +280,27 @@ def gunicorn(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_production_serves_the_admin_and_api_docs_static_files(gunicorn):
+    base, _ = gunicorn
+    https = {"X-Forwarded-Proto": "https"}
+    with httpx.Client(headers=https, timeout=30) as client:
+        css = client.get(f"{base}/static/admin/css/base.css")
+        assert css.status_code == 200
+        assert css.headers["Content-Type"].startswith("text/css")
+        gzipped = client.get(
+            f"{base}/static/admin/css/base.css", headers={"Accept-Encoding": "gzip"}
+        )
+        assert gzipped.headers.get("Content-Encoding") == "gzip"
+        docs = client.get(f"{base}/api/docs/")
+        assert docs.status_code == 200
+        scripts = re.findall(r'src="(/static/[^"]+\.js)"', docs.text)
+        assert scripts, docs.text[:500]
+        for script in scripts:
+            assert client.get(f"{base}{script}").status_code == 200, script
+        assert client.get(f"{base}/static/admin/css/no-such-file.css").status_code == 404
 
 
 @pytest.mark.django_db(transaction=True)

@@ -161,8 +161,9 @@ def write_report(results: dict[str, Any], path: Path) -> None:
         "",
         "Service: items written through `memoryhub.services.write` in batches of 500, indexed by a real "
         "Celery worker (prefork, concurrency 2) on Redis; the clock stops when every record is `indexed`. "
-        "Floor: the same rows with vectors computed beforehand, one binary `COPY` into the same table "
-        "(same indexes, HNSW included).",
+        "Floor: the same rows with vectors computed beforehand, one binary `COPY` into an empty copy of "
+        "the records table (`LIKE … INCLUDING ALL`: same generated column and indexes, HNSW included; "
+        "no foreign keys), as the service wrote into an empty table.",
         "",
         _table(
             ["path", "records", "seconds", "records/s"],

@@ -96,9 +96,6 @@ MIDDLEWARE = [
     # First: its request id and access line cover everything below (redirects included).
     "memoryhub.log.RequestLogMiddleware",
     "django.middleware.security.SecurityMiddleware",
-    # Serves collected static files (the admin's, Swagger UI's) when DEBUG is off, so
-    # the site needs no separate static file server (`collectstatic` runs in the image).
-    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -106,6 +103,15 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
+
+if not DEBUG:
+    # Serves the collected static files (the admin's, Swagger UI's) so the site needs no
+    # separate static file server (`collectstatic` runs in the image). With DEBUG on,
+    # runserver serves them from the apps.
+    MIDDLEWARE.insert(
+        MIDDLEWARE.index("django.middleware.security.SecurityMiddleware") + 1,
+        "whitenoise.middleware.WhiteNoiseMiddleware",
+    )
 
 ROOT_URLCONF = "config.urls"
 WSGI_APPLICATION = "config.wsgi.application"

@@ -25,7 +25,12 @@ class MemoryhubConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from celery.signals import before_task_publish
+
         from .conf import check_settings
+        from .log import stamp_task_headers
 
         checks.register(check_settings, "memoryhub")
         post_migrate.connect(ensure_configured_vector_index, sender=self)
+        # Task log lines carry the id of the request that enqueued the task.
+        before_task_publish.connect(stamp_task_headers, weak=False)

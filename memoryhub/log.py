@@ -29,6 +29,7 @@ from django.http import HttpRequest, HttpResponse
 
 __all__ = [
     "REQUEST_ID_HEADER",
+    "TASK_REQUEST_ID_HEADER",
     "JsonFormatter",
     "RequestContext",
     "RequestContextFilter",
@@ -37,6 +38,7 @@ __all__ = [
     "bind",
     "current",
     "request_context",
+    "stamp_task_headers",
 ]
 
 REQUEST_ID_HEADER = "X-Request-ID"
@@ -99,6 +101,24 @@ def _current_task() -> Any:
     return get_current_task()
 
 
+#: The message header that carries the enqueuing request's id to the task's log lines.
+TASK_REQUEST_ID_HEADER = "memoryhub_request_id"
+
+
+def stamp_task_headers(headers: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    """Celery ``before_task_publish``: a task enqueued by a request carries its id."""
+    context = _context.get()
+    if headers is not None and context is not None:
+        headers[TASK_REQUEST_ID_HEADER] = context.request_id
+
+
+def _task_request_id(request: Any) -> str | None:
+    value = getattr(request, TASK_REQUEST_ID_HEADER, None)
+    if value is None:
+        value = (getattr(request, "headers", None) or {}).get(TASK_REQUEST_ID_HEADER)
+    return incoming_request_id(value) if isinstance(value, str) else None
+
+
 class RequestContextFilter(logging.Filter):
     """Stamp records with ``request_id``, ``org``, ``key_prefix``, ``task_id``, ``task_name``.
 
@@ -115,6 +135,8 @@ class RequestContextFilter(logging.Filter):
         task_id = getattr(request, "id", None)
         record.task_id = task_id
         record.task_name = getattr(task, "name", None) if task_id else None
+        if task_id and getattr(record, "request_id", None) is None:
+            record.request_id = _task_request_id(request)  # the request that enqueued it
         return True
 
 

@@ -443,6 +443,31 @@ def test_celery_task_logs_carry_the_task_id(tenant, worker_log):
     assert MemoryRecord.unscoped.get(pk=result.record_ids[0]).status == "indexed"
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_task_logs_the_id_of_the_request_that_enqueued_it(tenant, worker_log):
+    _, key = create_api_key(org=tenant.org, can_read=True, can_write=True)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Api-Key {key}", HTTP_X_FORWARDED_PROTO="https")
+    response = client.post(
+        "/api/v1/domains/support/records",
+        {"items": [{"content": "Enqueued by a request"}]},
+        format="json",
+        HTTP_X_REQUEST_ID="enqueue-42",
+        secure=True,
+    )
+    assert response.status_code == 202, response.content
+
+    def task_lines() -> list[dict[str, object]]:
+        return [entry for entry in lines(worker_log.read_text()) if entry.get("task_id")]
+
+    wait_for(
+        lambda: any("succeeded" in str(entry["message"]) for entry in task_lines()),
+        timeout=60,
+        what="the indexing task's log line",
+    )
+    assert {entry.get("request_id") for entry in task_lines()} == {"enqueue-42"}
+
+
 # --- read replica --------------------------------------------------------------------------
 
 

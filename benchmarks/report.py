@@ -45,7 +45,8 @@ def summary_table(results: dict[str, Any]) -> str:
             ]
         )
     for selectivity, row in results["filtered_recall"].items():
-        rows.append([f"filtered recall@10 at {selectivity} (HNSW forced)", row["recall@10"]])
+        plan = row.get("plan", "hnsw")
+        rows.append([f"filtered recall@10 at {selectivity} (plan: {plan})", row["recall@10"]])
     for tenant, modes in results["known_item"].items():
         rows.append(
             [
@@ -84,13 +85,27 @@ def targets_table(results: dict[str, Any]) -> str:
                     _verdict(ratio <= 2),
                 ]
             )
-    filtered = results["filtered_recall"]
-    worst = min(row["recall@10"] for row in filtered.values())
-    short = sum(row["queries_short_of_k"] for row in filtered.values())
-    rows.append(
-        ["filtered recall@10 ≥ 0.95 at every selectivity", f"min {worst}", _verdict(worst >= 0.95)]
-    )
-    rows.append(["always k results when k exist", f"{short} queries short", _verdict(short == 0)])
+    for key, how in (("filtered_recall", "as served"), ("filtered_recall_hnsw", "HNSW forced")):
+        filtered = results.get(key)
+        if not filtered:
+            continue
+        worst = min(row["recall@10"] for row in filtered.values())
+        short = sum(row["queries_short_of_k"] for row in filtered.values())
+        each = " / ".join(f"{label} {row['recall@10']}" for label, row in filtered.items())
+        rows.append(
+            [
+                f"filtered recall@10 ≥ 0.95 at every selectivity ({how})",
+                each,
+                _verdict(worst >= 0.95),
+            ]
+        )
+        rows.append(
+            [
+                f"always k results when k exist ({how})",
+                f"{short} queries short",
+                _verdict(short == 0),
+            ]
+        )
     ratio = results["ingest"]["ratio"]
     rows.append(
         ["ingest to indexed ≥ 50% of raw COPY", f"{round(ratio * 100, 1)}%", _verdict(ratio >= 0.5)]
@@ -223,14 +238,21 @@ def write_report(results: dict[str, Any], path: Path) -> None:
     parts += [
         "## Recall",
         "",
-        "Filtered recall@10 against exact search, in the large tenant, with a metadata filter matching "
-        "1%, 10% or 100% of its rows, HNSW forced (`EXACT_SCAN_THRESHOLD=0`):",
+        "Filtered recall@10 against exact search (numpy over the tenant's vectors), in the large "
+        "tenant, with a metadata filter matching 1%, 10% or 100% of its rows; as served (the service "
+        "scans a filtered scope of up to `EXACT_SCAN_THRESHOLD` rows exactly, larger ones through "
+        "HNSW) and with HNSW forced (`EXACT_SCAN_THRESHOLD=0`):",
         "",
         _table(
-            ["selectivity", "rows matching", "recall@10", "queries returning < k"],
+            ["selectivity", "rows matching", "how", "plan", "recall@10", "queries returning < k"],
             [
-                [k, v["rows_matching"], v["recall@10"], v["queries_short_of_k"]]
-                for k, v in results["filtered_recall"].items()
+                [k, v["rows_matching"], how, v.get("plan", "hnsw"), v["recall@10"]]
+                + [v["queries_short_of_k"]]
+                for key, how in (
+                    ("filtered_recall", "as served"),
+                    ("filtered_recall_hnsw", "HNSW forced"),
+                )
+                for k, v in results.get(key, {}).items()
             ],
         ),
         "",

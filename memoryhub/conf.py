@@ -35,7 +35,7 @@ DEFAULTS: dict[str, Any] = {
     # Vector search scans filtered scopes up to this many rows exactly; larger ones go
     # through the model's HNSW index with iterative scans.
     "EXACT_SCAN_THRESHOLD": 2_000,
-    "HNSW_EF_SEARCH": 100,
+    "HNSW_EF_SEARCH": 200,
     "HNSW_MAX_SCAN_TUPLES": 40_000,
     # Seconds a query result stays in the cache (0 disables the cache).
     "CACHE_ALIAS": "default",

@@ -417,3 +417,15 @@ def test_outside_a_transaction_a_query_is_one_round_trip_and_leaves_no_settings(
     assert ("set_config" in searches[0]) == (mode != "keyword")
     assert not any(q["sql"] in ("BEGIN", "COMMIT") for q in statements.captured_queries)
     assert _session_settings() == before
+
+
+def test_the_final_row_fetch_is_bound_to_the_tenant(tenant, other_tenant, committed):
+    from memoryhub.services.query import _fetch
+
+    mine = committed(write.write, tenant.scope, [{"content": "mine", "metadata": {"a": [1]}}])
+    theirs = committed(write.write, other_tenant.scope, [{"content": "theirs"}])
+    ids = [*mine.record_ids, *theirs.record_ids]
+    rows = _fetch(tenant.scope, ids)
+    assert [row["content"] for row in rows.values()] == ["mine"]
+    assert next(iter(rows.values()))["metadata"] == {"a": [1]}  # decoded, as the ORM would
+    assert [row["content"] for row in _fetch(other_tenant.scope, ids).values()] == ["theirs"]

@@ -17,6 +17,7 @@ iterative scans so a selective filter still yields k rows.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -333,10 +334,34 @@ ITEM_FIELDS: tuple[str, ...] = ("id", "content", "knowledge_base__name", "metada
 ITEM_FIELDS += ("kind", "namespace", "tags", "created_at")
 
 
-def _fetch(ids: list[Any]) -> dict[Any, dict[str, Any]]:
-    """The rows of the final candidates only (content travels for these, not for all)."""
-    rows = MemoryRecord.objects.filter(pk__in=ids).order_by().values(*ITEM_FIELDS)
-    return {row["id"]: row for row in rows}
+def _fetch(scope: Scope, ids: list[Any]) -> dict[Any, dict[str, Any]]:
+    """The rows of the final candidates only (content travels for these, not for all).
+
+    One primary-key lookup on the hot path of every query, so plain SQL: the ORM's
+    compilation cost more than the statement (about 1 ms of 1.5 on the benchmark
+    machine). The tenant is in the WHERE clause, as the scoped manager would put it.
+    """
+    if not ids:
+        return {}
+    records, knowledge_bases = MemoryRecord._meta.db_table, KnowledgeBase._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT r.id, r.content, kb.name, r.metadata, r.key, r.kind, r.namespace, r.tags,"
+            f" r.created_at FROM {records} r JOIN {knowledge_bases} kb"
+            " ON kb.id = r.knowledge_base_id"
+            " WHERE r.org_id = %s AND r.domain_id = %s AND r.id = ANY(%s)",
+            [scope.org_id, scope.domain_id, list(ids)],
+        )
+        rows = cursor.fetchall()
+    return {
+        row[0]: dict(zip(ITEM_FIELDS, (*row[:3], _json(row[3]), *row[4:]), strict=True))
+        for row in rows
+    }
+
+
+def _json(value: Any) -> Any:
+    """A jsonb column read without the ORM (Django's psycopg setup returns it as text)."""
+    return json.loads(value) if isinstance(value, str | bytes) else value
 
 
 def _to_item(row: dict[str, Any], score: float) -> MemoryItem:
@@ -398,8 +423,7 @@ def _items(
     scope: Scope, request: QueryRequest, ranked: list[tuple[Any, float]], *, observed: bool
 ) -> list[MemoryItem]:
     """The ranked records as items, duplicates merged; ``observed`` records the merge."""
-    with tenant_scope(scope):
-        rows = _fetch([pk for pk, _ in ranked])
+    rows = _fetch(scope, [pk for pk, _ in ranked])
     items = [_to_item(rows[pk], score) for pk, score in ranked if pk in rows]
     merged, collapsed = dedupe_items(items, "id")
     if collapsed and observed:

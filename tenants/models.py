@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import OuterRef, Q, Subquery
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from rest_framework_api_key.models import AbstractAPIKey, APIKeyManager
@@ -122,6 +122,25 @@ class ApiKeyManager(APIKeyManager.from_queryset(ApiKeyQuerySet)):
     def get_usable_keys(self) -> models.QuerySet[ApiKey]:
         return super().get_usable_keys().select_related("org", "domain")
 
+    def get_from_key(self, key: str, *, domain_slug: str | None = None) -> ApiKey:
+        """The unrevoked key ``key`` (``DoesNotExist`` otherwise), with its org and domain.
+
+        With ``domain_slug``, the id of the key's org's domain of that slug comes in the
+        same query, as ``api_key.url_domain == (domain_slug, id or None)``: the API reads
+        the key and the URL's domain in one round trip.
+        """
+        prefix, _, _ = key.partition(".")
+        queryset = self.get_usable_keys()
+        if domain_slug is not None:
+            domains = Domain.objects.filter(org_id=OuterRef("org_id"), slug=domain_slug)
+            queryset = queryset.annotate(url_domain_id=Subquery(domains.values("pk")[:1]))
+        api_key = queryset.get(prefix=prefix)
+        if not api_key.is_valid(key):
+            raise self.model.DoesNotExist("Key is not valid.")
+        if domain_slug is not None:
+            api_key.url_domain = (domain_slug, getattr(api_key, "url_domain_id", None))
+        return api_key
+
 
 class ApiKey(AbstractAPIKey):
     """A credential for the REST API, bound to one org and optionally one domain.
@@ -153,6 +172,8 @@ class ApiKey(AbstractAPIKey):
     last_used_at = models.DateTimeField(_("last used"), null=True, blank=True, editable=False)
 
     objects = ApiKeyManager()
+    #: ``(slug, domain id or None)`` when loaded by ``get_from_key(domain_slug=...)``.
+    url_domain: tuple[str, int | None] | None = None
 
     class Meta(AbstractAPIKey.Meta):
         verbose_name = _("API key")

@@ -147,6 +147,25 @@ def test_a_shared_slug_means_the_callers_own_domain(world):
     assert [r["content"] for r in listing] == ["acme-support"]
 
 
+@pytest.mark.parametrize("key_name", ["acme-unbound", "acme-support"])
+@pytest.mark.parametrize(("domain", "status"), [("support", 200), ("sales", None), ("legal", 404)])
+def test_the_key_and_the_urls_domain_are_read_in_one_query(world, key_name, domain, status):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    _, _, keys = world
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Api-Key {keys[key_name]}")
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get(f"/api/v1/domains/{domain}/sources")
+    # sales: acme's, but outside the support-bound key; legal: globex's only.
+    expected = status or (200 if key_name == "acme-unbound" else 404)
+    assert response.status_code == expected
+    statements = [q["sql"] for q in queries.captured_queries]
+    assert 'FROM "tenants_apikey"' in statements[0] and '"tenants_domain"' in statements[0]
+    assert not any(s.startswith('SELECT "tenants_domain"') for s in statements), statements
+
+
 def test_scope_refusals_are_observed_for_the_callers_org(world):
     from memoryhub.models import Observation
 

@@ -57,11 +57,16 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
             raise exceptions.AuthenticationFailed(
                 _("Invalid Api-Key header."), code="invalid_key"
             ) from None
-        return self.authenticate_key(key)
+        # The URL's domain is read with the key, in the same query (resolve_domain).
+        kwargs = (getattr(request, "parser_context", None) or {}).get("kwargs") or {}
+        slug = kwargs.get("domain")
+        return self.authenticate_key(key, domain_slug=slug if isinstance(slug, str) else None)
 
-    def authenticate_key(self, key: str) -> tuple[ApiKeyUser, ApiKey]:
+    def authenticate_key(
+        self, key: str, *, domain_slug: str | None = None
+    ) -> tuple[ApiKeyUser, ApiKey]:
         try:
-            api_key = ApiKey.objects.get_from_key(key)
+            api_key = ApiKey.objects.get_from_key(key, domain_slug=domain_slug)
         except ApiKey.DoesNotExist:
             raise exceptions.AuthenticationFailed(
                 _("Unknown or revoked API key."), code="invalid_key"

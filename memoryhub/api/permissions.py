@@ -73,33 +73,41 @@ def resolve_domain(request: Request, slug: str, permission: str) -> Scope:
     """The caller's scope for domain ``slug``, checking ``permission``; 404/403 otherwise."""
     api_key = request_api_key(request)
     if api_key is not None:
-        bound = api_key.domain  # loaded with the key
-        if bound is not None and bound.slug == slug:
-            domain: Domain | None = bound
-        else:
-            domain = Domain.objects.filter(org_id=api_key.org_id, slug=slug).first()
-        if domain is None:
-            raise _refuse(request, api_key.org_id, "not a domain of the key's org")
-        if not api_key.covers_domain(domain):
-            raise _refuse(request, api_key.org_id, "outside the key's domain")
-        granted = set(api_key.permissions)
-    else:
-        org_slug = request.query_params.get("org")
-        orgs = _session_orgs(request)
-        if org_slug is not None:
-            orgs = orgs.filter(slug=org_slug)
-        candidates = list(Domain.objects.filter(org__in=orgs, slug=slug).select_related("org")[:2])
-        if len(candidates) != 1:
-            if len(candidates) > 1:
-                raise exceptions.ValidationError(
-                    {"org": ["Several of your orgs have this domain; add ?org=<slug>."]}
-                )
-            raise DomainNotFound()
-        domain = candidates[0]
-        granted = _session_permissions(request, domain.org)
-    if permission not in granted:
+        return _key_scope(request, api_key, slug, permission)
+    org_slug = request.query_params.get("org")
+    orgs = _session_orgs(request)
+    if org_slug is not None:
+        orgs = orgs.filter(slug=org_slug)
+    candidates = list(Domain.objects.filter(org__in=orgs, slug=slug).select_related("org")[:2])
+    if len(candidates) != 1:
+        if len(candidates) > 1:
+            raise exceptions.ValidationError(
+                {"org": ["Several of your orgs have this domain; add ?org=<slug>."]}
+            )
+        raise DomainNotFound()
+    domain = candidates[0]
+    if permission not in _session_permissions(request, domain.org):
         raise MissingPermission(f"This credential lacks the {permission} permission.")
     return Scope.for_domain(domain)
+
+
+def _key_scope(request: Request, api_key: ApiKey, slug: str, permission: str) -> Scope:
+    if api_key.url_domain is not None and api_key.url_domain[0] == slug:
+        domain_id = api_key.url_domain[1]  # read with the key, in the same query
+    else:
+        domain_id = (
+            Domain.objects.filter(org_id=api_key.org_id, slug=slug)
+            .values_list("pk", flat=True)
+            .first()
+        )
+    # Only the key's org's domains are looked up: another org's domain does not exist.
+    if domain_id is None:
+        raise _refuse(request, api_key.org_id, "not a domain of the key's org")
+    if api_key.domain_id is not None and api_key.domain_id != domain_id:
+        raise _refuse(request, api_key.org_id, "outside the key's domain")
+    if permission not in api_key.permissions:
+        raise MissingPermission(f"This credential lacks the {permission} permission.")
+    return Scope(org_id=api_key.org_id, domain_id=domain_id)
 
 
 class IsApiKeyOrStaff(permissions.BasePermission):

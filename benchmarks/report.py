@@ -37,6 +37,16 @@ def summary_table(results: dict[str, Any]) -> str:
                     f"{api['p50']} / {api['p95']} vs {floor['p50']} / {floor['p95']}",
                 ]
             )
+    if "load" in results:
+        load = results["load"]
+        query = load["operations"].get("query", {})
+        rows.append(
+            [
+                f"mixed load, {load['clients']} clients: QPS / query p95 ms / 5xx / cross-tenant",
+                f"{load['qps']} / {query.get('p95')} / {load['errors_5xx']} / "
+                f"{load['cross_tenant_items']}",
+            ]
+        )
     for clients, row in results.get("concurrency", {}).items():
         rows.append(
             [
@@ -149,6 +159,37 @@ def targets_table(results: dict[str, Any]) -> str:
                 ]
             )
     return _table(["target", "measured", "verdict"], rows)
+
+
+def load_section(load: dict[str, Any]) -> list[str]:
+    """The mixed-load scenario (`benchmarks/load.py`)."""
+    setup = load.get("setup", {})
+    mix = ", ".join(f"{int(share * 100)}% {name}" for name, share in setup.get("mix", {}).items())
+    return [
+        "## Mixed load",
+        "",
+        f"{load['clients']} concurrent clients for {load['seconds']} s against gunicorn "
+        f"({setup.get('gunicorn', '')}; indexing: {setup.get('indexing', '')}; cache: "
+        f"{setup.get('cache', '')}), {mix}, across {load['tenants']} tenants, each with its own "
+        "API key and a marker token in its content. Every query response is checked: no item of "
+        "another tenant, none of a namespace forgotten before the query was sent, none outside "
+        "the requested namespaces.",
+        "",
+        _table(
+            ["operation", "requests", "QPS", "p50 ms", "p95 ms", "p99 ms", "errors"],
+            [
+                [name, op["requests"], op["qps"], op["p50"], op["p95"], op["p99"], op["errors"]]
+                for name, op in load["operations"].items()
+            ],
+        ),
+        "",
+        f"Total {load['requests']} requests ({load['qps']} QPS): **{load['errors_5xx']} 5xx**, "
+        f"{load['errors_4xx']} 4xx, {sum(load['transport_errors'].values())} transport errors; "
+        f"{load['items_checked']} items checked: **{load['cross_tenant_items']} cross-tenant**, "
+        f"{load['forgotten_items']} forgotten, {load['items_outside_namespaces']} outside their "
+        f"namespaces; {load['namespaces_forgotten']} namespaces forgotten during the run.",
+        "",
+    ]
 
 
 def write_report(results: dict[str, Any], path: Path) -> None:
@@ -285,6 +326,8 @@ def write_report(results: dict[str, Any], path: Path) -> None:
             ),
             "",
         ]
+    if "load" in results:
+        parts += load_section(results["load"])
     peer = results.get("peer", {})
     parts += ["## The peer: LangGraph PostgresStore", ""]
     if "skipped" in peer:

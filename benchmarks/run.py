@@ -28,6 +28,8 @@ QUERIES = 60
 K = 10
 #: Queries per selectivity in the filtered-recall measurement.
 FILTERED_QUERIES = 100
+#: Seconds of the mixed-load scenario per scale.
+LOAD_SECONDS = {"tiny": 5.0, "small": 30.0, "medium": 60.0, "large": 60.0}
 
 
 class Progress:
@@ -793,6 +795,12 @@ def main(scale: str, output: Path) -> dict[str, Any]:
             for key, value in django_settings.MEMORYHUB.items()
             if key != "EXACT_SCAN_THRESHOLD"
         }
+
+    # Mixed load (issue 8): 32 clients, 80% queries, 15% writes, 5% forgets, 10 tenants,
+    # every response checked for other tenants' and forgotten memory.
+    from benchmarks import load
+
+    results["load"] = load.measure(logs, seconds=LOAD_SECONDS[scale], records=100)
 
     output.mkdir(parents=True, exist_ok=True)
     (output / f"results-{scale}.json").write_text(json.dumps(results, indent=2, default=str))

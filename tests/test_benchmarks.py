@@ -47,10 +47,16 @@ def test_benchmark_harness_smoke(tmp_path):
     assert "## Ingest" in report
     assert "## Query latency" in report
     assert "## Targets" in report
+    assert "## Mixed load" in report
     results = json.loads((tmp_path / "results-tiny.json").read_text())
     assert results["records"] == 1000
     assert results["ingest"]["service"]["records_per_second"] > 0
     assert set(results["filtered_recall"]) == {"1%", "10%", "100%"}
+    load = results["load"]
+    assert load["requests"] > 0
+    assert load["errors_5xx"] == 0
+    assert load["cross_tenant_items"] == 0
+    assert load["forgotten_items"] == 0
     for tenant, rows in results["latency_ms"].items():
         assert {"api vector", "api hybrid", "raw sql vector", "raw sql hybrid"} <= set(rows)
         # The floors return what the service returns (same work, same plan).

@@ -135,3 +135,31 @@ def test_last_used_is_recorded(client):
     client.get(WHOAMI, **auth(key))
     api_key.refresh_from_db()
     assert api_key.last_used_at is not None
+
+
+@pytest.mark.django_db
+def test_get_from_key_loads_the_key_its_org_and_domains_in_one_query(django_assert_num_queries):
+    org, other = OrgFactory(slug="acme"), OrgFactory(slug="globex")
+    support = DomainFactory(org=org, slug="support")
+    DomainFactory(org=org, slug="sales")
+    DomainFactory(org=other, slug="legal")
+    bound, bound_key = create_api_key(org=org, domain=support)
+    unbound, unbound_key = create_api_key(org=org)
+    with django_assert_num_queries(1):
+        found = ApiKey.objects.get_from_key(bound_key, domain_slug="sales")
+        assert (found.pk, found.org.slug, found.domain.slug) == (bound.pk, "acme", "support")
+        assert found.url_domain[0] == "sales" and found.url_domain[1] is not None
+    with django_assert_num_queries(1):
+        found = ApiKey.objects.get_from_key(unbound_key, domain_slug="legal")
+        assert found.domain is None and found.org.slug == "acme"
+        assert found.url_domain == ("legal", None)  # globex's domain is not acme's
+    found = ApiKey.objects.get_from_key(unbound_key)
+    assert found.url_domain is None
+    found.name = "renamed"
+    found.save()  # a normal model instance
+    assert ApiKey.objects.get(pk=unbound.pk).name == "renamed"
+    with pytest.raises(ApiKey.DoesNotExist):
+        ApiKey.objects.get_from_key(unbound_key[:-1] + ("x" if unbound_key[-1] != "x" else "y"))
+    ApiKey.objects.filter(pk=unbound.pk).update(revoked=True)
+    with pytest.raises(ApiKey.DoesNotExist):
+        ApiKey.objects.get_from_key(unbound_key)

@@ -126,7 +126,8 @@ class _Compiler:
                 if not key or len(key) > MAX_KEY_LENGTH or "\x00" in key:
                     raise FilterError(child, "is not a valid metadata key.")
                 q &= self.field(key, value, child)
-        return q
+        # {} matches everything; an empty Q() would vanish inside an $or.
+        return q if q else ~Q(pk__in=[])
 
     def combine(self, operator: str, value: Any, path: str, depth: int) -> Q:
         if not isinstance(value, list) or not value:
@@ -181,7 +182,8 @@ class _Compiler:
                     raise FilterError(f"{path}[{index}]", "must be a string, number, bool or null.")
                 _check_value(item, f"{path}[{index}]")
             if not operand:
-                return Q(pk__in=[]) if operator == "$in" else Q()
+                # Match nothing / everything: an empty Q() would vanish inside an $or.
+                return Q(pk__in=[]) if operator == "$in" else ~Q(pk__in=[])
             member = self.equal(value, json_type, operand[0])
             for item in operand[1:]:
                 member |= self.equal(value, json_type, item)
@@ -201,7 +203,7 @@ class _Compiler:
 
 def compile_where(where: Any, *, path: str = "where") -> Q:
     """Compile a ``where`` filter to a Q over ``metadata``; ``None`` or ``{}`` is no filter."""
-    if where is None:
+    if where is None or (isinstance(where, Mapping) and not where):
         return Q()
     return _Compiler().compile(where, path, depth=1)
 

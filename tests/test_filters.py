@@ -141,6 +141,25 @@ def test_sql_matches_the_python_reference(corpus, where, extra):
 
 
 @pytest.mark.parametrize(
+    "where",
+    [
+        {"$or": [{"a": None}, {"a": {"$nin": []}}]},  # found by hypothesis
+        {"$or": [{"a": 1}, {}]},
+        {"$and": [{}, {"$or": [{"zzz": 1}, {"q": {"$nin": []}}]}]},
+    ],
+)
+def test_match_everything_survives_inside_an_or(corpus, where):
+    kb, records = corpus
+    got = set(
+        MemoryRecord.unscoped.filter(knowledge_base=kb)
+        .filter(compile_where(where))
+        .values_list("pk", flat=True)
+    )
+    assert got == {r.pk for r in records}
+    assert all(evaluate(where, r.metadata) for r in records)
+
+
+@pytest.mark.parametrize(
     ("where", "matching"),
     [
         ({"a": 1}, [{"a": 1}, {"a": 1.0}]),

@@ -244,7 +244,7 @@ def _vector_leg(
     ranked = (
         scoped.annotate(distance=CosineDistance(expression, vector))
         .order_by("distance")
-        .values_list("id", "distance")[:depth]
+        .values_list("id", "distance", *ROW_FIELDS)[:depth]
     )
     return _Leg(ranked, lambda distance: 1.0 - distance), strategy, settings
 
@@ -267,7 +267,7 @@ def _keyword_leg(records: QuerySet[MemoryRecord], text: str, depth: int) -> _Leg
         records.filter(search_vector=search)
         .annotate(rank=rank)
         .order_by("-rank", "-created_at")
-        .values_list("id", "rank")[:depth]
+        .values_list("id", "rank", *ROW_FIELDS)[:depth]
     )
     return _Leg(ranked, float)
 
@@ -275,7 +275,9 @@ def _keyword_leg(records: QuerySet[MemoryRecord], text: str, depth: int) -> _Leg
 _SET = "SELECT " + ", ".join(["set_config(%s, %s, true)"] * 4)
 
 
-def _run(legs: Sequence[_Leg | None], settings: dict[str, str]) -> list[list[tuple[Any, float]]]:
+def _run(
+    legs: Sequence[_Leg | None], settings: dict[str, str]
+) -> tuple[list[list[tuple[Any, float]]], dict[Any, dict[str, Any]]]:
     """Each leg's ``(id, score)`` list, best first, from one round trip when possible.
 
     The statements (and the transaction-local ``settings``) go to PostgreSQL as one
@@ -324,14 +326,31 @@ def _run(legs: Sequence[_Leg | None], settings: dict[str, str]) -> list[list[tup
                     restore = zip(names, saved, strict=True)
                     cursor.execute(_SET, [v for pair in restore for v in pair])
     found = iter(results)
-    return [
-        [(pk, leg.to_score(float(value))) for pk, value in next(found)] if leg else []
-        for leg in runnable
-    ]
+    ranked: list[list[tuple[Any, float]]] = []
+    rows: dict[Any, dict[str, Any]] = {}
+    for leg in runnable:
+        if leg is None:
+            ranked.append([])
+            continue
+        leg_rows = next(found)
+        ranked.append([(row[0], leg.to_score(float(row[1]))) for row in leg_rows])
+        rows.update((row[0], _row(row[0], row[2:])) for row in leg_rows)
+    return ranked, rows
 
 
-ITEM_FIELDS: tuple[str, ...] = ("id", "content", "knowledge_base__name", "metadata", "key")
-ITEM_FIELDS += ("kind", "namespace", "tags", "created_at")
+#: What an item needs of its record, besides its id; the candidate statements select it,
+#: so a query's rows come with its ranking, in the same round trip.
+ROW_FIELDS: tuple[str, ...] = ("content", "knowledge_base__name", "metadata", "key", "kind")
+ROW_FIELDS += ("namespace", "tags", "created_at")
+ITEM_FIELDS: tuple[str, ...] = ("id", *ROW_FIELDS)
+
+
+def _row(pk: Any, values: Sequence[Any]) -> dict[str, Any]:
+    """A record's item fields from a plain cursor row (``ROW_FIELDS`` order)."""
+    row = dict(zip(ROW_FIELDS, values, strict=True))
+    row["id"] = pk
+    row["metadata"] = _json(row["metadata"])
+    return row
 
 
 def _fetch(scope: Scope, ids: list[Any]) -> dict[Any, dict[str, Any]]:
@@ -353,10 +372,7 @@ def _fetch(scope: Scope, ids: list[Any]) -> dict[Any, dict[str, Any]]:
             [scope.org_id, scope.domain_id, list(ids)],
         )
         rows = cursor.fetchall()
-    return {
-        row[0]: dict(zip(ITEM_FIELDS, (*row[:3], _json(row[3]), *row[4:]), strict=True))
-        for row in rows
-    }
+    return {row[0]: _row(row[0], row[1:]) for row in rows}
 
 
 def _json(value: Any) -> Any:
@@ -390,8 +406,11 @@ def _fuse(
     return sorted(scores.items(), key=lambda pair: -pair[1])
 
 
-def _rank(scope: Scope, request: QueryRequest) -> tuple[list[tuple[Any, float]], str]:
-    """The best ``(id, score)`` pairs for ``request`` (twice k) and the strategy used."""
+def _rank(
+    scope: Scope, request: QueryRequest
+) -> tuple[list[tuple[Any, float]], str, dict[Any, dict[str, Any]]]:
+    """The best ``(id, score)`` pairs for ``request`` (twice k), the strategy used, and
+    the candidates' rows."""
     with tenant_scope(scope):
         records = _base_queryset(scope, request)
         depth = max(request.k * 4, 40) if request.mode == "hybrid" else request.k * 2 + 10
@@ -404,7 +423,7 @@ def _rank(scope: Scope, request: QueryRequest) -> tuple[list[tuple[Any, float]],
             strategy = plan if request.mode == "vector" else f"hybrid+{plan}"
         if request.mode in ("keyword", "hybrid"):
             keyword_leg = _keyword_leg(records, request.query, depth)
-        vector, keyword = _run([vector_leg, keyword_leg], settings)
+        (vector, keyword), rows = _run([vector_leg, keyword_leg], settings)
     # relaxed_order may return the vector leg slightly out of order.
     vector.sort(key=lambda pair: -pair[1])
     if request.mode == "vector":
@@ -416,14 +435,24 @@ def _rank(scope: Scope, request: QueryRequest) -> tuple[list[tuple[Any, float]],
     if request.min_score is not None:
         ranked = [(pk, score) for pk, score in ranked if score >= request.min_score]
     # Twice k: room for duplicates that merge away.
-    return ranked[: request.k * 2], strategy
+    return ranked[: request.k * 2], strategy, rows
 
 
 def _items(
-    scope: Scope, request: QueryRequest, ranked: list[tuple[Any, float]], *, observed: bool
+    scope: Scope,
+    request: QueryRequest,
+    ranked: list[tuple[Any, float]],
+    rows: dict[Any, dict[str, Any]] | None = None,
+    *,
+    observed: bool,
 ) -> list[MemoryItem]:
-    """The ranked records as items, duplicates merged; ``observed`` records the merge."""
-    rows = _fetch(scope, [pk for pk, _ in ranked])
+    """The ranked records as items, duplicates merged; ``observed`` records the merge.
+
+    ``rows`` are the candidates' rows when the ranking was just computed; a cached
+    ranking reads them again (a record erased since is simply not there).
+    """
+    if rows is None:
+        rows = _fetch(scope, [pk for pk, _ in ranked])
     items = [_to_item(rows[pk], score) for pk, score in ranked if pk in rows]
     merged, collapsed = dedupe_items(items, "id")
     if collapsed and observed:
@@ -458,9 +487,10 @@ def query(scope: Scope, request: QueryRequest | None = None, /, **raw: Any) -> Q
         ranked, strategy = cached
         items = _items(scope, request, ranked, observed=False)
         return QueryResult(items=items, cached=True, strategy=strategy)
-    ranked, strategy = _rank(scope, request)
+    ranked, strategy, rows = _rank(scope, request)
     cache.set_query(scope, canonical, (ranked, strategy))
-    return QueryResult(items=_items(scope, request, ranked, observed=True), strategy=strategy)
+    items = _items(scope, request, ranked, rows, observed=True)
+    return QueryResult(items=items, strategy=strategy)
 
 
 def render_grounding(items: Sequence[MemoryItem], format: Any = None) -> str | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from typing import Any
 
 from django.core.cache import BaseCache, caches
@@ -21,6 +22,7 @@ from .conf import memoryhub_settings
 from .scope import Scope
 
 _PREFIX = "memoryhub"
+logger = logging.getLogger(__name__)
 
 
 def _cache() -> BaseCache:
@@ -74,7 +76,7 @@ def purge_queries(scope: Scope) -> int:
     from django.core.cache.backends.redis import RedisCache
 
     cache = _cache()
-    prefix = cache.make_key(f"{_PREFIX}:q:{scope.key()}:")
+    prefix = cache.make_key(f"{_PREFIX}:{QUERY_NAMESPACE}:{scope.key()}:")
     # Both through private attributes: the entries dict and its lock; the redis client.
     backend: Any = cache
     if isinstance(cache, LocMemCache):
@@ -96,8 +98,13 @@ def erase_on_commit(scope: Scope) -> None:
     """After an erasure commits: bump the generation and delete the cached results."""
 
     def erase() -> None:
-        bump_generation(scope)
-        purge_queries(scope)
+        # The erasure is committed: a cache that cannot be reached must not turn it into
+        # an error (it then holds nothing to serve either).
+        try:
+            bump_generation(scope)
+            purge_queries(scope)
+        except Exception as exc:
+            logger.warning("could not purge the query cache of %s: %s", scope, type(exc).__name__)
 
     transaction.on_commit(erase)
 
@@ -106,21 +113,27 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
 
 
+#: The format of cached query values: ``(ranking, strategy)`` since q2 (q held results
+#: with content). A new format gets a new name, so a rolling deploy never reads the other.
+QUERY_NAMESPACE = "q2"
+
+
 def query_key(scope: Scope, request: dict[str, Any]) -> str:
+    """The cache key of ``request`` in ``scope`` at the domain's current generation."""
     digest = hashlib.sha256(canonical_json(request).encode("utf-8")).hexdigest()
-    return f"{_PREFIX}:q:{scope.key()}:g{generation(scope)}:{digest}"
+    return f"{_PREFIX}:{QUERY_NAMESPACE}:{scope.key()}:g{generation(scope)}:{digest}"
 
 
-def get_query(scope: Scope, request: dict[str, Any]) -> Any:
+def get_query(key: str) -> Any:
     if memoryhub_settings.CACHE_TTL <= 0:
         return None
-    return _cache().get(query_key(scope, request))
+    return _cache().get(key)
 
 
-def set_query(scope: Scope, request: dict[str, Any], value: Any) -> None:
+def set_query(key: str, value: Any) -> None:
     ttl = memoryhub_settings.CACHE_TTL
     if ttl > 0:
-        _cache().set(query_key(scope, request), value, timeout=ttl)
+        _cache().set(key, value, timeout=ttl)
 
 
 #: Plan facts (how many rows a filter selects) live this long within a generation.

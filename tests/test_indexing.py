@@ -177,3 +177,45 @@ def test_reembed_command_embeds_what_the_current_model_lacks(tenant, settings):
     assert set(MemoryRecord.unscoped.values_list("embedding_model", flat=True)) == {
         "hashing-32-c35"
     }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_import_job_never_runs_twice_at_once(tenant):
+    import threading
+
+    from django.db import connections, transaction
+
+    from memoryhub.models import ImportJob, MemoryRecord
+    from memoryhub.services import imports, write
+
+    knowledge_base = write.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
+    text = "\n".join(f'{{"content": "Imported line {n}."}}' for n in range(3))
+    job = imports.create_job(
+        tenant.scope, knowledge_base, text=text, format="jsonl", filename="a.jsonl"
+    )
+    locked, release = threading.Event(), threading.Event()
+
+    def another_worker_runs_it() -> None:  # holds the job's row as run_job would
+        try:
+            with transaction.atomic():
+                ImportJob.unscoped.select_for_update().get(pk=job.pk)
+                locked.set()
+                release.wait(timeout=30)
+        finally:
+            connections.close_all()
+
+    holder = threading.Thread(target=another_worker_runs_it)
+    holder.start()
+    try:
+        assert locked.wait(timeout=30)
+        seen = imports.run_job(job.pk)  # a duplicate message meanwhile: it steps aside
+        assert seen is not None and seen.status == ImportJob.Status.QUEUED
+        assert not MemoryRecord.unscoped.filter(knowledge_base=knowledge_base).exists()
+    finally:
+        release.set()
+        holder.join(timeout=30)
+    done = imports.run_job(job.pk)
+    assert done is not None and done.status == ImportJob.Status.DONE
+    assert MemoryRecord.unscoped.filter(knowledge_base=knowledge_base).count() == 3
+    assert imports.run_job(job.pk).imported == 3  # done is done: no second import
+    assert MemoryRecord.unscoped.filter(knowledge_base=knowledge_base).count() == 3

@@ -429,3 +429,60 @@ def test_the_final_row_fetch_is_bound_to_the_tenant(tenant, other_tenant, commit
     assert [row["content"] for row in rows.values()] == ["mine"]
     assert next(iter(rows.values()))["metadata"] == {"a": [1]}  # decoded, as the ORM would
     assert [row["content"] for row in _fetch(other_tenant.scope, ids).values()] == ["theirs"]
+
+
+@pytest.mark.parametrize("mode", ["vector", "keyword", "hybrid"])
+@pytest.mark.parametrize(
+    "filters", [{"kinds": []}, {"where": {"x": {"$in": []}}}, {"sources": []}, {"tags": []}]
+)
+def test_a_filter_that_matches_nothing_answers_nothing(tenant, handbook, mode, filters):
+    result = query.query(tenant.scope, query="refunds", k=3, mode=mode, **filters)
+    expected = [] if "tags" not in filters else [HANDBOOK[0]]  # tags=[] is no tag filter
+    assert [item.content for item in result.items][: len(expected)] == expected
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("mode", ["vector", "keyword", "hybrid"])
+def test_a_filter_that_matches_nothing_answers_nothing_outside_a_transaction(tenant, mode):
+    write.write(tenant.scope, [{"content": text} for text in HANDBOOK])
+    for filters in ({"kinds": []}, {"where": {"x": {"$in": []}}}):
+        assert query.query(tenant.scope, query="refunds", mode=mode, **filters).items == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_hnsw_inside_a_transaction_on_a_fresh_connection(tenant, settings):
+    write.write(tenant.scope, [{"content": text} for text in HANDBOOK])
+    settings.MEMORYHUB = {"EXACT_SCAN_THRESHOLD": 0, "CACHE_TTL": 0}
+    connection.close()  # hnsw.* are unknown until pgvector is loaded in the session
+    with transaction.atomic():
+        result = query.query(tenant.scope, query="refunds", k=2, mode="vector")
+        assert result.strategy == "hnsw" and result.items[0].content == HANDBOOK[0]
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT current_setting('enable_sort')")
+            assert cursor.fetchone()[0] == "on"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_hnsw_settings_hold_with_server_side_binding_and_never_leak(tenant, settings):
+    from django.db.backends.postgresql.base import ServerBindingCursor
+
+    write.write(tenant.scope, [{"content": text} for text in HANDBOOK])
+    settings.MEMORYHUB = {"EXACT_SCAN_THRESHOLD": 0, "CACHE_TTL": 0}
+    client_side = query.query(tenant.scope, query="refunds", k=4, mode="hybrid")
+    connection.ensure_connection()
+    saved = connection.connection.cursor_factory
+    connection.connection.cursor_factory = ServerBindingCursor
+    try:
+        server_side = query.query(tenant.scope, query="refunds", k=4, mode="hybrid")
+    finally:
+        connection.connection.cursor_factory = saved
+    assert [i.id for i in server_side.items] == [i.id for i in client_side.items]
+    assert _session_settings()[0] == "on"
+    # Autocommit off (a transaction Django does not manage): nothing may outlive the query.
+    transaction.set_autocommit(False)
+    try:
+        query.query(tenant.scope, query="refunds payment", k=4, mode="vector")
+        assert _session_settings()[0] == "on"
+    finally:
+        transaction.rollback()
+        transaction.set_autocommit(True)

@@ -173,10 +173,12 @@ def _progress_key(job_id: int) -> str:
 def progress(job: ImportJob) -> dict[str, Any]:
     """What the KB page shows: status, items done and total."""
     cached = caches[memoryhub_settings.CACHE_ALIAS].get(_progress_key(job.pk))
-    done = job.imported if cached is None or job.status in ("done", "failed") else cached
+    finished = job.status in (ImportJob.Status.DONE, ImportJob.Status.FAILED)
+    done = job.imported if cached is None or finished else cached
+    running = not finished and cached is not None
     return {
         "id": job.pk,
-        "status": job.status,
+        "status": ImportJob.Status.RUNNING if running else job.status,
         "done": done,
         "total": job.total,
         "errors": job.errors,
@@ -244,33 +246,53 @@ def queued_for_sweep(older_than: timedelta | None = None) -> list[int]:
 
 
 def run_job(job_id: int) -> ImportJob | None:
-    """Import a job's file in one transaction; on any error nothing of it remains."""
-    job = ImportJob.unscoped.select_related("knowledge_base").filter(pk=job_id).first()
-    if job is None or job.status in (ImportJob.Status.DONE, ImportJob.Status.FAILED):
-        return job
-    ImportJob.unscoped.filter(pk=job.pk).update(status=ImportJob.Status.RUNNING)
-    scope = Scope(job.org_id, job.domain_id)
-    cache = caches[memoryhub_settings.CACHE_ALIAS]
-    batch = memoryhub_settings.MAX_WRITE_ITEMS
-    try:
-        rows = parse(job.text, job.format, filename=job.filename, namespace=job.namespace)
-        with transaction.atomic():
-            for start in range(0, len(rows), batch):
-                write.write(
-                    scope,
-                    [row.item for row in rows[start : start + batch]],
-                    sources=[job.knowledge_base.name],
-                    actor=job.actor,
-                    operator=True,
-                )
-                cache.set(_progress_key(job.pk), min(start + batch, len(rows)), timeout=3600)
-    except ValidationFailed as exc:
-        _finish(job, ImportJob.Status.FAILED, 0, exc.errors)
-    except Exception as exc:
-        _finish(job, ImportJob.Status.FAILED, 0, {"file": [f"{type(exc).__name__}: {exc}"]})
-        raise
-    else:
-        _finish(job, ImportJob.Status.DONE, len(rows), {})
+    """Import a job's file in one transaction; on any error nothing of it remains.
+
+    The job's row stays locked while it runs, so a second message for it (the sweeper
+    re-sends jobs that wait long) finds it taken and returns at once: a job never runs
+    twice at once. A worker that dies mid-run releases the lock with its transaction, and the
+    redelivered message runs the job again from the start.
+    """
+    failure: Exception | None = None
+    with transaction.atomic():
+        job = (
+            ImportJob.unscoped.select_for_update(skip_locked=True, of=("self",))
+            .select_related("knowledge_base")
+            .filter(pk=job_id)
+            .first()
+        )
+        if job is None:  # no such job, or another worker is running it right now
+            return ImportJob.unscoped.filter(pk=job_id).first()
+        if job.status in (ImportJob.Status.DONE, ImportJob.Status.FAILED):
+            return job
+        scope = Scope(job.org_id, job.domain_id)
+        cache = caches[memoryhub_settings.CACHE_ALIAS]
+        batch = memoryhub_settings.MAX_WRITE_ITEMS
+        # The row's status changes with the import's commit; meanwhile the progress in
+        # the cache tells the admin the job is running (progress()).
+        cache.set(_progress_key(job.pk), 0, timeout=3600)
+        try:
+            rows = parse(job.text, job.format, filename=job.filename, namespace=job.namespace)
+            with transaction.atomic():  # a savepoint: on error none of the file remains
+                for start in range(0, len(rows), batch):
+                    write.write(
+                        scope,
+                        [row.item for row in rows[start : start + batch]],
+                        sources=[job.knowledge_base.name],
+                        actor=job.actor,
+                        operator=True,
+                    )
+                    progress = min(start + batch, len(rows))
+                    cache.set(_progress_key(job.pk), progress, timeout=3600)
+        except ValidationFailed as exc:
+            _finish(job, ImportJob.Status.FAILED, 0, exc.errors)
+        except Exception as exc:
+            _finish(job, ImportJob.Status.FAILED, 0, {"file": [f"{type(exc).__name__}: {exc}"]})
+            failure = exc  # raised once the failure is committed
+        else:
+            _finish(job, ImportJob.Status.DONE, len(rows), {})
+    if failure is not None:
+        raise failure
     job.refresh_from_db()
     return job
 

@@ -23,9 +23,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import psycopg
 from django.contrib.postgres.search import SearchQuery, SearchRank
 from django.core.exceptions import EmptyResultSet
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import F, FloatField, QuerySet
 from django.db.models.functions import Cast
 from pgvector.django import CosineDistance, VectorField
@@ -275,6 +276,22 @@ def _keyword_leg(records: QuerySet[MemoryRecord], text: str, depth: int) -> _Leg
 _SET = "SELECT " + ", ".join(["set_config(%s, %s, true)"] * 4)
 
 
+def _binds_client_side() -> bool:
+    """Django's psycopg 3 default; with ``server_side_binding`` one message cannot hold
+    several statements."""
+    connection.ensure_connection()
+    return isinstance(connection.connection, psycopg.Connection) and (
+        connection.connection.cursor_factory is not None
+        and issubclass(connection.connection.cursor_factory, ClientCursor)
+    )
+
+
+def _reset_value(cursor: Any, name: str) -> str:
+    cursor.execute("SELECT reset_val FROM pg_settings WHERE name = %s", [name])
+    row = cursor.fetchone()
+    return str(row[0]) if row else ""
+
+
 def _run(
     legs: Sequence[_Leg | None], settings: dict[str, str]
 ) -> tuple[list[list[tuple[Any, float]]], dict[Any, dict[str, Any]]]:
@@ -289,21 +306,24 @@ def _run(
     runnable: list[_Leg | None] = []
     for leg in legs:
         try:
-            compiled.append(leg.queryset.query.sql_with_params() if leg else ("", ()))
+            if leg is not None:
+                compiled.append(leg.queryset.query.sql_with_params())
             runnable.append(leg)
         except EmptyResultSet:  # e.g. kinds=[]: nothing can match, nothing to send
             runnable.append(None)
-    compiled = [pair for pair, leg in zip(compiled, runnable, strict=True) if leg]
     names = list(settings)
     assert len(names) in (0, 4)
     results: list[list[tuple[Any, Any]]] = []
-    with connection.cursor() as cursor:
-        if isinstance(cursor.cursor, ClientCursor) and not connection.in_atomic_block:
-            statements = [sql for sql, _ in compiled]
-            params: list[Any] = [p for _, leg_params in compiled for p in leg_params]
-            if names:
-                statements.insert(0, _SET)
-                params[:0] = [v for name in names for v in (name, settings[name])]
+    if not compiled:
+        pass
+    elif connection.get_autocommit() and not connection.in_atomic_block and _binds_client_side():
+        # One message, one implicit transaction: the settings end with it.
+        statements = [sql for sql, _ in compiled]
+        params: list[Any] = [p for _, leg_params in compiled for p in leg_params]
+        if names:
+            statements.insert(0, _SET)
+            params[:0] = [v for name in names for v in (name, settings[name])]
+        with connection.cursor() as cursor:
             cursor.execute(";\n".join(statements), params)
             if names:
                 cursor.nextset()
@@ -311,20 +331,30 @@ def _run(
                 if index:
                     cursor.nextset()
                 results.append(cursor.fetchall())
-        else:
+    else:
+        with transaction.atomic(), connection.cursor() as cursor:
             saved: list[Any] = []
             if names:
-                cursor.execute("SELECT " + ", ".join(["current_setting(%s)"] * len(names)), names)
+                # missing_ok: hnsw.* exist only once pgvector is loaded in the session.
+                cursor.execute(
+                    "SELECT " + ", ".join(["current_setting(%s, true)"] * len(names)), names
+                )
                 saved = list(cursor.fetchone())
                 cursor.execute(_SET, [v for name in names for v in (name, settings[name])])
-            try:
-                for sql, leg_params in compiled:
-                    cursor.execute(sql, leg_params)
-                    results.append(cursor.fetchall())
-            finally:
-                if names:
-                    restore = zip(names, saved, strict=True)
-                    cursor.execute(_SET, [v for pair in restore for v in pair])
+            for sql, leg_params in compiled:
+                cursor.execute(sql, leg_params)
+                results.append(cursor.fetchall())
+            # Only on success: after an error the transaction is aborted anyway, and a
+            # restore would hide the error. Inside the caller's transaction the
+            # settings would otherwise outlive this query (SET LOCAL ends with the
+            # outermost transaction, not with a savepoint).
+            restore = [
+                v
+                for name, value in zip(names, saved, strict=True)
+                for v in (name, value if value is not None else _reset_value(cursor, name))
+            ]
+            if restore:
+                cursor.execute(_SET, restore)
     found = iter(results)
     ranked: list[list[tuple[Any, float]]] = []
     rows: dict[Any, dict[str, Any]] = {}
@@ -368,7 +398,8 @@ def _fetch(scope: Scope, ids: list[Any]) -> dict[Any, dict[str, Any]]:
             f"SELECT r.id, r.content, kb.name, r.metadata, r.key, r.kind, r.namespace, r.tags,"
             f" r.created_at FROM {records} r JOIN {knowledge_bases} kb"
             " ON kb.id = r.knowledge_base_id"
-            " WHERE r.org_id = %s AND r.domain_id = %s AND r.id = ANY(%s)",
+            " WHERE r.org_id = %s AND r.domain_id = %s AND r.id = ANY(%s)"
+            " AND (r.expires_at IS NULL OR r.expires_at > now())",
             [scope.org_id, scope.domain_id, list(ids)],
         )
         rows = cursor.fetchall()
@@ -482,13 +513,16 @@ def query(scope: Scope, request: QueryRequest | None = None, /, **raw: Any) -> Q
         request = QueryRequest.build(**raw)
     # The model is part of the key: after a change of embedder, old entries are not reused.
     canonical = {**request.canonical(), "model": memoryhub_settings.embedder().name}
-    cached = cache.get_query(scope, canonical)
+    # One key for the read and the write: a write between them moves the generation on,
+    # and this (older) ranking must not be stored under the new one.
+    key = cache.query_key(scope, canonical)
+    cached = cache.get_query(key)
     if cached is not None:
         ranked, strategy = cached
         items = _items(scope, request, ranked, observed=False)
         return QueryResult(items=items, cached=True, strategy=strategy)
     ranked, strategy, rows = _rank(scope, request)
-    cache.set_query(scope, canonical, (ranked, strategy))
+    cache.set_query(key, (ranked, strategy))
     items = _items(scope, request, ranked, rows, observed=True)
     return QueryResult(items=items, strategy=strategy)
 

@@ -115,3 +115,36 @@ def test_sigterm_stops_the_embedded_server(tmp_path):
     assert completed.returncode == 128 + 15
     assert not embedded.is_running(data / "postgres")
     assert _postgres_processes(data / "postgres") == []
+
+
+def test_a_killed_holder_does_not_keep_the_server_running(tmp_path):
+    """A process SIGKILLed while holding the server (it cannot clean up) is forgotten:
+    the next process to exit still stops the server."""
+    import json
+    import os
+    import signal
+
+    data = tmp_path / "site"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from pathlib import Path\n"
+            "from config.embedded_postgres import server as embedded\n"
+            f"embedded.get_server(Path({str(data)!r}))\n"
+            "print('holding', flush=True)\n"
+            "time.sleep(60)\n",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait(timeout=10)
+    assert embedded.is_running(data)  # nobody stopped it
+    assert holder.pid in json.loads((data / embedded.HOLDERS_FILE).read_text())
+    _run(data, "print(conn.execute('SELECT 1').fetchone()[0])")  # uses it, then exits
+    assert not embedded.is_running(data)
+    assert _postgres_processes(data) == []

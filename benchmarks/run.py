@@ -12,7 +12,6 @@ import os
 import platform
 import random
 import statistics
-import subprocess
 import sys
 import time
 import uuid
@@ -20,6 +19,9 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from benchmarks.load import measure as measure_load
+from benchmarks.load import percentiles, start_gunicorn, stop
 
 ROOT = Path(__file__).resolve().parent.parent
 SCALES = {"tiny": 1_000, "small": 10_000, "medium": 100_000, "large": 1_000_000}
@@ -51,15 +53,6 @@ class Progress:
 
     def close(self) -> None:
         sys.stderr.write("\n")
-
-
-def percentiles(samples: list[float]) -> dict[str, float]:
-    ordered = sorted(samples)
-
-    def at(q: float) -> float:
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
-
-    return {"p50": round(at(0.50), 3), "p95": round(at(0.95), 3), "p99": round(at(0.99), 3)}
 
 
 def timed(fn: Callable[[], Any], repeat: Iterable[Any]) -> list[float]:
@@ -410,51 +403,6 @@ class KeepAliveClient:
         self.connection.close()
 
 
-def start_gunicorn(logs: Path) -> tuple[subprocess.Popen[bytes], str]:
-    from tests.services import free_port, wait_for
-
-    port = free_port()
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "config.settings",
-        "DEBUG": "0",
-        "SECRET_KEY": "bench-" + uuid.uuid4().hex,
-        "ALLOWED_HOSTS": "127.0.0.1",
-        # Plain HTTP on the loopback: no TLS proxy in front of this server.
-        "SECURE_SSL_REDIRECT": "0",
-    }
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "config.wsgi:application",
-            "--bind",
-            f"127.0.0.1:{port}",
-            "--workers",
-            "2",
-            "--threads",
-            "4",
-            "--log-level",
-            "warning",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=(logs / "gunicorn.log").open("wb"),
-        stderr=subprocess.STDOUT,
-    )
-    import httpx
-
-    def up() -> bool:
-        try:
-            return httpx.get(f"http://127.0.0.1:{port}/api/v1/health", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    wait_for(up, timeout=60, what="gunicorn to answer")
-    return process, f"http://127.0.0.1:{port}"
-
-
 def measure_peer(
     scopes: list[Any], sizes: list[int], texts: list[str], queries: dict[str, list[tuple[str, int]]]
 ) -> dict[str, Any]:
@@ -736,8 +684,7 @@ def main(scale: str, output: Path) -> dict[str, Any]:
         client.close()
         results["concurrency"] = measure_concurrency(base_url, scopes[0], texts[: sizes[0]], rng)
     finally:
-        server.terminate()
-        server.wait(timeout=20)
+        stop(server)
     results["latency_ms"] = latency
     results["floor_overlap"] = floor_overlap
     results["known_item"] = recall_known
@@ -798,9 +745,7 @@ def main(scale: str, output: Path) -> dict[str, Any]:
 
     # Mixed load (issue 8): 32 clients, 80% queries, 15% writes, 5% forgets, 10 tenants,
     # every response checked for other tenants' and forgotten memory.
-    from benchmarks import load
-
-    results["load"] = load.measure(logs, seconds=LOAD_SECONDS[scale], records=100)
+    results["load"] = measure_load(logs, seconds=LOAD_SECONDS[scale], records=100)
 
     output.mkdir(parents=True, exist_ok=True)
     (output / f"results-{scale}.json").write_text(json.dumps(results, indent=2, default=str))

@@ -150,13 +150,9 @@ def start_gunicorn(
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+    from tests.services import stop_process
+
+    stop_process(process, timeout=30)
 
 
 # --- tenants ---------------------------------------------------------------------------------

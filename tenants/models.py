@@ -121,9 +121,6 @@ class ApiKeyQuerySet(models.QuerySet["ApiKey"]):
 
 
 class ApiKeyManager(APIKeyManager.from_queryset(ApiKeyQuerySet)):
-    def get_usable_keys(self) -> models.QuerySet[ApiKey]:
-        return super().get_usable_keys().select_related("org", "domain")
-
     def get_from_key(self, key: str, *, domain_slug: str | None = None) -> ApiKey:
         """The unrevoked key ``key`` (``DoesNotExist`` otherwise), with its org and domain.
 
@@ -248,8 +245,9 @@ class ApiKey(AbstractAPIKey):
     def allows(self, permission: str) -> bool:
         return permission in self.permissions
 
-    def covers_domain(self, domain: Domain) -> bool:
-        """Whether this key may act on ``domain``: same org, and the bound domain if any."""
-        if domain.org_id != self.org_id:
+    def covers_domain(self, org_id: int, domain_id: int) -> bool:
+        """Whether this key may act on domain ``domain_id`` of org ``org_id``: its own
+        org, and its bound domain if it has one."""
+        if org_id != self.org_id:
             return False
-        return self.domain_id is None or self.domain_id == domain.pk
+        return self.domain_id is None or self.domain_id == domain_id

@@ -358,13 +358,18 @@ class Gunicorn:
         return {child.pid for child in psutil.Process(self.process.pid).children()}
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+        stop_process(self.process)
+
+
+def stop_process(process: subprocess.Popen[bytes], *, timeout: float = 20) -> None:
+    """SIGTERM ``process`` and wait; SIGKILL it if it does not exit in ``timeout`` s."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
 
 
 def _http_answers(port: int) -> bool:

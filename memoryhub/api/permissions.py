@@ -103,7 +103,7 @@ def _key_scope(request: Request, api_key: ApiKey, slug: str, permission: str) ->
     # Only the key's org's domains are looked up: another org's domain does not exist.
     if domain_id is None:
         raise _refuse(request, api_key.org_id, "not a domain of the key's org")
-    if api_key.domain_id is not None and api_key.domain_id != domain_id:
+    if not api_key.covers_domain(api_key.org_id, domain_id):
         raise _refuse(request, api_key.org_id, "outside the key's domain")
     if permission not in api_key.permissions:
         raise MissingPermission(f"This credential lacks the {permission} permission.")

@@ -208,8 +208,8 @@ def _scope_size(scope: Scope, records: QuerySet[MemoryRecord], limit: int, descr
 
 @dataclass(frozen=True)
 class _Leg:
-    """A ranked candidate list: a queryset of ``(id, value)``, best first, and how
-    ``value`` (a distance or a rank) becomes the mode's score."""
+    """A ranked candidate list: a queryset of ``(id, value, *ROW_FIELDS)``, best first,
+    and how ``value`` (a distance or a rank) becomes the mode's score."""
 
     queryset: QuerySet[Any, Any]
     to_score: Callable[[float], float]
@@ -295,7 +295,8 @@ def _reset_value(cursor: Any, name: str) -> str:
 def _run(
     legs: Sequence[_Leg | None], settings: dict[str, str]
 ) -> tuple[list[list[tuple[Any, float]]], dict[Any, dict[str, Any]]]:
-    """Each leg's ``(id, score)`` list, best first, from one round trip when possible.
+    """Each leg's ``(id, score)`` list, best first, and the candidates' rows by id, from
+    one round trip when possible.
 
     The statements (and the transaction-local ``settings``) go to PostgreSQL as one
     message when the connection binds parameters client-side (Django's default) and no
@@ -372,7 +373,6 @@ def _run(
 #: so a query's rows come with its ranking, in the same round trip.
 ROW_FIELDS: tuple[str, ...] = ("content", "knowledge_base__name", "metadata", "key", "kind")
 ROW_FIELDS += ("namespace", "tags", "created_at")
-ITEM_FIELDS: tuple[str, ...] = ("id", *ROW_FIELDS)
 
 
 def _row(pk: Any, values: Sequence[Any]) -> dict[str, Any]:
@@ -384,11 +384,12 @@ def _row(pk: Any, values: Sequence[Any]) -> dict[str, Any]:
 
 
 def _fetch(scope: Scope, ids: list[Any]) -> dict[Any, dict[str, Any]]:
-    """The rows of the final candidates only (content travels for these, not for all).
+    """The rows of a cached ranking's records, read again (erased or expired ones are
+    gone).
 
-    One primary-key lookup on the hot path of every query, so plain SQL: the ORM's
-    compilation cost more than the statement (about 1 ms of 1.5 on the benchmark
-    machine). The tenant is in the WHERE clause, as the scoped manager would put it.
+    One primary-key lookup on every cache hit, so plain SQL: the ORM's compilation cost
+    more than the statement (about 1 ms of 1.5 on the benchmark machine). The tenant is
+    in the WHERE clause, as the scoped manager would put it.
     """
     if not ids:
         return {}

@@ -77,6 +77,39 @@ def test_keep_running_server_is_stopped_by_stop(tmp_path):
     assert embedded.stop(data_dir) is False
 
 
+def test_the_first_start_already_has_memoryhubs_memory_settings(tmp_path):
+    data_dir = tmp_path / "pg"
+    expected = embedded.memory_settings()
+    out = _run(
+        data_dir,
+        "for name in ('shared_buffers', 'effective_cache_size', 'maintenance_work_mem'):\n"
+        "    print(name, conn.execute(f'SHOW {name}').fetchone()[0])\n",
+    )
+    shown = dict(line.split() for line in out.splitlines())
+    # PostgreSQL shows 1024MB as 1GB.
+    as_mb = {k: int(v[:-2]) * (1024 if v.endswith("GB") else 1) for k, v in shown.items()}
+    assert as_mb == {k: int(v.removesuffix("MB")) for k, v in expected.items()}
+    assert as_mb["shared_buffers"] > 128  # more than PostgreSQL's default on this machine
+
+    # The file is the operator's once written: an edit survives the next start.
+    settings = data_dir / embedded.SETTINGS_FILE
+    settings.write_text("shared_buffers = '256MB'\n")
+    out = _run(data_dir, "print(conn.execute('SHOW shared_buffers').fetchone()[0])\n")
+    assert out.strip() == "256MB"
+    conf = (data_dir / "postgresql.conf").read_text()
+    assert conf.count(f"include_if_exists = '{embedded.SETTINGS_FILE}'") == 1
+
+
+@pytest.mark.parametrize(
+    ("ram_gb", "shared_buffers", "effective_cache_size"),
+    [(0.25, "128MB", "256MB"), (2, "512MB", "1024MB"), (24, "4096MB", "12288MB")],
+)
+def test_memory_settings_follow_the_machines_ram(ram_gb, shared_buffers, effective_cache_size):
+    settings = embedded.memory_settings(int(ram_gb * 1024**3))
+    assert settings["shared_buffers"] == shared_buffers
+    assert settings["effective_cache_size"] == effective_cache_size
+
+
 @pytest.mark.django_db
 def test_site_database_has_pgvector():
     from django.db import connection

@@ -13,6 +13,7 @@ from rest_framework.test import APIClient
 
 from memoryhub import log as memoryhub_log
 from memoryhub.scope import Scope
+from memoryhub.services.query import clear_plans
 from tenants.models import Domain
 
 from .factories import DomainFactory, OrgFactory
@@ -36,6 +37,7 @@ class Tenant:
 @pytest.fixture(autouse=True)
 def _clear_cache() -> Iterator[None]:
     cache.clear()
+    clear_plans()  # compiled per domain generation, which restarts with the cache
     yield
     cache.clear()
 

@@ -248,6 +248,52 @@ def test_tenant_isolation_of_the_service(tenant, other_tenant, committed):
         assert mine == ["acme refunds policy"], mode
 
 
+def test_compiled_plans_are_reused_per_shape_and_rebuilt_after_a_write(
+    tenant, other_tenant, handbook, committed
+):
+    from django.test.utils import CaptureQueriesContext
+
+    query.clear_plans()
+    first = query.query(tenant.scope, query="refunds", k=1, mode="hybrid")
+    assert len(query._PLANS) == 1
+    # Same shape, other words: the compiled plan is reused (no count, no KB lookup), and
+    # the slots carry this query's vector and words, not the first one's.
+    with CaptureQueriesContext(connection) as statements:
+        second = query.query(tenant.scope, query="manager approval orders", k=1, mode="hybrid")
+    assert len(query._PLANS) == 1
+    sent = [q["sql"] for q in statements if not q["sql"].startswith(("SAVEPOINT", "RELEASE"))]
+    assert len(sent) == 2 and all("ORDER BY" in sql for sql in sent)  # the two legs only
+    assert first.items[0].content == HANDBOOK[0]
+    assert second.items[0].content == HANDBOOK[1]
+    # Another shape (k, mode, filters) or another tenant gets its own plan.
+    query.query(tenant.scope, query="refunds", k=2, mode="hybrid")
+    assert query.query(other_tenant.scope, query="refunds", k=1, mode="hybrid").items == []
+    assert len(query._PLANS) == 3
+
+    # Expiry is the server's now, when the statement runs: a reused plan does not keep an
+    # expired record (the update bypasses the service, so nothing is invalidated).
+    MemoryRecord.unscoped.filter(content=HANDBOOK[0]).update(
+        expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    later = query.query(tenant.scope, query="refunds policy", k=1, mode="hybrid")
+    assert HANDBOOK[0] not in [item.content for item in later.items]
+    assert len(query._PLANS) == 3
+
+    # A write moves the domain's generation on: the next query compiles afresh.
+    committed(write.write, tenant.scope, [{"content": "Refunds for gift cards are not possible."}])
+    fresh = query.query(tenant.scope, query="refunds gift cards", k=1, mode="hybrid")
+    assert len(query._PLANS) == 4
+    assert fresh.items[0].content.startswith("Refunds for gift cards")
+
+
+def test_a_query_without_words_sends_no_keyword_leg_through_a_reused_plan(tenant, handbook):
+    words = query.query(tenant.scope, query="refunds", k=2, mode="keyword")
+    assert words.items[0].content == HANDBOOK[0]
+    assert len(query._PLANS) == 1
+    assert query.query(tenant.scope, query="?!", k=2, mode="keyword").items == []
+    assert len(query._PLANS) == 1
+
+
 # --- plans: exact scan for small scopes, HNSW with iterative scan for large ones -------------
 
 

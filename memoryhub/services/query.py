@@ -19,6 +19,9 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,8 +30,10 @@ import psycopg
 from django.contrib.postgres.search import SearchQuery, SearchRank
 from django.core.exceptions import EmptyResultSet
 from django.db import connection, transaction
-from django.db.models import F, FloatField, QuerySet
-from django.db.models.functions import Cast
+from django.db.models import CharField, F, FloatField, QuerySet
+from django.db.models.expressions import RawSQL
+from django.db.models.functions import Cast, Now
+from pgvector import Vector
 from pgvector.django import CosineDistance, VectorField
 from psycopg import ClientCursor
 
@@ -174,7 +179,8 @@ class QueryResult:
 
 
 def _base_queryset(scope: Scope, request: QueryRequest) -> QuerySet[MemoryRecord]:
-    records = MemoryRecord.objects.live().filter(namespace__in=list(request.namespaces))
+    # Now(), not the clock: the compiled statement is reused, and expiry is the server's now.
+    records = MemoryRecord.objects.live(now=Now()).filter(namespace__in=list(request.namespaces))
     if request.sources is not None:
         knowledge_bases = dict(
             KnowledgeBase.objects.filter(name__in=request.sources).values_list("name", "pk")
@@ -206,21 +212,62 @@ def _scope_size(scope: Scope, records: QuerySet[MemoryRecord], limit: int, descr
     return int(size)
 
 
+class _Slot:
+    """A parameter of a compiled statement filled in per query (found by identity)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<slot {self.name}>"
+
+
+VECTOR = _Slot("query vector")
+WORDS = _Slot("query words")
+
+
 @dataclass(frozen=True)
 class _Leg:
-    """A ranked candidate list: a queryset of ``(id, value, *ROW_FIELDS)``, best first,
-    and how ``value`` (a distance or a rank) becomes the mode's score."""
+    """A ranked candidate list: one statement selecting ``(id, value, *ROW_FIELDS)``, best
+    first, with slots for the query, and how ``value`` (a distance or a rank) becomes the
+    mode's score."""
 
-    queryset: QuerySet[Any, Any]
+    sql: str
+    params: tuple[Any, ...]
     to_score: Callable[[float], float]
+    slot: _Slot
+
+    @classmethod
+    def compile(
+        cls, queryset: QuerySet[Any, Any], to_score: Callable[[float], float], slot: _Slot
+    ) -> _Leg | None:
+        """None when the filter can match nothing (e.g. ``kinds=[]``): nothing to send."""
+        try:
+            sql, params = queryset.query.sql_with_params()
+        except EmptyResultSet:
+            return None
+        return cls(sql, tuple(params), to_score, slot)
+
+    def bind(self, values: dict[_Slot, Any]) -> list[Any]:
+        return [values[p] if isinstance(p, _Slot) else p for p in self.params]
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """The compiled legs of one request shape (filters, mode, k) in one domain generation,
+    the strategy they use, and the settings that strategy needs."""
+
+    vector: _Leg | None
+    keyword: _Leg | None
+    strategy: str
+    settings: dict[str, str]
 
 
 def _vector_leg(
     scope: Scope, request: QueryRequest, records: QuerySet[MemoryRecord], depth: int
-) -> tuple[_Leg, str, dict[str, str]]:
+) -> tuple[_Leg | None, str, dict[str, str]]:
     """The vector leg, the plan it uses, and the settings that plan needs (HNSW)."""
     embedder = memoryhub_settings.embedder()
-    vector = embedder.embed_query(request.query)
     scoped = records.filter(embedding_model=embedder.name, status=MemoryRecord.Status.INDEXED)
     threshold = memoryhub_settings.EXACT_SCAN_THRESHOLD
     filters = {**request.canonical(), "query": None, "k": None, "mode": None, "min_score": None}
@@ -241,28 +288,27 @@ def _vector_leg(
             "hnsw.max_scan_tuples": str(int(memoryhub_settings.HNSW_MAX_SCAN_TUPLES)),
             "hnsw.ef_search": str(min(int(max(memoryhub_settings.HNSW_EF_SEARCH, depth)), 1000)),
         }
+    vector = RawSQL("%s", (VECTOR,), output_field=VectorField())
     # The distance is computed once per row: ORDER BY reuses the SELECT column.
     ranked = (
         scoped.annotate(distance=CosineDistance(expression, vector))
         .order_by("distance")
         .values_list("id", "distance", *ROW_FIELDS)[:depth]
     )
-    return _Leg(ranked, lambda distance: 1.0 - distance), strategy, settings
+    return _Leg.compile(ranked, lambda distance: 1.0 - distance, VECTOR), strategy, settings
 
 
-def _keyword_query(text: str) -> SearchQuery | None:
+def _keyword_words(text: str) -> str | None:
+    """The query's words as a raw tsquery OR (stemmed, stop words dropped by PostgreSQL:
+    any match ranks); None when it has no words."""
     words = _WORD.findall(text.lower())[:64]
-    if not words:
-        return None
-    # OR of the words (stemmed, stop words dropped by PostgreSQL): any match ranks.
-    return SearchQuery(" | ".join(words), config=SEARCH_CONFIG, search_type="raw")
+    return " | ".join(words) if words else None
 
 
-def _keyword_leg(records: QuerySet[MemoryRecord], text: str, depth: int) -> _Leg | None:
+def _keyword_leg(records: QuerySet[MemoryRecord], depth: int) -> _Leg | None:
     """The best ``depth`` full-text matches, ranked by ``ts_rank`` normalised to [0, 1)."""
-    search = _keyword_query(text)
-    if search is None:
-        return None
+    words = RawSQL("%s", (WORDS,), output_field=CharField())
+    search = SearchQuery(words, config=SEARCH_CONFIG, search_type="raw")
     rank = Cast(SearchRank(F("search_vector"), search, normalization=32), FloatField())
     ranked = (
         records.filter(search_vector=search)
@@ -270,7 +316,63 @@ def _keyword_leg(records: QuerySet[MemoryRecord], text: str, depth: int) -> _Leg
         .order_by("-rank", "-created_at")
         .values_list("id", "rank", *ROW_FIELDS)[:depth]
     )
-    return _Leg(ranked, float)
+    return _Leg.compile(ranked, float, WORDS)
+
+
+#: Compiled plans by request shape, settings and domain generation, in this process:
+#: building and compiling the querysets cost about 1 ms a query on the benchmark machine,
+#: as much as a small tenant's statement. Kept at most ``PLAN_SECONDS``.
+_PLANS: OrderedDict[str, tuple[float, _Plan]] = OrderedDict()
+_PLANS_LOCK = threading.Lock()
+PLANS_KEPT = 512
+PLAN_SECONDS = 60.0
+
+
+def clear_plans() -> None:
+    """Forget this process's compiled plans (tests)."""
+    with _PLANS_LOCK:
+        _PLANS.clear()
+
+
+def _plan(scope: Scope, request: QueryRequest) -> _Plan:
+    """The compiled legs for ``request``'s shape, from this process's plans when the
+    domain has not changed since (same generation), nor the settings the plan depends on,
+    and the plan is younger than ``PLAN_SECONDS``."""
+    settings = memoryhub_settings
+    shape = {
+        **request.canonical(),
+        "query": None,
+        "min_score": None,
+        "model": settings.embedder().name,
+        "exact": settings.EXACT_SCAN_THRESHOLD,
+        "ef": settings.HNSW_EF_SEARCH,
+        "tuples": settings.HNSW_MAX_SCAN_TUPLES,
+    }
+    key = cache.plan_key(scope, "statements|" + cache.canonical_json(shape))
+    now = time.monotonic()
+    with _PLANS_LOCK:
+        found = _PLANS.get(key)
+        if found is not None and now - found[0] < PLAN_SECONDS:
+            _PLANS.move_to_end(key)
+            return found[1]
+    with tenant_scope(scope):
+        records = _base_queryset(scope, request)
+        depth = max(request.k * 4, 40) if request.mode == "hybrid" else request.k * 2 + 10
+        vector: _Leg | None = None
+        keyword: _Leg | None = None
+        hnsw: dict[str, str] = {}
+        strategy = request.mode
+        if request.mode in ("vector", "hybrid"):
+            vector, chosen, hnsw = _vector_leg(scope, request, records, depth)
+            strategy = chosen if request.mode == "vector" else f"hybrid+{chosen}"
+        if request.mode in ("keyword", "hybrid"):
+            keyword = _keyword_leg(records, depth)
+    plan = _Plan(vector, keyword, strategy, hnsw)
+    with _PLANS_LOCK:
+        _PLANS[key] = (now, plan)
+        while len(_PLANS) > PLANS_KEPT:
+            _PLANS.popitem(last=False)
+    return plan
 
 
 _SET = "SELECT " + ", ".join(["set_config(%s, %s, true)"] * 4)
@@ -293,25 +395,19 @@ def _reset_value(cursor: Any, name: str) -> str:
 
 
 def _run(
-    legs: Sequence[_Leg | None], settings: dict[str, str]
+    legs: Sequence[_Leg | None], values: dict[_Slot, Any], settings: dict[str, str]
 ) -> tuple[list[list[tuple[Any, float]]], dict[Any, dict[str, Any]]]:
     """Each leg's ``(id, score)`` list, best first, and the candidates' rows by id, from
-    one round trip when possible.
+    one round trip when possible; ``values`` fill the legs' slots.
 
     The statements (and the transaction-local ``settings``) go to PostgreSQL as one
     message when the connection binds parameters client-side (Django's default) and no
     transaction is open: one implicit transaction, so the settings end with it. Inside a
     transaction they are sent one by one and the settings restored afterwards.
     """
-    compiled: list[tuple[str, tuple[Any, ...]]] = []
-    runnable: list[_Leg | None] = []
-    for leg in legs:
-        try:
-            if leg is not None:
-                compiled.append(leg.queryset.query.sql_with_params())
-            runnable.append(leg)
-        except EmptyResultSet:  # e.g. kinds=[]: nothing can match, nothing to send
-            runnable.append(None)
+    # A leg whose slot has no value (a query without words) is not sent.
+    runnable = [leg if leg and values.get(leg.slot) is not None else None for leg in legs]
+    compiled = [(leg.sql, leg.bind(values)) for leg in runnable if leg is not None]
     names = list(settings)
     assert len(names) in (0, 4)
     results: list[list[tuple[Any, Any]]] = []
@@ -443,19 +539,11 @@ def _rank(
 ) -> tuple[list[tuple[Any, float]], str, dict[Any, dict[str, Any]]]:
     """The best ``(id, score)`` pairs for ``request`` (twice k), the strategy used, and
     the candidates' rows."""
-    with tenant_scope(scope):
-        records = _base_queryset(scope, request)
-        depth = max(request.k * 4, 40) if request.mode == "hybrid" else request.k * 2 + 10
-        vector_leg: _Leg | None = None
-        keyword_leg: _Leg | None = None
-        settings: dict[str, str] = {}
-        strategy = request.mode
-        if request.mode in ("vector", "hybrid"):
-            vector_leg, plan, settings = _vector_leg(scope, request, records, depth)
-            strategy = plan if request.mode == "vector" else f"hybrid+{plan}"
-        if request.mode in ("keyword", "hybrid"):
-            keyword_leg = _keyword_leg(records, request.query, depth)
-        (vector, keyword), rows = _run([vector_leg, keyword_leg], settings)
+    plan = _plan(scope, request)
+    values: dict[_Slot, Any] = {WORDS: _keyword_words(request.query)}
+    if plan.vector is not None:
+        values[VECTOR] = Vector(memoryhub_settings.embedder().embed_query(request.query)).to_text()
+    (vector, keyword), rows = _run([plan.vector, plan.keyword], values, plan.settings)
     # relaxed_order may return the vector leg slightly out of order.
     vector.sort(key=lambda pair: -pair[1])
     if request.mode == "vector":
@@ -467,7 +555,7 @@ def _rank(
     if request.min_score is not None:
         ranked = [(pk, score) for pk, score in ranked if score >= request.min_score]
     # Twice k: room for duplicates that merge away.
-    return ranked[: request.k * 2], strategy, rows
+    return ranked[: request.k * 2], plan.strategy, rows
 
 
 def _items(

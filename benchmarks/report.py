@@ -200,7 +200,8 @@ def write_report(results: dict[str, Any], path: Path) -> None:
         f"Scale **{results['scale']}**: {results['records']:,} records over 100 tenants (one holds 30%, one 10%, "
         "the rest a Zipf-like tail), passages of the standard library's docstrings. "
         f"Run {results['date']} on {machine['cpus']} CPUs, {machine['platform']}, Python {machine['python']}, "
-        f"{machine['postgres']}, pgvector {machine['pgvector']}. Regenerate with `make bench` "
+        f"{machine['postgres']} (shared_buffers {machine.get('shared_buffers', '?')}), "
+        f"pgvector {machine['pgvector']}. Regenerate with `make bench` "
         "(`python -m benchmarks --scale small|medium|large`).",
         "",
         "Settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()) + ".",

@@ -185,6 +185,7 @@ def ingest_copy(scopes: list[Any], sizes: list[int], texts: list[str]) -> dict[s
     import numpy as np
     from django.db import connection
     from pgvector.psycopg import register_vector
+    from psycopg.types.json import Jsonb
 
     from memoryhub.conf import memoryhub_settings
     from memoryhub.models import KnowledgeBase, MemoryRecord, content_hash
@@ -208,7 +209,7 @@ def ingest_copy(scopes: list[Any], sizes: list[int], texts: list[str]) -> dict[s
                     "semantic",
                     texts[i],
                     content_hash(texts[i]),
-                    json.dumps({"bucket": i % 100}),
+                    Jsonb({"bucket": i % 100}),
                     [],
                     vectors[i],
                     embedder.name,
@@ -536,15 +537,17 @@ def main(scale: str, output: Path) -> dict[str, Any]:
     }
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT version(), (SELECT extversion FROM pg_extension WHERE extname='vector')"
+            "SELECT version(), (SELECT extversion FROM pg_extension WHERE extname='vector'), "
+            "current_setting('shared_buffers')"
         )
-        pg_version, pgvector_version = cursor.fetchone()
+        pg_version, pgvector_version, shared_buffers = cursor.fetchone()
     results["machine"] = {
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "postgres": pg_version.split(",")[0],
         "pgvector": pgvector_version,
+        "shared_buffers": shared_buffers,
     }
     embedder = memoryhub_settings.embedder()
     results["settings"] = {

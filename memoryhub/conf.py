@@ -37,6 +37,10 @@ DEFAULTS: dict[str, Any] = {
     "EXACT_SCAN_THRESHOLD": 2_000,
     "HNSW_EF_SEARCH": 200,
     "HNSW_MAX_SCAN_TUPLES": 40_000,
+    # A domain with at least this many records gets its own (partial) HNSW index, built
+    # by the sweeper; its queries search that index with the same effort per record as
+    # the shared one (0 disables).
+    "TENANT_INDEX_MIN_RECORDS": 10_000,
     # Seconds a query result stays in the cache (0 disables the cache).
     "CACHE_ALIAS": "default",
     "CACHE_TTL": 60,
@@ -71,6 +75,7 @@ INTEGER_SETTINGS = {
     "EXACT_SCAN_THRESHOLD": 0,
     "HNSW_EF_SEARCH": 1,
     "HNSW_MAX_SCAN_TUPLES": 1,
+    "TENANT_INDEX_MIN_RECORDS": 0,
     "INDEX_BATCH_SIZE": 1,
     "INDEX_MAX_ATTEMPTS": 1,
     "SWEEP_PENDING_AFTER": 1,

@@ -43,7 +43,17 @@ def sweep() -> dict[str, int]:
     for job_id in jobs:
         imports.enqueue_job(job_id)
     purged = indexing.purge_expired()
+    if memoryhub_settings.TENANT_INDEX_MIN_RECORDS or indexing.has_tenant_indexes():
+        # Its own task: a build takes minutes on a large domain; the sweep stays quick.
+        tenant_indexes.delay()
     return {"requeued": len(pending), "jobs_requeued": len(jobs), "purged": purged}
+
+
+@shared_task(acks_late=True)
+def tenant_indexes() -> dict[str, list[str]]:
+    """Build the HNSW indexes of domains that grew large; drop those of shrunk ones."""
+    changes = indexing.ensure_tenant_indexes()
+    return {"created": changes.created, "dropped": changes.dropped, "busy": changes.busy}
 
 
 @shared_task(acks_late=True)

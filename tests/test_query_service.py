@@ -328,6 +328,75 @@ def test_large_scope_uses_the_hnsw_index(tenant, handbook, settings):
     assert query.query(tenant.scope, query="refundy", k=2, mode="vector").strategy == "exact"
 
 
+def _explain_vector_leg(scope: Scope, text: str) -> str:
+    """The plan PostgreSQL picks for the service's own vector statement."""
+    from pgvector import Vector
+
+    plan = query._plan(scope, QueryRequest.build(query=text, k=2, mode="vector"))
+    assert plan.vector is not None
+    params = plan.vector.bind({query.VECTOR: Vector(HashingEmbedder().embed_query(text)).to_text()})
+    with transaction.atomic(), connection.cursor() as cursor:
+        # A handful of rows: make the planner show which index it would use at scale.
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("SET LOCAL enable_sort = off")
+        cursor.execute("EXPLAIN " + plan.vector.sql, params)
+        return "\n".join(row[0] for row in cursor.fetchall())
+
+
+def test_a_large_domain_gets_its_own_hnsw_index_and_only_its_queries_use_it(
+    tenant, other_tenant, handbook, committed, settings
+):
+    from memoryhub.services import indexing
+
+    settings.MEMORYHUB = {"TENANT_INDEX_MIN_RECORDS": 4, "EXACT_SCAN_THRESHOLD": 0}
+    committed(write.write, other_tenant.scope, [{"content": "Globex refunds take a month."}])
+    model = HashingEmbedder().name
+    mine = indexing.tenant_index_name(model, tenant.scope.org_id, tenant.scope.domain_id)
+    assert query.query(tenant.scope, query="refunds", k=2, mode="vector").strategy == "hnsw"
+
+    changes = indexing.ensure_tenant_indexes()
+    assert changes.created == [mine]  # four records: the other tenant's one is not enough
+    assert indexing.ensure_tenant_indexes().created == []  # already there
+    assert mine in _explain_vector_leg(tenant.scope, "refunds")
+    assert mine not in _explain_vector_leg(other_tenant.scope, "refunds")
+    assert "memoryhub_hnsw_hashing" in _explain_vector_leg(other_tenant.scope, "refunds")
+
+    # Building it moved the domain's generation on: the next query plans with it.
+    result = query.query(tenant.scope, query="refunds", k=2, mode="vector")
+    assert result.strategy == "hnsw-tenant"
+    assert result.items[0].content == HANDBOOK[0]
+    assert all(item.content in HANDBOOK for item in result.items)
+    other = query.query(other_tenant.scope, query="refunds", k=2, mode="vector")
+    assert other.strategy == "hnsw"
+    assert [item.content for item in other.items] == ["Globex refunds take a month."]
+
+    # A domain under half the minimum loses it (hysteresis: at half it keeps it).
+    settings.MEMORYHUB = {"TENANT_INDEX_MIN_RECORDS": 8, "EXACT_SCAN_THRESHOLD": 0}
+    assert indexing.ensure_tenant_indexes().dropped == []
+    settings.MEMORYHUB = {"TENANT_INDEX_MIN_RECORDS": 10, "EXACT_SCAN_THRESHOLD": 0}
+    assert indexing.ensure_tenant_indexes().dropped == [mine]
+    assert mine not in _explain_vector_leg(tenant.scope, "refunds")
+    assert query.query(tenant.scope, query="refunds", k=2, mode="vector").strategy == "hnsw"
+
+
+def test_the_sweeper_builds_tenant_indexes_and_disabling_drops_them(
+    tenant, handbook, committed, settings
+):
+    from memoryhub import tasks
+    from memoryhub.services import indexing
+
+    settings.MEMORYHUB = {"TENANT_INDEX_MIN_RECORDS": 4, "EXACT_SCAN_THRESHOLD": 0}
+    mine = indexing.tenant_index_name(
+        HashingEmbedder().name, tenant.scope.org_id, tenant.scope.domain_id
+    )
+    committed(tasks.sweep)
+    assert indexing.has_tenant_indexes()
+    assert mine in _explain_vector_leg(tenant.scope, "refunds")
+    settings.MEMORYHUB = {"TENANT_INDEX_MIN_RECORDS": 0}
+    committed(tasks.sweep)
+    assert not indexing.has_tenant_indexes()
+
+
 def _insert_corpus(
     total: int, tenants: list[Scope], weights: list[float]
 ) -> dict[Scope, list[str]]:

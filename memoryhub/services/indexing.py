@@ -8,7 +8,9 @@ record's content is still the content that was embedded (a concurrent update win
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+import logging
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -26,15 +28,22 @@ from ..scope import Scope
 
 __all__ = [
     "IndexResult",
+    "TenantIndexChanges",
+    "ensure_tenant_indexes",
     "ensure_vector_index",
     "index_records",
     "pending_for_sweep",
     "purge_expired",
     "records_to_reembed",
+    "tenant_index_name",
+    "tenant_index_share",
     "vector_expression",
     "vector_index_name",
     "wait_until_indexed",
 ]
+
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -220,20 +229,38 @@ def ensure_vector_index(
     Returns ``(index name, created)``. ``CONCURRENTLY`` is used outside a transaction
     (production), plain ``CREATE INDEX`` inside one (tests, migrations).
     """
+    name = vector_index_name(model_name)
+    return name, _create_hnsw_index(name, model_name, dimensions, concurrently=concurrently)
+
+
+def _create_hnsw_index(
+    name: str,
+    model_name: str,
+    dimensions: int,
+    *,
+    tenant: tuple[int, int] | None = None,
+    concurrently: bool | None = None,
+) -> bool:
+    """``CREATE INDEX`` of the model's HNSW index (``tenant``: only that org and domain's
+    rows), unless one of that name exists; whether it was created."""
     from django.db import connection
     from psycopg import sql
 
-    name = vector_index_name(model_name)
     if concurrently is None:
         concurrently = not connection.in_atomic_block
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1 FROM pg_class WHERE relname = %s AND relkind = 'i'", [name])
         if cursor.fetchone() is not None:
-            return name, False
+            return False
+        predicate = sql.SQL("embedding_model = {model}").format(model=sql.Literal(model_name))
+        if tenant is not None:
+            predicate = sql.SQL("{} AND org_id = {} AND domain_id = {}").format(
+                predicate, sql.Literal(int(tenant[0])), sql.Literal(int(tenant[1]))
+            )
         statement = sql.SQL(
             "CREATE INDEX {concurrently} IF NOT EXISTS {name} ON {table} "
             "USING hnsw ({expression} vector_cosine_ops) "
-            "WITH (m = {m}, ef_construction = {ef}) WHERE embedding_model = {model}"
+            "WITH (m = {m}, ef_construction = {ef}) WHERE {predicate}"
         ).format(
             concurrently=sql.SQL("CONCURRENTLY" if concurrently else ""),
             name=sql.Identifier(name),
@@ -241,14 +268,187 @@ def ensure_vector_index(
             expression=sql.SQL(vector_expression(dimensions)),
             m=sql.Literal(HNSW_M),
             ef=sql.Literal(HNSW_EF_CONSTRUCTION),
-            model=sql.Literal(model_name),
+            predicate=predicate,
         )
         if not concurrently:
             # CREATE INDEX refuses to run while deferred FK checks are pending in the
             # transaction; checking them now is what COMMIT would do anyway.
             cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
         cursor.execute(statement.as_string(cursor.connection))
-    return name, True
+    return True
+
+
+# --- per-tenant vector indexes ---------------------------------------------------------------
+
+TENANT_INDEX_PREFIX = "memoryhub_hnsw_t"
+
+
+def tenant_index_name(model_name: str, org_id: int, domain_id: int) -> str:
+    """The name of one domain's own HNSW index of ``model_name`` (at most 63 bytes)."""
+    digest = hashlib.sha1(model_name.encode("utf-8")).hexdigest()[:8]
+    return f"{TENANT_INDEX_PREFIX}{int(org_id)}_{int(domain_id)}_{digest}"
+
+
+@dataclass(slots=True)
+class TenantIndexChanges:
+    created: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    busy: list[str] = field(default_factory=list)
+
+
+def ensure_tenant_indexes(
+    model_name: str | None = None,
+    dimensions: int | None = None,
+    *,
+    min_records: int | None = None,
+    concurrently: bool | None = None,
+) -> TenantIndexChanges:
+    """Give every domain with at least ``min_records`` records (default
+    ``TENANT_INDEX_MIN_RECORDS``; 0 gives none) its own HNSW index of the model, and drop
+    the indexes of domains that fell under half of that (or are gone).
+
+    A large domain's queries then search a graph of its own records only: on the 100k
+    benchmark, its 30% tenant reached recall@10 0.969 in 1.2 ms where the shared index
+    needed 2.8 ms for 0.965. Run by the sweeper and by ``memoryhub_ensure_indexes``;
+    a build already running elsewhere (an advisory lock) is left alone.
+    """
+    from django.db import connection
+
+    if model_name is None or dimensions is None:
+        embedder = memoryhub_settings.embedder()
+        model_name, dimensions = embedder.name, embedder.dimensions
+    minimum = memoryhub_settings.TENANT_INDEX_MIN_RECORDS if min_records is None else min_records
+    if concurrently is None:
+        concurrently = not connection.in_atomic_block
+    digest = tenant_index_name(model_name, 0, 0).rsplit("_", 1)[1]
+    table = MemoryRecord._meta.db_table
+    with connection.cursor() as cursor:
+        counts: dict[tuple[int, int], int] = {}
+        if minimum > 0:
+            # An index-only scan of the tenant btree: every record counts, any status.
+            cursor.execute(
+                f"SELECT org_id, domain_id, count(*) FROM {table} GROUP BY 1, 2"
+                " HAVING count(*) >= %s",
+                [max(minimum // 2, 1)],
+            )
+            counts = {(org, domain): n for org, domain, n in cursor.fetchall()}
+        cursor.execute(
+            "SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c"
+            " ON c.oid = i.indexrelid WHERE i.indrelid = %s::regclass AND c.relname LIKE %s",
+            [table, TENANT_INDEX_PREFIX.replace("_", r"\_") + "%" + digest],
+        )
+        existing = dict(cursor.fetchall())
+    changes = TenantIndexChanges()
+    wanted = {
+        tenant_index_name(model_name, org, domain): (org, domain)
+        for (org, domain), n in counts.items()
+        if n >= minimum
+    }
+    kept = {
+        tenant_index_name(model_name, org, domain) for (org, domain) in counts
+    }  # at least half the minimum: not dropped yet
+    for name, valid in existing.items():
+        if name not in kept or not valid:  # shrunk, gone, or a failed CONCURRENTLY build
+            with _index_lock(name) as locked:
+                if locked:
+                    _drop_index(name, concurrently=concurrently)
+                    changes.dropped.append(name)
+                else:
+                    changes.busy.append(name)
+    for name, tenant in wanted.items():
+        if existing.get(name) and name not in changes.dropped:
+            continue
+        with _index_lock(name) as locked:
+            if not locked:
+                changes.busy.append(name)
+            elif _create_hnsw_index(
+                name, model_name, dimensions, tenant=tenant, concurrently=concurrently
+            ):
+                changes.created.append(name)
+    by_name = {**wanted, **_tenants_of(existing)}
+    for name in changes.created + changes.dropped:
+        if name in by_name:
+            # The domain's compiled plans chose their ef_search for the old index set.
+            org, domain = by_name[name]
+            bump_generation(Scope(org_id=org, domain_id=domain))
+    if changes.created or changes.dropped:
+        logger.info("tenant HNSW indexes: created %s, dropped %s", changes.created, changes.dropped)
+    return changes
+
+
+def _tenants_of(names: Iterable[str]) -> dict[str, tuple[int, int]]:
+    """The (org, domain) of existing tenant index names, parsed back from the name."""
+    found = {}
+    for name in names:
+        try:
+            org, domain, _ = name.removeprefix(TENANT_INDEX_PREFIX).split("_")
+            found[name] = (int(org), int(domain))
+        except ValueError:
+            continue
+    return found
+
+
+@contextmanager
+def _index_lock(name: str) -> Iterator[bool]:
+    """A session advisory lock on ``name`` (not waited for): one builder at a time."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(hashtext(%s))", [name])
+        locked = bool(cursor.fetchone()[0])
+    try:
+        yield locked
+    finally:
+        if locked:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(hashtext(%s))", [name])
+
+
+def _drop_index(name: str, *, concurrently: bool) -> None:
+    from django.db import connection
+    from psycopg import sql
+
+    statement = sql.SQL("DROP INDEX {concurrently} IF EXISTS {name}").format(
+        concurrently=sql.SQL("CONCURRENTLY" if concurrently else ""), name=sql.Identifier(name)
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(statement.as_string(cursor.connection))
+
+
+def has_tenant_indexes() -> bool:
+    """Whether any domain has its own HNSW index (of any model)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_class WHERE relkind = 'i' AND relname LIKE %s)",
+            [TENANT_INDEX_PREFIX.replace("_", r"\_") + "%"],
+        )
+        return bool(cursor.fetchone()[0])
+
+
+def tenant_index_share(scope: Scope, model_name: str) -> float | None:
+    """The share of the shared index's rows that ``scope``'s domain's own index holds,
+    when that index exists and is valid (the planner's row counts, from the catalog)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT t.reltuples, s.reltuples FROM pg_class t"
+            " JOIN pg_index i ON i.indexrelid = t.oid AND i.indisvalid,"
+            " pg_class s WHERE t.relname = %s AND s.relname = %s",
+            [
+                tenant_index_name(model_name, scope.org_id, scope.domain_id),
+                vector_index_name(model_name),
+            ],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    mine, shared = float(row[0]), float(row[1])
+    if mine <= 0 or shared <= 0:  # not counted yet (-1): assume the whole index
+        return 1.0
+    return min(mine / shared, 1.0)
 
 
 def records_to_reembed(

@@ -43,6 +43,7 @@ from ..filters import compile_where
 from ..items import MemoryItem, dedupe_items, sort_by_score
 from ..models import SEARCH_CONFIG, KnowledgeBase, MemoryRecord, Observation
 from ..scope import Scope, tenant_scope
+from . import indexing
 from .errors import UnknownSource, ValidationFailed
 
 __all__ = [
@@ -56,6 +57,8 @@ __all__ = [
 
 MODES = ("vector", "keyword", "hybrid")
 RRF_K = 60
+#: pgvector's default ``hnsw.ef_search``: the least a tenant index is searched with.
+MIN_EF_SEARCH = 40
 MAX_FILTER_VALUES = 50
 
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -279,14 +282,21 @@ def _vector_leg(
         strategy = "exact"
     else:
         expression = Cast("embedding", VectorField(dimensions=embedder.dimensions))
+        ef_search = memoryhub_settings.HNSW_EF_SEARCH
         strategy = "hnsw"
+        share = indexing.tenant_index_share(scope, embedder.name)
+        if share is not None:
+            # The domain's own index (the planner picks it: the predicate matches and it
+            # is smaller): the same effort per record of the domain as the shared index
+            # gives it, so the same recall or better, at ``share`` of the cost.
+            ef_search, strategy = round(ef_search * share), "hnsw-tenant"
         # enable_sort=off: we chose HNSW for this scope, and a sort would mean the planner
         # fell back to scanning the whole scope (it underestimates large tenants).
         settings = {
             "hnsw.iterative_scan": "relaxed_order",
             "enable_sort": "off",
             "hnsw.max_scan_tuples": str(int(memoryhub_settings.HNSW_MAX_SCAN_TUPLES)),
-            "hnsw.ef_search": str(min(int(max(memoryhub_settings.HNSW_EF_SEARCH, depth)), 1000)),
+            "hnsw.ef_search": str(min(max(ef_search, depth, MIN_EF_SEARCH), 1000)),
         }
     vector = RawSQL("%s", (VECTOR,), output_field=VectorField())
     # The distance is computed once per row: ORDER BY reuses the SELECT column.

@@ -1,7 +1,9 @@
-"""``manage.py memoryhub_ensure_indexes``: the HNSW index of the configured embedder.
+"""``manage.py memoryhub_ensure_indexes``: the HNSW index of the configured embedder, and
+the own HNSW indexes of domains with at least ``TENANT_INDEX_MIN_RECORDS`` records (the
+sweeper maintains those too; run this after a bulk load not to wait for it).
 
-Also run after ``migrate``. Pass ``--model NAME --dimensions D`` to create the index of
-another model (e.g. before switching ``MEMORYHUB["EMBEDDER"]`` to it).
+The shared index is also created after ``migrate``. Pass ``--model NAME --dimensions D``
+to create the indexes of another model (e.g. before switching ``MEMORYHUB["EMBEDDER"]``).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from memoryhub.conf import memoryhub_settings
-from memoryhub.services.indexing import ensure_vector_index
+from memoryhub.services.indexing import ensure_tenant_indexes, ensure_vector_index
 
 
 class Command(BaseCommand):
@@ -32,3 +34,9 @@ class Command(BaseCommand):
         name, created = ensure_vector_index(model, dimensions)
         state = "created" if created else "already present"
         self.stdout.write(f"HNSW index {name} for {model} ({dimensions}-d): {state}.")
+        changes = ensure_tenant_indexes(model, dimensions)
+        for label, names in (("created", changes.created), ("dropped", changes.dropped)):
+            for tenant_index in names:
+                self.stdout.write(f"Tenant HNSW index {tenant_index}: {label}.")
+        for tenant_index in changes.busy:
+            self.stdout.write(f"Tenant HNSW index {tenant_index}: being built elsewhere.")

@@ -138,7 +138,11 @@ DATA_DIR = Path(os.environ.get("MEMORYHUB_DATA_DIR") or BASE_DIR / ".memoryhub")
 if os.environ.get("DATABASE_URL"):
     DATABASES = {
         "default": dj_database_url.parse(
-            os.environ["DATABASE_URL"], conn_max_age=60, conn_health_checks=True
+            os.environ["DATABASE_URL"],
+            conn_max_age=60,
+            conn_health_checks=True,
+            # Django's backend, with a health check that needs no round trip.
+            engine="config.postgresql",
         )
     }
 else:
@@ -160,7 +164,10 @@ else:
 # mirrors the test database.
 if os.environ.get("REPLICA_DATABASE_URL"):
     DATABASES["replica"] = dj_database_url.parse(
-        os.environ["REPLICA_DATABASE_URL"], conn_max_age=60, conn_health_checks=True
+        os.environ["REPLICA_DATABASE_URL"],
+        conn_max_age=60,
+        conn_health_checks=True,
+        engine="config.postgresql",
     )
     DATABASES["replica"]["TEST"] = {"MIRROR": "default"}
     DATABASE_ROUTERS = ["config.routers.ReplicaRouter"]

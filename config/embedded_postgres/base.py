@@ -6,8 +6,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from django.db.backends.postgresql import base, client
+from django.db.backends.postgresql import client
 
+from ..postgresql import base
 from . import server as embedded
 
 

@@ -258,8 +258,9 @@ def write_report(results: dict[str, Any], path: Path) -> None:
         "",
         "API: HTTP to gunicorn (2 workers × 4 threads, `DEBUG=0`, JSON logs) from one keep-alive "
         "`http.client` connection (the thinnest client: the server's time, not a client library's). "
-        "Service: `memoryhub.services.query.query` in-process, cache off. Raw SQL: one statement doing the "
-        "service's work with the plan it picks (exact scan or HNSW iterative scan) on the same index, "
+        "Service: `memoryhub.services.query.query` in-process (`DEBUG=0`), cache off. Raw SQL: one "
+        "statement doing the service's work with the plan and `ef_search` it picks (exact scan, or HNSW "
+        "iterative scan of the shared index or of the tenant's own), "
         "returning the same columns; for hybrid both legs, the fusion and the final rows in SQL. Tables "
         "vacuumed and analysed after the load, as autovacuum would. numpy: exact search over the "
         "tenant's vectors in memory.",

@@ -89,6 +89,9 @@ def setup_django(database: str) -> None:
         )
     os.environ["DATABASE_URL"] = os.environ["BENCH_DATABASE_URL"]
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    # Measured as deployed (no query log on every cursor), like the gunicorn it starts.
+    os.environ.setdefault("DEBUG", "0")
+    os.environ.setdefault("SECRET_KEY", "bench-" + uuid.uuid4().hex)
     import django
 
     django.setup()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from celery import shared_task
@@ -11,6 +12,24 @@ from .embedders import EmbedderError
 from .services import indexing
 
 RETRY_BACKOFF_MAX = 600
+
+logger = logging.getLogger(__name__)
+
+
+def enqueue(task: Any, *args: Any, what: str, left: str) -> bool:
+    """Send ``task(*args)``; when the broker refuses it (down, unreachable), log why and
+    leave the work to the sweeper, which finds it by its state (``left``: what that is).
+
+    The caller's data is committed: a refused send must not turn into an error.
+    """
+    try:
+        task.delay(*args)
+    except Exception as exc:  # kombu's OperationalError, or whatever the transport raises
+        logger.warning(
+            "could not enqueue %s, %s for the sweeper: %s: %s", what, left, type(exc).__name__, exc
+        )
+        return False
+    return True
 
 
 @shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=None)

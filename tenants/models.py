@@ -7,7 +7,6 @@ from typing import Any
 from django.conf import settings
 from django.db import connections, models
 from django.db.models import Q
-from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from rest_framework_api_key.models import AbstractAPIKey, APIKeyManager
 
@@ -111,16 +110,7 @@ class Membership(models.Model):
         return f"{self.user} in {self.org.slug} ({self.role})"
 
 
-class ApiKeyQuerySet(models.QuerySet["ApiKey"]):
-    def usable(self) -> ApiKeyQuerySet:
-        """Keys that are neither revoked nor expired, of active orgs."""
-        now = timezone.now()
-        return self.filter(revoked=False, org__is_active=True).filter(
-            Q(expiry_date__isnull=True) | Q(expiry_date__gt=now)
-        )
-
-
-class ApiKeyManager(APIKeyManager.from_queryset(ApiKeyQuerySet)):
+class ApiKeyManager(APIKeyManager):
     def get_from_key(self, key: str, *, domain_slug: str | None = None) -> ApiKey:
         """The unrevoked key ``key`` (``DoesNotExist`` otherwise), with its org and domain.
 
@@ -131,7 +121,7 @@ class ApiKeyManager(APIKeyManager.from_queryset(ApiKeyQuerySet)):
         prefix, _, _ = key.partition(".")
         api_key = self._lookup(prefix, domain_slug)
         if not api_key.is_valid(key):
-            raise self.model.DoesNotExist("Key is not valid.")
+            raise ApiKey.DoesNotExist("Key is not valid.")
         return api_key
 
     def _lookup(self, prefix: str, domain_slug: str | None) -> ApiKey:
@@ -147,7 +137,7 @@ class ApiKeyManager(APIKeyManager.from_queryset(ApiKeyQuerySet)):
             cursor.execute(sql, [domain_slug, prefix])
             row = cursor.fetchone()
         if row is None:
-            raise self.model.DoesNotExist("No unrevoked key has this prefix.")
+            raise ApiKey.DoesNotExist("No unrevoked key has this prefix.")
         instances: list[models.Model | None] = []
         start = 0
         for model, names in parts:

@@ -221,16 +221,9 @@ def schedule_job(job: ImportJob) -> None:
 
 
 def enqueue_job(job_id: int) -> None:
-    from ..tasks import import_file
+    from ..tasks import enqueue, import_file
 
-    try:
-        import_file.delay(job_id)
-    except Exception as exc:  # kombu's OperationalError, or whatever the transport raises
-        logger.warning(
-            "could not enqueue import job %s, left queued for the sweeper: %s",
-            job_id,
-            type(exc).__name__,
-        )
+    enqueue(import_file, job_id, what=f"import job {job_id}", left="left queued")
 
 
 def queued_for_sweep(older_than: timedelta | None = None) -> list[int]:

@@ -559,20 +559,15 @@ def schedule_indexing(record_ids: Sequence[str]) -> None:
 
 
 def _enqueue_indexing(batches: list[list[str]]) -> None:
-    from ..tasks import index_records
+    from ..tasks import enqueue, index_records
 
     for number, batch in enumerate(batches):
-        try:
-            index_records.delay(batch)
-        except Exception as exc:  # kombu's OperationalError, or whatever the transport raises
+        waiting = sum(len(rest) for rest in batches[number:])
+        if not enqueue(
+            index_records, batch, what=f"indexing of {waiting} record(s)", left="left pending"
+        ):
             # A broker that refused this batch refuses the next ones too, each after
             # Celery's publish retries: stop here, the sweeper has them all.
-            logger.warning(
-                "could not enqueue indexing of %d record(s), left pending for the sweeper: %s: %s",
-                sum(len(rest) for rest in batches[number:]),
-                type(exc).__name__,
-                exc,
-            )
             return
 
 

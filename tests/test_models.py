@@ -100,3 +100,27 @@ def test_save_computes_content_hash(tenant):
     )
     record.save()
     assert record.content_hash == content_hash("some content")
+
+
+@pytest.mark.django_db
+def test_a_records_row_stays_whole_so_scans_read_no_toast(tenant, committed):
+    from memoryhub.services import write
+
+    # ~1,000 characters, a 384-d vector and the tsvector: past PostgreSQL's 2 KB default,
+    # below the table's toast_tuple_target (migration 0003).
+    content = " ".join(f"word{i} refunds policy" for i in range(50))
+    result = committed(write.write, tenant.scope, [{"content": content}])
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_column_size(r.*), pg_column_toast_chunk_id(embedding) IS NULL,"
+            " pg_column_toast_chunk_id(search_vector) IS NULL, status"
+            " FROM memoryhub_memoryrecord r WHERE id = %s",
+            [result.record_ids[0]],
+        )
+        size, embedding_inline, search_vector_inline, status = cursor.fetchone()
+        cursor.execute("SELECT reloptions FROM pg_class WHERE relname = 'memoryhub_memoryrecord'")
+        (options,) = cursor.fetchone()
+    assert status == "indexed"
+    assert size > 2032  # would have been toasted with PostgreSQL's defaults
+    assert embedding_inline and search_vector_inline
+    assert "toast_tuple_target=8160" in options

@@ -229,7 +229,12 @@ def ingest_copy(scopes: list[Any], sizes: list[int], texts: list[str]) -> dict[s
     table = MemoryRecord._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute("DROP TABLE IF EXISTS bench_copy_floor")
-        cursor.execute(f"CREATE TABLE bench_copy_floor (LIKE {table} INCLUDING ALL)")
+        # LIKE copies columns, defaults, storage and indexes, not the table's options
+        # (toast_tuple_target): the same row layout as the service's needs them too.
+        cursor.execute("SELECT reloptions FROM pg_class WHERE relname = %s", [table])
+        (options,) = cursor.fetchone()
+        with_options = f" WITH ({', '.join(options)})" if options else ""
+        cursor.execute(f"CREATE TABLE bench_copy_floor (LIKE {table} INCLUDING ALL){with_options}")
     connection.ensure_connection()
     raw = connection.connection
     register_vector(raw)

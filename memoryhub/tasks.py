@@ -69,7 +69,7 @@ def sweep() -> dict[str, int]:
 
 
 @shared_task(acks_late=True)
-def tenant_indexes() -> dict[str, list[str]]:
+def tenant_indexes() -> dict[str, Any]:
     """Build the HNSW indexes of domains that grew large; drop those of shrunk ones."""
     changes = indexing.ensure_tenant_indexes()
     return {"created": changes.created, "dropped": changes.dropped, "busy": changes.busy}

@@ -89,7 +89,8 @@ def test_the_first_start_already_has_memoryhubs_memory_settings(tmp_path):
     # PostgreSQL shows 1024MB as 1GB.
     as_mb = {k: int(v[:-2]) * (1024 if v.endswith("GB") else 1) for k, v in shown.items()}
     assert as_mb == {k: int(v.removesuffix("MB")) for k, v in expected.items()}
-    assert as_mb["shared_buffers"] > 128  # more than PostgreSQL's default on this machine
+    if embedded._memory_bytes() >= 1024**3:
+        assert as_mb["shared_buffers"] > 128  # more than PostgreSQL's default
 
     # The file is the operator's once written: an edit survives the next start.
     settings = data_dir / embedded.SETTINGS_FILE

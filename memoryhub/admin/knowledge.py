@@ -17,6 +17,7 @@ from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
+from ..cache import bump_generation_on_commit
 from ..models import ImportJob, KnowledgeBase, MemoryRecord
 from ..scope import Scope
 from ..services import forget as forget_service
@@ -169,6 +170,8 @@ class KnowledgeBaseAdmin(OperatorAdmin):
     def save_model(self, request: HttpRequest, obj: KnowledgeBase, form: Any, change: bool) -> None:
         obj.org_id = obj.domain.org_id
         super().save_model(request, obj, form, change)
+        # A rename changes what a query's ``sources`` select: cached plans and results go.
+        bump_generation_on_commit(Scope(obj.org_id, obj.domain_id))
 
     def save_formset(self, request: HttpRequest, form: Any, formset: Any, change: bool) -> None:
         """Inline records go through the write service (operator path), never raw saves."""

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterable, Iterator, Sequence
+import re
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -280,7 +281,10 @@ def _create_hnsw_index(
 
 # --- per-tenant vector indexes ---------------------------------------------------------------
 
-TENANT_INDEX_PREFIX = "memoryhub_hnsw_t"
+#: Tenant index names: ``memoryhub_thnsw_<org>_<domain>_<model digest>``. No shared index
+#: name (``memoryhub_hnsw_<model slug>_<digest>``) can take this form.
+TENANT_INDEX_PREFIX = "memoryhub_thnsw_"
+_TENANT_INDEX_NAME = re.compile(r"^memoryhub_thnsw_(\d+)_(\d+)_([0-9a-f]{8})$")
 
 
 def tenant_index_name(model_name: str, org_id: int, domain_id: int) -> str:
@@ -293,7 +297,8 @@ def tenant_index_name(model_name: str, org_id: int, domain_id: int) -> str:
 class TenantIndexChanges:
     created: list[str] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)
-    busy: list[str] = field(default_factory=list)
+    #: Another process was maintaining the tenant indexes: this run did nothing.
+    busy: bool = False
 
 
 def ensure_tenant_indexes(
@@ -305,12 +310,13 @@ def ensure_tenant_indexes(
 ) -> TenantIndexChanges:
     """Give every domain with at least ``min_records`` records (default
     ``TENANT_INDEX_MIN_RECORDS``; 0 gives none) its own HNSW index of the model, and drop
-    the indexes of domains that fell under half of that (or are gone).
+    the indexes of domains that fell under half of that (or are gone), and any left
+    invalid by a failed ``CONCURRENTLY`` build.
 
     A large domain's queries then search a graph of its own records only: on the 100k
     benchmark, its 30% tenant reached recall@10 0.969 in 1.2 ms where the shared index
-    needed 2.8 ms for 0.965. Run by the sweeper and by ``memoryhub_ensure_indexes``;
-    a build already running elsewhere (an advisory lock) is left alone.
+    needed 2.8 ms for 0.965. Run by the sweeper's task and by ``memoryhub_ensure_indexes``;
+    one run at a time (an advisory lock; a second run returns ``busy``).
     """
     from django.db import connection
 
@@ -320,88 +326,112 @@ def ensure_tenant_indexes(
     minimum = memoryhub_settings.TENANT_INDEX_MIN_RECORDS if min_records is None else min_records
     if concurrently is None:
         concurrently = not connection.in_atomic_block
-    digest = tenant_index_name(model_name, 0, 0).rsplit("_", 1)[1]
-    table = MemoryRecord._meta.db_table
-    with connection.cursor() as cursor:
-        counts: dict[tuple[int, int], int] = {}
-        if minimum > 0:
-            # An index-only scan of the tenant btree: every record counts, any status.
-            cursor.execute(
-                f"SELECT org_id, domain_id, count(*) FROM {table} GROUP BY 1, 2"
-                " HAVING count(*) >= %s",
-                [max(minimum // 2, 1)],
-            )
-            counts = {(org, domain): n for org, domain, n in cursor.fetchall()}
-        cursor.execute(
-            "SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c"
-            " ON c.oid = i.indexrelid WHERE i.indrelid = %s::regclass AND c.relname LIKE %s",
-            [table, TENANT_INDEX_PREFIX.replace("_", r"\_") + "%" + digest],
-        )
-        existing = dict(cursor.fetchall())
     changes = TenantIndexChanges()
-    wanted = {
-        tenant_index_name(model_name, org, domain): (org, domain)
-        for (org, domain), n in counts.items()
-        if n >= minimum
-    }
-    kept = {
-        tenant_index_name(model_name, org, domain) for (org, domain) in counts
-    }  # at least half the minimum: not dropped yet
-    for name, valid in existing.items():
-        if name not in kept or not valid:  # shrunk, gone, or a failed CONCURRENTLY build
-            with _index_lock(name) as locked:
-                if locked:
+    with _maintenance_lock() as locked:
+        if not locked:
+            changes.busy = True
+            return changes
+        digest = tenant_index_name(model_name, 0, 0).rsplit("_", 1)[1]
+        counts = _domain_sizes(max(minimum // 2, 1)) if minimum > 0 else {}
+        existing = {
+            name: valid for name, valid in _tenant_indexes().items() if name.endswith("_" + digest)
+        }
+        wanted = {
+            tenant_index_name(model_name, org, domain): (org, domain)
+            for (org, domain), n in counts.items()
+            if n >= minimum
+        }
+        # At least half the minimum: kept (a domain hovering at the line is not rebuilt).
+        kept = {tenant_index_name(model_name, org, domain) for (org, domain) in counts}
+        with _no_statement_timeout(concurrently):
+            for name, valid in existing.items():
+                if name not in kept or not valid:  # shrunk, gone, or a failed build
                     _drop_index(name, concurrently=concurrently)
                     changes.dropped.append(name)
-                else:
-                    changes.busy.append(name)
-    for name, tenant in wanted.items():
-        if existing.get(name) and name not in changes.dropped:
-            continue
-        with _index_lock(name) as locked:
-            if not locked:
-                changes.busy.append(name)
-            elif _create_hnsw_index(
-                name, model_name, dimensions, tenant=tenant, concurrently=concurrently
-            ):
-                changes.created.append(name)
-    by_name = {**wanted, **_tenants_of(existing)}
-    for name in changes.created + changes.dropped:
-        if name in by_name:
-            # The domain's compiled plans chose their ef_search for the old index set.
-            org, domain = by_name[name]
-            bump_generation(Scope(org_id=org, domain_id=domain))
+                    _bump(name)
+            for name, tenant in wanted.items():
+                if existing.get(name) and name not in changes.dropped:
+                    continue
+                if _create_hnsw_index(
+                    name, model_name, dimensions, tenant=tenant, concurrently=concurrently
+                ):
+                    changes.created.append(name)
+                    _bump(name)
     if changes.created or changes.dropped:
         logger.info("tenant HNSW indexes: created %s, dropped %s", changes.created, changes.dropped)
     return changes
 
 
-def _tenants_of(names: Iterable[str]) -> dict[str, tuple[int, int]]:
-    """The (org, domain) of existing tenant index names, parsed back from the name."""
-    found = {}
-    for name in names:
-        try:
-            org, domain, _ = name.removeprefix(TENANT_INDEX_PREFIX).split("_")
-            found[name] = (int(org), int(domain))
-        except ValueError:
-            continue
-    return found
-
-
-@contextmanager
-def _index_lock(name: str) -> Iterator[bool]:
-    """A session advisory lock on ``name`` (not waited for): one builder at a time."""
+def _domain_sizes(at_least: int) -> dict[tuple[int, int], int]:
+    """Records per (org, domain), for domains with at least ``at_least`` (any status):
+    an index-only scan of the tenant btree."""
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(hashtext(%s))", [name])
+        cursor.execute(
+            f"SELECT org_id, domain_id, count(*) FROM {MemoryRecord._meta.db_table}"
+            " GROUP BY 1, 2 HAVING count(*) >= %s",
+            [at_least],
+        )
+        return {(org, domain): n for org, domain, n in cursor.fetchall()}
+
+
+def _tenant_indexes() -> dict[str, bool]:
+    """Every tenant index on the records table (any model), and whether it is valid."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c"
+            " ON c.oid = i.indexrelid WHERE i.indrelid = %s::regclass",
+            [MemoryRecord._meta.db_table],
+        )
+        return {name: valid for name, valid in cursor.fetchall() if _TENANT_INDEX_NAME.match(name)}
+
+
+def _bump(name: str) -> None:
+    """The domain's compiled plans chose their ``ef_search`` for the old set of indexes."""
+    match = _TENANT_INDEX_NAME.match(name)
+    if match:
+        bump_generation(Scope(org_id=int(match[1]), domain_id=int(match[2])))
+
+
+@contextmanager
+def _maintenance_lock() -> Iterator[bool]:
+    """An advisory lock (not waited for) held for one maintenance run: a transaction
+    lock inside a transaction (released however it ends), else a session lock."""
+    from django.db import connection
+
+    key = "memoryhub tenant indexes"
+    in_transaction = connection.in_atomic_block
+    function = "pg_try_advisory_xact_lock" if in_transaction else "pg_try_advisory_lock"
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {function}(hashtext(%s))", [key])
         locked = bool(cursor.fetchone()[0])
     try:
         yield locked
     finally:
-        if locked:
+        if locked and not in_transaction:
             with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_unlock(hashtext(%s))", [name])
+                cursor.execute("SELECT pg_advisory_unlock(hashtext(%s))", [key])
+
+
+@contextmanager
+def _no_statement_timeout(session: bool) -> Iterator[None]:
+    """Index builds take minutes on a large domain: a role's ``statement_timeout`` would
+    leave an invalid index behind, dropped and rebuilt at every run."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SET statement_timeout = 0" if session else "SET LOCAL statement_timeout = 0"
+        )
+    try:
+        yield
+    finally:
+        if session:
+            with connection.cursor() as cursor:
+                cursor.execute("RESET statement_timeout")
 
 
 def _drop_index(name: str, *, concurrently: bool) -> None:
@@ -417,14 +447,7 @@ def _drop_index(name: str, *, concurrently: bool) -> None:
 
 def has_tenant_indexes() -> bool:
     """Whether any domain has its own HNSW index (of any model)."""
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT EXISTS (SELECT 1 FROM pg_class WHERE relkind = 'i' AND relname LIKE %s)",
-            [TENANT_INDEX_PREFIX.replace("_", r"\_") + "%"],
-        )
-        return bool(cursor.fetchone()[0])
+    return bool(_tenant_indexes())
 
 
 def tenant_index_share(scope: Scope, model_name: str) -> float | None:

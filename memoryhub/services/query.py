@@ -289,14 +289,15 @@ def _vector_leg(
             # The domain's own index (the planner picks it: the predicate matches and it
             # is smaller): the same effort per record of the domain as the shared index
             # gives it, so the same recall or better, at ``share`` of the cost.
-            ef_search, strategy = round(ef_search * share), "hnsw-tenant"
+            floor = min(MIN_EF_SEARCH, ef_search)  # never above the operator's setting
+            ef_search, strategy = max(round(ef_search * share), floor), "hnsw-tenant"
         # enable_sort=off: we chose HNSW for this scope, and a sort would mean the planner
         # fell back to scanning the whole scope (it underestimates large tenants).
         settings = {
             "hnsw.iterative_scan": "relaxed_order",
             "enable_sort": "off",
             "hnsw.max_scan_tuples": str(int(memoryhub_settings.HNSW_MAX_SCAN_TUPLES)),
-            "hnsw.ef_search": str(min(max(ef_search, depth, MIN_EF_SEARCH), 1000)),
+            "hnsw.ef_search": str(min(max(ef_search, depth), 1000)),
         }
     vector = RawSQL("%s", (VECTOR,), output_field=VectorField())
     # The distance is computed once per row: ORDER BY reuses the SELECT column.

@@ -38,5 +38,5 @@ class Command(BaseCommand):
         for label, names in (("created", changes.created), ("dropped", changes.dropped)):
             for tenant_index in names:
                 self.stdout.write(f"Tenant HNSW index {tenant_index}: {label}.")
-        for tenant_index in changes.busy:
-            self.stdout.write(f"Tenant HNSW index {tenant_index}: being built elsewhere.")
+        if changes.busy:
+            self.stdout.write("Tenant HNSW indexes: another process is maintaining them.")

@@ -348,15 +348,21 @@ def test_a_large_domain_gets_its_own_hnsw_index_and_only_its_queries_use_it(
 ):
     from memoryhub.services import indexing
 
+    def maintain(min_records: int) -> indexing.TenantIndexChanges:
+        # EXACT_SCAN_THRESHOLD 100 while maintaining: the share rule stays out of it.
+        settings.MEMORYHUB = {"TENANT_INDEX_MIN_RECORDS": min_records, "EXACT_SCAN_THRESHOLD": 100}
+        changes = indexing.ensure_tenant_indexes()
+        settings.MEMORYHUB = {"TENANT_INDEX_MIN_RECORDS": min_records, "EXACT_SCAN_THRESHOLD": 0}
+        return changes
+
     settings.MEMORYHUB = {"TENANT_INDEX_MIN_RECORDS": 4, "EXACT_SCAN_THRESHOLD": 0}
     committed(write.write, other_tenant.scope, [{"content": "Globex refunds take a month."}])
     model = HashingEmbedder().name
     mine = indexing.tenant_index_name(model, tenant.scope.org_id, tenant.scope.domain_id)
     assert query.query(tenant.scope, query="refunds", k=2, mode="vector").strategy == "hnsw"
 
-    changes = indexing.ensure_tenant_indexes()
-    assert changes.created == [mine]  # four records: the other tenant's one is not enough
-    assert indexing.ensure_tenant_indexes().created == []  # already there
+    assert maintain(4).created == [mine]  # four records: the other tenant's one is not enough
+    assert maintain(4).created == []  # already there
     assert mine in _explain_vector_leg(tenant.scope, "refunds")
     assert mine not in _explain_vector_leg(other_tenant.scope, "refunds")
     assert "memoryhub_hnsw_hashing" in _explain_vector_leg(other_tenant.scope, "refunds")
@@ -371,12 +377,27 @@ def test_a_large_domain_gets_its_own_hnsw_index_and_only_its_queries_use_it(
     assert [item.content for item in other.items] == ["Globex refunds take a month."]
 
     # A domain under half the minimum loses it (hysteresis: at half it keeps it).
-    settings.MEMORYHUB = {"TENANT_INDEX_MIN_RECORDS": 8, "EXACT_SCAN_THRESHOLD": 0}
-    assert indexing.ensure_tenant_indexes().dropped == []
-    settings.MEMORYHUB = {"TENANT_INDEX_MIN_RECORDS": 10, "EXACT_SCAN_THRESHOLD": 0}
-    assert indexing.ensure_tenant_indexes().dropped == [mine]
+    assert maintain(8).dropped == []
+    assert maintain(10).dropped == [mine]
     assert mine not in _explain_vector_leg(tenant.scope, "refunds")
     assert query.query(tenant.scope, query="refunds", k=2, mode="vector").strategy == "hnsw"
+
+
+def test_a_domain_with_a_large_share_of_a_small_table_gets_its_own_index(
+    tenant, other_tenant, handbook, committed, settings
+):
+    from memoryhub.services import indexing
+
+    committed(write.write, other_tenant.scope, [{"content": "Globex refunds take a month."}])
+    model = HashingEmbedder().name
+    mine = indexing.tenant_index_name(model, tenant.scope.org_id, tenant.scope.domain_id)
+    # 4 of 5 records, more than EXACT_SCAN_THRESHOLD: far from the minimum, but its share
+    # makes a filtered search of the shared index costly. The other tenant's one record
+    # is scanned exactly: no index.
+    settings.MEMORYHUB = {"TENANT_INDEX_MIN_RECORDS": 100, "EXACT_SCAN_THRESHOLD": 2}
+    assert indexing.ensure_tenant_indexes().created == [mine]
+    settings.MEMORYHUB = {"TENANT_INDEX_MIN_RECORDS": 100, "EXACT_SCAN_THRESHOLD": 4}
+    assert indexing.ensure_tenant_indexes().dropped == []  # 4 >= half of 5: kept
 
 
 def test_tenant_index_maintenance_never_touches_a_shared_index_and_runs_once_at_a_time(

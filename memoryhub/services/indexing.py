@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -284,6 +285,9 @@ def _create_hnsw_index(
 #: Tenant index names: ``memoryhub_thnsw_<org>_<domain>_<model digest>``. No shared index
 #: name (``memoryhub_hnsw_<model slug>_<digest>``) can take this form.
 TENANT_INDEX_PREFIX = "memoryhub_thnsw_"
+#: A domain holding this share of all records gets its own index below
+#: ``TENANT_INDEX_MIN_RECORDS`` (if it is above ``EXACT_SCAN_THRESHOLD``): at most ten such.
+TENANT_INDEX_MIN_SHARE = 0.10
 _TENANT_INDEX_NAME = re.compile(r"^memoryhub_thnsw_(\d+)_(\d+)_([0-9a-f]{8})$")
 
 
@@ -309,8 +313,9 @@ def ensure_tenant_indexes(
     concurrently: bool | None = None,
 ) -> TenantIndexChanges:
     """Give every domain with at least ``min_records`` records (default
-    ``TENANT_INDEX_MIN_RECORDS``; 0 gives none) its own HNSW index of the model, and drop
-    the indexes of domains that fell under half of that (or are gone), and any left
+    ``TENANT_INDEX_MIN_RECORDS``; 0 gives none), or at least ``TENANT_INDEX_MIN_SHARE`` of
+    all records and more than ``EXACT_SCAN_THRESHOLD``, its own HNSW index of the model;
+    drop the indexes of domains that fell under half of that (or are gone), and any left
     invalid by a failed ``CONCURRENTLY`` build.
 
     A large domain's queries then search a graph of its own records only: on the 100k
@@ -332,17 +337,25 @@ def ensure_tenant_indexes(
             changes.busy = True
             return changes
         digest = tenant_index_name(model_name, 0, 0).rsplit("_", 1)[1]
-        counts = _domain_sizes(max(minimum // 2, 1)) if minimum > 0 else {}
+        counts = _domain_sizes() if minimum > 0 else {}
+        # Large, or a large share of a smaller table (and too large for the exact scan):
+        # what a filtered search of the shared index costs depends on the share.
+        by_share = math.ceil(TENANT_INDEX_MIN_SHARE * sum(counts.values()))
+        bound = min(minimum, max(by_share, memoryhub_settings.EXACT_SCAN_THRESHOLD + 1))
         existing = {
             name: valid for name, valid in _tenant_indexes().items() if name.endswith("_" + digest)
         }
         wanted = {
             tenant_index_name(model_name, org, domain): (org, domain)
             for (org, domain), n in counts.items()
-            if n >= minimum
+            if n >= bound
         }
-        # At least half the minimum: kept (a domain hovering at the line is not rebuilt).
-        kept = {tenant_index_name(model_name, org, domain) for (org, domain) in counts}
+        # At least half the bound: kept (a domain hovering at the line is not rebuilt).
+        kept = {
+            tenant_index_name(model_name, org, domain)
+            for (org, domain), n in counts.items()
+            if n >= max(bound // 2, 1)
+        }
         with _no_statement_timeout(concurrently):
             for name, valid in existing.items():
                 if name not in kept or not valid:  # shrunk, gone, or a failed build
@@ -362,16 +375,13 @@ def ensure_tenant_indexes(
     return changes
 
 
-def _domain_sizes(at_least: int) -> dict[tuple[int, int], int]:
-    """Records per (org, domain), for domains with at least ``at_least`` (any status):
-    an index-only scan of the tenant btree."""
+def _domain_sizes() -> dict[tuple[int, int], int]:
+    """Records per (org, domain), any status: an index-only scan of the tenant btree."""
     from django.db import connection
 
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT org_id, domain_id, count(*) FROM {MemoryRecord._meta.db_table}"
-            " GROUP BY 1, 2 HAVING count(*) >= %s",
-            [at_least],
+            f"SELECT org_id, domain_id, count(*) FROM {MemoryRecord._meta.db_table} GROUP BY 1, 2"
         )
         return {(org, domain): n for org, domain, n in cursor.fetchall()}
 

@@ -26,7 +26,7 @@ install: $(STAMP)
 
 run: install
 	$(PY) manage.py migrate --noinput
-	$(PY) manage.py seed_demo
+	$(PY) manage.py seed_demo --base-url http://$(HOST):$(PORT)
 	$(PY) manage.py runserver $(HOST):$(PORT)
 
 test: $(TEST_STAMP)

@@ -96,7 +96,7 @@ def test_create_org_and_domain_commands():
 def test_seed_demo_is_safe_to_rerun():
     first = StringIO()
     call_command("seed_demo", stdout=first)
-    assert "admin / " in first.getvalue()
+    assert "http://127.0.0.1:8000/admin/  admin / " in first.getvalue()
     assert "API key" in first.getvalue()
     counts = (
         Org.objects.count(),
@@ -106,8 +106,9 @@ def test_seed_demo_is_safe_to_rerun():
         ApiKey.objects.count(),
     )
     second = StringIO()
-    call_command("seed_demo", stdout=second)
+    call_command("seed_demo", "--base-url", "http://127.0.0.1:8765/", stdout=second)
     assert "password unchanged" in second.getvalue()
+    assert "API docs: http://127.0.0.1:8765/api/docs/" in second.getvalue()
     assert counts == (
         Org.objects.count(),
         Domain.objects.count(),

@@ -34,8 +34,14 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--username", default="admin")
+        parser.add_argument(
+            "--base-url",
+            default="http://127.0.0.1:8000",
+            help="where the site is served, for the printed links (make run passes its own)",
+        )
 
-    def handle(self, *args: Any, username: str, **options: Any) -> None:
+    def handle(self, *args: Any, username: str, base_url: str, **options: Any) -> None:
+        base_url = base_url.rstrip("/")
         with transaction.atomic():
             org, _ = Org.objects.get_or_create(slug="demo", defaults={"name": "Demo Inc."})
             domain, _ = Domain.objects.get_or_create(
@@ -64,7 +70,7 @@ class Command(BaseCommand):
 
         self.stdout.write(self.style.SUCCESS("Demo ready: org 'demo', domain 'support'."))
         if password is not None:
-            self.stdout.write(f"  Admin:   http://127.0.0.1:8000/admin/  {username} / {password}")
+            self.stdout.write(f"  Admin:   {base_url}/admin/  {username} / {password}")
         else:
             self.stdout.write(
                 f"  Admin:   user {username!r} exists; password unchanged "
@@ -77,7 +83,7 @@ class Command(BaseCommand):
                 "  API key: the demo key exists; make another with "
                 "python manage.py create_api_key demo --name me --read --write --forget"
             )
-        self.stdout.write("  API docs: http://127.0.0.1:8000/api/docs/")
+        self.stdout.write(f"  API docs: {base_url}/api/docs/")
 
     def _ensure_superuser(self, username: str, org: Org) -> str | None:
         user_model = get_user_model()

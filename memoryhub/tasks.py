@@ -64,7 +64,7 @@ def sweep() -> dict[str, int]:
     purged = indexing.purge_expired()
     if memoryhub_settings.TENANT_INDEX_MIN_RECORDS or indexing.has_tenant_indexes():
         # Its own task: a build takes minutes on a large domain; the sweep stays quick.
-        tenant_indexes.delay()
+        enqueue(tenant_indexes, what="tenant index maintenance", left="left")
     return {"requeued": len(pending), "jobs_requeued": len(jobs), "purged": purged}
 
 

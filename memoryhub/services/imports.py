@@ -11,7 +11,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import logging
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,8 +27,6 @@ from ..models import ImportJob, KnowledgeBase
 from ..scope import Scope
 from . import write
 from .errors import ValidationFailed
-
-logger = logging.getLogger(__name__)
 
 __all__ = [
     "CHUNK_OVERLAP",

@@ -13,7 +13,6 @@ schedules nothing.
 from __future__ import annotations
 
 import json
-import logging
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -48,7 +47,6 @@ __all__ = [
     "write",
 ]
 
-logger = logging.getLogger(__name__)
 
 #: ``ttl_seconds`` may not exceed ten years.
 MAX_TTL_SECONDS = 10 * 365 * 24 * 3600

@@ -211,11 +211,15 @@ HNSW_M = 16
 HNSW_EF_CONSTRUCTION = 64
 
 
+def _model_digest(model_name: str) -> str:
+    """Eight hex digits naming ``model_name`` in index names."""
+    return hashlib.sha1(model_name.encode("utf-8")).hexdigest()[:8]
+
+
 def vector_index_name(model_name: str) -> str:
     """A stable, valid index name for ``model_name`` (at most 63 bytes)."""
     slug = "".join(ch if ch.isalnum() else "_" for ch in model_name.lower())[:30]
-    digest = hashlib.sha1(model_name.encode("utf-8")).hexdigest()[:8]
-    return f"memoryhub_hnsw_{slug}_{digest}"
+    return f"memoryhub_hnsw_{slug}_{_model_digest(model_name)}"
 
 
 def vector_expression(dimensions: int) -> str:
@@ -293,8 +297,7 @@ _TENANT_INDEX_NAME = re.compile(r"^memoryhub_thnsw_(\d+)_(\d+)_([0-9a-f]{8})$")
 
 def tenant_index_name(model_name: str, org_id: int, domain_id: int) -> str:
     """The name of one domain's own HNSW index of ``model_name`` (at most 63 bytes)."""
-    digest = hashlib.sha1(model_name.encode("utf-8")).hexdigest()[:8]
-    return f"{TENANT_INDEX_PREFIX}{int(org_id)}_{int(domain_id)}_{digest}"
+    return f"{TENANT_INDEX_PREFIX}{int(org_id)}_{int(domain_id)}_{_model_digest(model_name)}"
 
 
 @dataclass(slots=True)
@@ -336,15 +339,13 @@ def ensure_tenant_indexes(
         if not locked:
             changes.busy = True
             return changes
-        digest = tenant_index_name(model_name, 0, 0).rsplit("_", 1)[1]
         counts = _domain_sizes() if minimum > 0 else {}
         # Large, or a large share of a smaller table (and too large for the exact scan):
         # what a filtered search of the shared index costs depends on the share.
         by_share = math.ceil(TENANT_INDEX_MIN_SHARE * sum(counts.values()))
         bound = min(minimum, max(by_share, memoryhub_settings.EXACT_SCAN_THRESHOLD + 1))
-        existing = {
-            name: valid for name, valid in _tenant_indexes().items() if name.endswith("_" + digest)
-        }
+        suffix = "_" + _model_digest(model_name)
+        existing = {name: ok for name, ok in _tenant_indexes().items() if name.endswith(suffix)}
         wanted = {
             tenant_index_name(model_name, org, domain): (org, domain)
             for (org, domain), n in counts.items()

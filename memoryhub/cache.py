@@ -118,10 +118,12 @@ def canonical_json(value: Any) -> str:
 QUERY_NAMESPACE = "q2"
 
 
-def query_key(scope: Scope, request: dict[str, Any]) -> str:
-    """The cache key of ``request`` in ``scope`` at the domain's current generation."""
+def query_key(scope: Scope, request: dict[str, Any], gen: int | None = None) -> str:
+    """The cache key of ``request`` in ``scope`` at generation ``gen`` (default: the
+    domain's current one)."""
     digest = hashlib.sha256(canonical_json(request).encode("utf-8")).hexdigest()
-    return f"{_PREFIX}:{QUERY_NAMESPACE}:{scope.key()}:g{generation(scope)}:{digest}"
+    gen = generation(scope) if gen is None else gen
+    return f"{_PREFIX}:{QUERY_NAMESPACE}:{scope.key()}:g{gen}:{digest}"
 
 
 def get_query(key: str) -> Any:
@@ -140,9 +142,10 @@ def set_query(key: str, value: Any) -> None:
 PLAN_TTL = 600
 
 
-def plan_key(scope: Scope, description: str) -> str:
+def plan_key(scope: Scope, description: str, gen: int | None = None) -> str:
     digest = hashlib.sha256(description.encode("utf-8")).hexdigest()
-    return f"{_PREFIX}:plan:{scope.key()}:g{generation(scope)}:{digest}"
+    gen = generation(scope) if gen is None else gen
+    return f"{_PREFIX}:plan:{scope.key()}:g{gen}:{digest}"
 
 
 def get_plan(key: str) -> Any:

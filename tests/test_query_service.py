@@ -249,7 +249,7 @@ def test_tenant_isolation_of_the_service(tenant, other_tenant, committed):
 
 
 def test_compiled_plans_are_reused_per_shape_and_rebuilt_after_a_write(
-    tenant, other_tenant, handbook, committed
+    tenant, other_tenant, handbook, committed, monkeypatch
 ):
     from django.test.utils import CaptureQueriesContext
 
@@ -258,8 +258,15 @@ def test_compiled_plans_are_reused_per_shape_and_rebuilt_after_a_write(
     assert len(query._PLANS) == 1
     # Same shape, other words: the compiled plan is reused (no count, no KB lookup), and
     # the slots carry this query's vector and words, not the first one's.
+    reads = []
+    real_generation = cache.generation
+    monkeypatch.setattr(
+        cache, "generation", lambda scope: reads.append(1) or real_generation(scope)
+    )
     with CaptureQueriesContext(connection) as statements:
         second = query.query(tenant.scope, query="manager approval orders", k=1, mode="hybrid")
+    monkeypatch.undo()
+    assert reads == [1]  # one cache read of the generation for the key and the plan
     assert len(query._PLANS) == 1
     sent = [q["sql"] for q in statements if not q["sql"].startswith(("SAVEPOINT", "RELEASE"))]
     assert len(sent) == 2 and all("ORDER BY" in sql for sql in sent)  # the two legs only

@@ -345,10 +345,10 @@ def clear_plans() -> None:
         _PLANS.clear()
 
 
-def _plan(scope: Scope, request: QueryRequest) -> _Plan:
+def _plan(scope: Scope, request: QueryRequest, gen: int | None = None) -> _Plan:
     """The compiled legs for ``request``'s shape, from this process's plans when the
-    domain has not changed since (same generation), nor the settings the plan depends on,
-    and the plan is younger than ``PLAN_SECONDS``."""
+    domain has not changed since (same generation ``gen``, default the current one), nor
+    the settings the plan depends on, and the plan is younger than ``PLAN_SECONDS``."""
     settings = memoryhub_settings
     shape = {
         **request.canonical(),
@@ -359,7 +359,7 @@ def _plan(scope: Scope, request: QueryRequest) -> _Plan:
         "ef": settings.HNSW_EF_SEARCH,
         "tuples": settings.HNSW_MAX_SCAN_TUPLES,
     }
-    key = cache.plan_key(scope, "statements|" + cache.canonical_json(shape))
+    key = cache.plan_key(scope, "statements|" + cache.canonical_json(shape), gen)
     now = time.monotonic()
     with _PLANS_LOCK:
         found = _PLANS.get(key)
@@ -546,11 +546,11 @@ def _fuse(
 
 
 def _rank(
-    scope: Scope, request: QueryRequest
+    scope: Scope, request: QueryRequest, gen: int
 ) -> tuple[list[tuple[Any, float]], str, dict[Any, dict[str, Any]]]:
     """The best ``(id, score)`` pairs for ``request`` (twice k), the strategy used, and
     the candidates' rows."""
-    plan = _plan(scope, request)
+    plan = _plan(scope, request, gen)
     values: dict[_Slot, Any] = {WORDS: _keyword_words(request.query)}
     if plan.vector is not None:
         values[VECTOR] = Vector(memoryhub_settings.embedder().embed_query(request.query)).to_text()
@@ -613,15 +613,17 @@ def query(scope: Scope, request: QueryRequest | None = None, /, **raw: Any) -> Q
         request = QueryRequest.build(**raw)
     # The model is part of the key: after a change of embedder, old entries are not reused.
     canonical = {**request.canonical(), "model": memoryhub_settings.embedder().name}
-    # One key for the read and the write: a write between them moves the generation on,
-    # and this (older) ranking must not be stored under the new one.
-    key = cache.query_key(scope, canonical)
+    # One generation for the read, the plan and the write (one cache round trip): a write
+    # between them moves the generation on, and this (older) ranking must not be stored
+    # under the new one.
+    gen = cache.generation(scope)
+    key = cache.query_key(scope, canonical, gen)
     cached = cache.get_query(key)
     if cached is not None:
         ranked, strategy = cached
         items = _items(scope, request, ranked, observed=False)
         return QueryResult(items=items, cached=True, strategy=strategy)
-    ranked, strategy, rows = _rank(scope, request)
+    ranked, strategy, rows = _rank(scope, request, gen)
     cache.set_query(key, (ranked, strategy))
     items = _items(scope, request, ranked, rows, observed=True)
     return QueryResult(items=items, strategy=strategy)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from django.conf import settings
@@ -132,7 +133,7 @@ class ApiKeyManager(APIKeyManager):
         three-table query (select_related plus a subquery) cost more than running it.
         The instances are built as the ORM builds them (``from_db``, related caches set).
         """
-        sql, parts = _key_lookup_sql(connections[self.db].ops.quote_name)
+        sql, parts = _key_lookup_sql(self.db)
         with connections[self.db].cursor() as cursor:
             cursor.execute(sql, [domain_slug, prefix])
             row = cursor.fetchone()
@@ -154,7 +155,10 @@ class ApiKeyManager(APIKeyManager):
         return api_key
 
 
-def _key_lookup_sql(quote: Any) -> tuple[str, list[tuple[type[models.Model], list[str]]]]:
+@functools.cache
+def _key_lookup_sql(database: str) -> tuple[str, list[tuple[type[models.Model], list[str]]]]:
+    """The key lookup's statement and its columns per model, built once per database."""
+    quote: Any = connections[database].ops.quote_name
     parts: list[tuple[type[models.Model], list[str]]] = []
     columns: list[str] = []
     for model, alias in ((ApiKey, "k"), (Org, "o"), (Domain, "d")):

@@ -25,12 +25,16 @@ class MemoryhubConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from celery.signals import before_task_publish
+        from celery.signals import before_task_publish, worker_ready, worker_shutdown
 
         from .conf import check_settings
         from .log import stamp_task_headers
+        from .worker import start_heartbeat, stop_heartbeat
 
         checks.register(check_settings, "memoryhub")
         post_migrate.connect(ensure_configured_vector_index, sender=self)
         # Task log lines carry the id of the request that enqueued the task.
         before_task_publish.connect(stamp_task_headers, weak=False)
+        # A worker writes a heartbeat that the health endpoint reads.
+        worker_ready.connect(start_heartbeat, weak=False)
+        worker_shutdown.connect(stop_heartbeat, weak=False)

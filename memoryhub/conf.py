@@ -56,6 +56,14 @@ DEFAULTS: dict[str, Any] = {
     "MAX_WAIT_SECONDS": 30,
     # Requests per API key (DRF rate syntax); None disables throttling.
     "THROTTLE_RATE": "1200/min",
+    # Failed API-key authentications (401s) per client address before it is refused
+    # with 429 (DRF rate syntax); None disables the limit.
+    "AUTH_FAILURE_RATE": "30/min",
+    # Health reports "degraded" when records have waited longer than this many seconds
+    # and no worker has sent a heartbeat for as long (broker mode only).
+    "WORKER_STALE_AFTER": 120,
+    # How often a worker writes its heartbeat, in seconds.
+    "WORKER_HEARTBEAT_INTERVAL": 15,
     # Largest JSON body the API reads (bytes); larger ones get a JSON 413.
     "MAX_BODY_BYTES": 4 * 1024 * 1024,
 }
@@ -83,7 +91,28 @@ INTEGER_SETTINGS = {
     "OBSERVATION_RETENTION_DAYS": 1,
     "MAX_WAIT_SECONDS": 0,
     "MAX_BODY_BYTES": 1024,
+    "WORKER_STALE_AFTER": 1,
+    "WORKER_HEARTBEAT_INTERVAL": 1,
 }
+
+
+_PERIODS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_rate(rate: str | None) -> tuple[int, int] | None:
+    """DRF's rate syntax: ``"1200/min"`` → ``(1200, 60)``; ``None`` disables.
+
+    Raises ``ValueError`` for anything else (the system check reports it at startup).
+    """
+    if rate is None:
+        return None
+    if not isinstance(rate, str):
+        raise ValueError(f"{rate!r} is not a rate")
+    count, _, period = rate.partition("/")
+    seconds = _PERIODS.get(period.strip()[:1])
+    if seconds is None or not count.strip().isdigit() or int(count) < 1:
+        raise ValueError(f"{rate!r} is not a rate like '1200/min'")
+    return int(count), seconds
 
 
 class MemoryhubSettings:
@@ -144,6 +173,17 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
                 Error(
                     f"MEMORYHUB[{name!r}] must be an integer >= {minimum}, not {value!r}.",
                     id="memoryhub.E002",
+                )
+            )
+    for name in ("THROTTLE_RATE", "AUTH_FAILURE_RATE"):
+        try:
+            parse_rate(memoryhub_settings.user_settings.get(name, DEFAULTS[name]))
+        except ValueError as exc:
+            messages.append(
+                Error(
+                    f"MEMORYHUB[{name!r}]: {exc}.",
+                    hint="A number of requests per s, min, hour or day ('1200/min'), or None.",
+                    id="memoryhub.E005",
                 )
             )
     if memoryhub_settings.DEFAULT_K > memoryhub_settings.MAX_K:

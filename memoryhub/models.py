@@ -367,3 +367,20 @@ class ImportJob(models.Model):
 
     def __str__(self) -> str:
         return f"{self.filename} → {self.knowledge_base_id} ({self.status})"
+
+
+class WorkerHeartbeat(models.Model):
+    """The last time each Celery worker said it was alive (``memoryhub.worker``).
+
+    Not tenant data: one row per worker host name, read by the health endpoint.
+    """
+
+    hostname = models.CharField(_("host name"), max_length=255, unique=True)
+    seen_at = models.DateTimeField(_("last seen"))
+
+    class Meta:
+        verbose_name = _("worker heartbeat")
+        verbose_name_plural = _("worker heartbeats")
+
+    def __str__(self) -> str:
+        return f"{self.hostname} at {self.seen_at:%Y-%m-%d %H:%M:%S}"

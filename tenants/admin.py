@@ -1,4 +1,8 @@
-"""Admin for orgs, domains, memberships and API keys, scoped to the operator's orgs."""
+"""Admin for orgs, domains, memberships and API keys, scoped to the operator's orgs.
+
+Every permission here is asked of memoryhub's policy core (``memoryhub.policy``): the
+membership role in a row's org is the permission, no hand-granted Django permissions.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +10,14 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 from rest_framework_api_key.models import APIKey
+
+from memoryhub import policy
+from memoryhub.policy import Action
 
 from .models import ApiKey, Domain, Membership, Org
 
@@ -19,13 +26,62 @@ if admin.site.is_registered(APIKey):
     admin.site.unregister(APIKey)
 
 
-class OrgRestrictedAdmin(admin.ModelAdmin):
-    """Shows a staff user only rows of orgs they are a member of (all for superusers)."""
+class PolicyAdminMixin:
+    """Admin permissions from memoryhub's policy core: the membership role is the
+    permission (``memoryhub.policy.ROLE_ACTIONS``); superusers may do everything.
+
+    ``view_action`` is what seeing a row needs in its org; ``change_action`` what
+    adding, changing and deleting need (``add_action``/``delete_action`` override).
+    Without an object, a permission holds if the user has the action in any org (the
+    admin index and the add button); with one, in that object's org.
+    """
+
+    view_action: Action = Action.READ
+    change_action: Action = Action.CURATE
+    add_action: Action | None = None
+    delete_action: Action | None = None
+
+    def principal(self, request: HttpRequest) -> policy.UserPrincipal:
+        return policy.principal_for_user(request.user)
+
+    def orgs_for(self, request: HttpRequest, action: Action) -> QuerySet[Org]:
+        """The orgs in which the user may do ``action``."""
+        return policy.orgs_allowing(self.principal(request), action)
+
+    def org_id_of(self, obj: Any) -> int | None:
+        raise NotImplementedError
+
+    def allows(self, request: HttpRequest, action: Action, obj: Any = None) -> bool:
+        principal = self.principal(request)
+        if obj is None:
+            return policy.allows_anywhere(principal, action)
+        org_id = self.org_id_of(obj)
+        return org_id is not None and policy.allows(principal, action, org_id=org_id)
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return self.allows(request, self.view_action)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self.allows(request, self.view_action, obj)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self.allows(request, self.change_action, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self.allows(request, self.delete_action or self.change_action, obj)
+
+
+class OrgRestrictedAdmin(PolicyAdminMixin, admin.ModelAdmin):
+    """Shows a staff user only rows of orgs they are a member of (all for superusers),
+    and lets them act on a row as their role in its org allows."""
 
     org_field = "org"
 
+    def org_id_of(self, obj: Any) -> int | None:
+        return obj.pk if self.org_field == "pk" else getattr(obj, f"{self.org_field}_id", None)
+
     def visible_orgs(self, request: HttpRequest) -> QuerySet[Org]:
-        return Org.objects.visible_to(request.user)
+        return self.orgs_for(request, self.view_action)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         queryset = super().get_queryset(request)
@@ -33,27 +89,57 @@ class OrgRestrictedAdmin(admin.ModelAdmin):
             return queryset
         return queryset.filter(**{f"{self.org_field}__in": self.visible_orgs(request)})
 
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return self.allows(request, self.add_action or self.change_action)
+
     def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        # New and changed rows may only point into orgs where the user may change them.
+        orgs = self.orgs_for(request, self.change_action)
         if db_field.related_model is Org:
-            kwargs["queryset"] = self.visible_orgs(request)
+            kwargs["queryset"] = orgs
         elif db_field.related_model is Domain:
-            kwargs["queryset"] = Domain.objects.filter(
-                org__in=self.visible_orgs(request)
-            ).select_related("org")
+            kwargs["queryset"] = Domain.objects.filter(org__in=orgs).select_related("org")
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        if any("\x00" in name or "\x00" in value for name, value in request.GET.items()):
+            return HttpResponseBadRequest("NUL characters are not allowed in the query string.")
+        return super().changelist_view(request, extra_context)
 
-class DomainInline(admin.TabularInline):
+    def allowed_rows(
+        self, request: HttpRequest, queryset: QuerySet[Any], action: Action
+    ) -> QuerySet[Any]:
+        """The rows of ``queryset`` in orgs where the user may do ``action`` (actions)."""
+        if request.user.is_superuser:
+            return queryset
+        return queryset.filter(**{f"{self.org_field}__in": self.orgs_for(request, action)})
+
+
+class OrgInline(PolicyAdminMixin, admin.TabularInline):
+    """An inline on the org page: permissions from the role in that org."""
+
+    def org_id_of(self, obj: Any) -> int | None:
+        return getattr(obj, "pk", None)
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:  # type: ignore[override]
+        return self.allows(request, self.add_action or self.change_action, obj)
+
+
+class DomainInline(OrgInline):
     model = Domain
     extra = 0
     fields = ["slug", "name", "created_at"]
     readonly_fields = ["created_at"]
+    change_action = Action.MANAGE_ORG
+    # A domain is deleted from its own page, through the erasure path, never here.
+    can_delete = False
 
 
-class MembershipInline(admin.TabularInline):
+class MembershipInline(OrgInline):
     model = Membership
     extra = 0
     raw_id_fields = ["user"]
+    change_action = Action.MANAGE_MEMBERS
 
 
 @admin.register(Org)
@@ -65,11 +151,12 @@ class OrgAdmin(OrgRestrictedAdmin):
     prepopulated_fields = {"slug": ["name"]}
     inlines = [DomainInline, MembershipInline]
 
-    def get_queryset(self, request: HttpRequest) -> QuerySet[Org]:
-        return Org.objects.visible_to(request.user)
+    change_action = Action.MANAGE_ORG
+    add_action = Action.CREATE_ORG
+    delete_action = Action.DELETE_ORG
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return request.user.is_superuser
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Org]:
+        return self.visible_orgs(request)
 
 
 @admin.register(Domain)
@@ -78,6 +165,8 @@ class DomainAdmin(OrgRestrictedAdmin):
     list_filter = [("org", admin.RelatedOnlyFieldListFilter)]
     list_select_related = ["org"]
     search_fields = ["slug", "name", "org__slug"]
+    change_action = Action.MANAGE_ORG
+    delete_action = Action.DELETE_DOMAIN
 
 
 @admin.register(Membership)
@@ -86,6 +175,7 @@ class MembershipAdmin(OrgRestrictedAdmin):
     list_filter = ["role", ("org", admin.RelatedOnlyFieldListFilter)]
     list_select_related = ["user", "org"]
     raw_id_fields = ["user"]
+    change_action = Action.MANAGE_MEMBERS
 
 
 @admin.register(ApiKey)
@@ -121,6 +211,7 @@ class ApiKeyAdmin(OrgRestrictedAdmin):
         "last_used_at",
     )
     actions = ("revoke_keys",)
+    change_action = Action.MANAGE_KEYS
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
         fields: tuple[str, ...] = ("prefix", "last_used_at")
@@ -158,6 +249,7 @@ class ApiKeyAdmin(OrgRestrictedAdmin):
 
     @admin.action(description=_("Revoke selected API keys"), permissions=["change"])
     def revoke_keys(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> None:
+        queryset = self.allowed_rows(request, queryset, Action.MANAGE_KEYS)
         count = queryset.filter(revoked=False).update(revoked=True)
         self.message_user(
             request,

@@ -279,7 +279,7 @@ def test_get_put_patch_delete_a_record(api, tenant):
         "content": ["may not be blank."]
     }
     deleted = api.delete(detail)
-    assert deleted.json() == {"deleted": 1, "by_source": {"memory": 1}}
+    assert deleted.json() == {"deleted": 1, "by_source": {"memory": 1}, "refused": []}
     assert api.get(detail).status_code == 404
     assert api.delete(detail).status_code == 404
 
@@ -327,6 +327,7 @@ def test_forget(api, tenant):
     assert post(api, "forget", {"namespace": "user:alice"}).json() == {
         "deleted": 1,
         "by_source": {"memory": 1},
+        "refused": [],
     }
     assert post(api, "forget", {"all": "yes"}).status_code == 400
     assert post(api, "forget", {"everything": True}).status_code == 400

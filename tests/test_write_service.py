@@ -207,7 +207,12 @@ def test_read_only_refuse_raises_with_source_and_count(tenant, registry):
     registry.refresh_from_db()
     assert registry.refused_writes == 1
     [observation] = observations(tenant, Observation.Kind.MEMORY_WRITE_REFUSED)
-    assert observation.payload == {"source": "registry", "n": 1, "policy": "refuse"}
+    assert observation.payload == {
+        "source": "registry",
+        "n": 1,
+        "policy": "refuse",
+        "change": "write",
+    }
     assert observation.actor == "agent"
 
 
@@ -244,7 +249,12 @@ def test_ignore_policy_reports_refused_and_writes_nothing_there(tenant):
     with tenant_scope(tenant.scope):
         assert not MemoryRecord.objects.filter(knowledge_base=lenient).exists()
     [observation] = observations(tenant, Observation.Kind.MEMORY_WRITE_REFUSED)
-    assert observation.payload == {"source": "registry", "n": 1, "policy": "ignore"}
+    assert observation.payload == {
+        "source": "registry",
+        "n": 1,
+        "policy": "ignore",
+        "change": "write",
+    }
 
 
 def test_ignore_alone_returns_normally(tenant):

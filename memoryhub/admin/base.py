@@ -11,11 +11,15 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import URLPattern
+from django.utils.text import capfirst
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
 
 from tenants.admin import OrgRestrictedAdmin
 from tenants.models import Domain
 
 from ..models import KnowledgeBase
+from ..policy import Action
 from ..scope import Scope, operator_access
 
 
@@ -62,21 +66,27 @@ class OperatorAdmin(OrgRestrictedAdmin):
 
     def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
         if db_field.related_model is KnowledgeBase:
-            kwargs["queryset"] = KnowledgeBase.unscoped.filter(
-                org__in=self.visible_orgs(request)
-            ).select_related("domain__org")
+            kwargs["queryset"] = self.editable_knowledge_bases(request)
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
-    def visible_domain(self, request: HttpRequest, domain_id: Any) -> Domain:
-        """A domain the operator may act on, or PermissionDenied (no existence leak)."""
-        domain = (
-            Domain.objects.filter(pk=domain_id, org__in=self.visible_orgs(request))
+    def editable_knowledge_bases(self, request: HttpRequest) -> QuerySet[KnowledgeBase]:
+        """Knowledge bases the user may curate (choices of forms that add records)."""
+        return KnowledgeBase.unscoped.filter(
+            org__in=self.orgs_for(request, Action.CURATE)
+        ).select_related("domain__org")
+
+    def domains_for(self, request: HttpRequest, action: Action = Action.READ) -> QuerySet[Domain]:
+        """The domains of the orgs where the user may do ``action``."""
+        return (
+            Domain.objects.filter(org__in=self.orgs_for(request, action))
             .select_related("org")
-            .first()
+            .order_by("org__slug", "slug")
         )
-        if domain is None:
+
+    def require(self, request: HttpRequest, action: Action, obj: Any = None) -> None:
+        """PermissionDenied (403) unless the user may do ``action`` (in ``obj``'s org)."""
+        if not self.allows(request, action, obj):
             raise PermissionDenied
-        return domain
 
     @staticmethod
     def scope_of(obj: Any) -> Scope:
@@ -92,3 +102,41 @@ def admin_context(model_admin: admin.ModelAdmin, request: HttpRequest, **extra: 
         "has_view_permission": model_admin.has_view_permission(request),
         **extra,
     }
+
+
+def deletion_summary(
+    model_admin: OrgRestrictedAdmin, objs: Any, request: HttpRequest, *, records_of: str = ""
+) -> tuple[list[Any], dict[str, int], set[str], list[Any]]:
+    """``get_deleted_objects`` for an org, domain or knowledge base: counts, not rows.
+
+    Django's version lists every related row (a million records on one page) and asks
+    for delete permissions on each related model (observations are read-only, so no one
+    could delete an org). Here the policy decides on the objects themselves, and their
+    memory is shown as a count: ``delete_model`` erases it through the forget service
+    first, with a receipt (a ``memory.forgotten`` observation).
+    """
+    from ..models import MemoryRecord
+
+    opts = model_admin.model._meta
+    field = records_of or opts.model_name
+    to_delete: list[Any] = []
+    perms_needed: set[str] = set()
+    total = 0
+    for obj in objs:
+        if not model_admin.has_delete_permission(request, obj):
+            perms_needed.add(str(opts.verbose_name))
+        count = MemoryRecord.unscoped.filter(**{field: obj}).count()
+        total += count
+        to_delete.append(f"{capfirst(opts.verbose_name)}: {obj}")
+        to_delete.append(
+            [
+                ngettext(
+                    "%(count)d memory record, erased first (with an erasure receipt)",
+                    "%(count)d memory records, erased first (with an erasure receipt)",
+                    count,
+                )
+                % {"count": count}
+            ]
+        )
+    model_count = {str(opts.verbose_name_plural): len(to_delete) // 2, _("memory records"): total}
+    return to_delete, model_count, perms_needed, []

@@ -10,20 +10,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
 
 from tenants.admin import DomainAdmin, OrgAdmin
 from tenants.models import Domain, Org
 
+from ..policy import Action
 from ..scope import Scope
 from ..services import forget as forget_service
-from .base import actor, admin_context
+from .base import actor, admin_context, deletion_summary
 
 
 def _confirm_or_erase(
@@ -76,16 +78,28 @@ def _domain_rows(domains: QuerySet[Domain]) -> list[tuple[str, str, str, int]]:
 
 def _erase_domain(domain: Domain, who: str) -> list[tuple[str, str, str, int]]:
     result = forget_service.forget(
-        Scope.for_domain(domain), forget_service.ForgetRequest(all=True), actor=who
+        Scope.for_domain(domain), forget_service.ForgetRequest(all=True), actor=who, operator=True
     )
     return [(domain.org.slug, domain.slug, kb, count) for kb, count in result.by_source.items()]
 
 
-class OrgErasureAdmin(OrgAdmin):
+class ErasureMixin:
+    """Erasure actions and deletion through the erasure path, asked of the policy."""
+
+    def has_erase_permission(self, request: HttpRequest) -> bool:
+        return self.allows(request, Action.FORGET)  # type: ignore[attr-defined]
+
+    def get_deleted_objects(self, objs: Any, request: HttpRequest) -> Any:
+        return deletion_summary(self, objs, request)  # type: ignore[arg-type]
+
+
+class OrgErasureAdmin(ErasureMixin, OrgAdmin):
     actions = ["erase_memory"]
 
-    @admin.action(description=_("Erase this org's memory"), permissions=["delete"])
+    @admin.action(description=_("Erase this org's memory"), permissions=["erase"])
     def erase_memory(self, request: HttpRequest, queryset: QuerySet[Org]) -> HttpResponse:
+        queryset = self.allowed_rows(request, queryset, Action.FORGET)
+
         def erase() -> list[tuple[str, str, str, int]]:
             return [
                 row
@@ -99,7 +113,8 @@ class OrgErasureAdmin(OrgAdmin):
         )
 
     def delete_model(self, request: HttpRequest, obj: Org) -> None:
-        forget_service.forget_org(obj.pk, actor=actor(request))
+        result = forget_service.forget_org(obj.pk, actor=actor(request))
+        _report_erasure(self, request, obj, result.deleted)
         super().delete_model(request, obj)
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Org]) -> None:
@@ -107,11 +122,13 @@ class OrgErasureAdmin(OrgAdmin):
             self.delete_model(request, org)
 
 
-class DomainErasureAdmin(DomainAdmin):
+class DomainErasureAdmin(ErasureMixin, DomainAdmin):
     actions = ["erase_memory"]
 
-    @admin.action(description=_("Erase this domain's memory"), permissions=["delete"])
+    @admin.action(description=_("Erase this domain's memory"), permissions=["erase"])
     def erase_memory(self, request: HttpRequest, queryset: QuerySet[Domain]) -> HttpResponse:
+        queryset = self.allowed_rows(request, queryset, Action.FORGET)
+
         def erase() -> list[tuple[str, str, str, int]]:
             return [
                 row
@@ -124,12 +141,28 @@ class DomainErasureAdmin(DomainAdmin):
         )
 
     def delete_model(self, request: HttpRequest, obj: Domain) -> None:
-        _erase_domain(obj, actor(request))
+        rows = _erase_domain(obj, actor(request))
+        _report_erasure(self, request, obj, sum(row[3] for row in rows))
         super().delete_model(request, obj)
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Domain]) -> None:
         for domain in queryset.select_related("org"):
             self.delete_model(request, domain)
+
+
+def _report_erasure(model_admin: Any, request: HttpRequest, obj: Any, count: int) -> None:
+    model_admin.message_user(
+        request,
+        ngettext(
+            "Erased %(count)d memory record of %(obj)s before deleting it "
+            "(receipt: a memory.forgotten observation).",
+            "Erased %(count)d memory records of %(obj)s before deleting it "
+            "(receipt: memory.forgotten observations).",
+            count,
+        )
+        % {"count": count, "obj": obj},
+        messages.SUCCESS,
+    )
 
 
 for model, model_admin in ((Org, OrgErasureAdmin), (Domain, DomainErasureAdmin)):

@@ -9,6 +9,7 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import Count, QuerySet
+from django.forms.models import BaseInlineFormSet
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
@@ -17,14 +18,17 @@ from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
+from tenants.admin import PolicyAdminMixin
+
 from ..cache import bump_generation_on_commit
 from ..models import ImportJob, KnowledgeBase, MemoryRecord
+from ..policy import Action
 from ..scope import Scope
 from ..services import forget as forget_service
 from ..services import imports
 from ..services import write as write_service
 from ..services.errors import ValidationFailed
-from .base import OperatorAdmin, actor, admin_context, operator_view
+from .base import OperatorAdmin, actor, admin_context, deletion_summary, operator_view
 
 RECORD_FIELDS = ("content", "key", "kind", "namespace", "tags", "metadata", "expires_at")
 
@@ -66,13 +70,32 @@ class RecordForm(forms.ModelForm):
         return cleaned
 
 
-class RecordInline(admin.TabularInline):
+class RecordInlineFormSet(BaseInlineFormSet):
+    """The knowledge base's records; a row may only name a record of this knowledge
+    base (a tampered or stale id is a form error, never another record)."""
+
+    def add_fields(self, form: Any, index: Any) -> None:
+        super().add_fields(form, index)
+        pk_field = form.fields.get(self.model._meta.pk.name)
+        if pk_field is not None:
+            pk_field.queryset = self.queryset
+
+
+class RecordInline(PolicyAdminMixin, admin.TabularInline):
     model = MemoryRecord
     form = RecordForm
+    formset = RecordInlineFormSet
     fields = ["content", "key", "namespace", "kind", "tags", "status"]
     readonly_fields = ["status"]
     extra = 1
     show_change_link = True
+    change_action = Action.CURATE
+
+    def org_id_of(self, obj: Any) -> int | None:
+        return getattr(obj, "org_id", None)
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:  # type: ignore[override]
+        return self.allows(request, self.change_action, obj)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[MemoryRecord]:
         return MemoryRecord.unscoped.order_by("-created_at")
@@ -139,7 +162,7 @@ class KnowledgeBaseAdmin(OperatorAdmin):
     list_filter = ["read_only", "on_write", ("org", admin.RelatedOnlyFieldListFilter)]
     list_select_related = ["domain__org"]
     search_fields = ["name", "description", "domain__slug", "org__slug"]
-    readonly_fields = ["refused_writes", "created_at", "updated_at", "tools"]
+    readonly_fields = ["refused_writes", "created_at", "updated_at"]
     inlines = [RecordInline]
     change_form_template = "admin/memoryhub/knowledgebase/change_form.html"
 
@@ -161,11 +184,26 @@ class KnowledgeBaseAdmin(OperatorAdmin):
             reverse("admin:memoryhub_knowledgebase_export", args=[obj.pk]),
         )
 
+    @admin.display(description=_("tools"))
+    def export_tool(self, obj: KnowledgeBase) -> str:
+        if obj.pk is None:
+            return "—"
+        return format_html(
+            '<a class="button" href="{}">Export JSONL</a>',
+            reverse("admin:memoryhub_knowledgebase_export", args=[obj.pk]),
+        )
+
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         fields = list(super().get_readonly_fields(request, obj))
         if obj is not None:
             fields.append("domain")
+            # The import button only for those who may import here.
+            fields.append("tools" if self.allows(request, Action.IMPORT, obj) else "export_tool")
         return fields
+
+    def get_deleted_objects(self, objs: Any, request: HttpRequest) -> Any:
+        """What deleting knowledge bases erases, as counts (bounded at any volume)."""
+        return deletion_summary(self, objs, request, records_of="knowledge_base")
 
     def save_model(self, request: HttpRequest, obj: KnowledgeBase, form: Any, change: bool) -> None:
         obj.org_id = obj.domain.org_id
@@ -182,8 +220,10 @@ class KnowledgeBaseAdmin(OperatorAdmin):
         # What the admin's change message reads (normally set by formset.save()).
         formset.new_objects, formset.changed_objects, formset.deleted_objects = [], [], []
         for deleted in formset.deleted_forms:
-            if deleted.instance.pk is not None:
-                forget_service.forget_record(scope, deleted.instance.pk, actor=actor(request))
+            if deleted.instance.pk is not None and not deleted.instance._state.adding:
+                forget_service.forget_record(
+                    scope, deleted.instance.pk, actor=actor(request), operator=True
+                )
         for inline in formset.forms:
             if inline in formset.deleted_forms or not inline.has_changed():
                 continue
@@ -240,23 +280,16 @@ class KnowledgeBaseAdmin(OperatorAdmin):
         ]
         return custom + super().get_urls()
 
-    def _knowledge_base(self, request: HttpRequest, pk: int, *, change: bool) -> KnowledgeBase:
+    def _knowledge_base(self, request: HttpRequest, pk: int, action: Action) -> KnowledgeBase:
+        """A knowledge base the user sees (404 otherwise) and may do ``action`` in (403)."""
         knowledge_base = get_object_or_404(self.get_queryset(request), pk=pk)
-        allowed = (
-            self.has_change_permission(request, knowledge_base)
-            if change
-            else self.has_view_permission(request, knowledge_base)
-        )
-        if not allowed:
-            from django.core.exceptions import PermissionDenied
-
-            raise PermissionDenied
+        self.require(request, action, knowledge_base)
         return knowledge_base
 
     def import_view(self, request: HttpRequest, pk: int) -> HttpResponse:
         from celery import current_app
 
-        knowledge_base = self._knowledge_base(request, pk, change=True)
+        knowledge_base = self._knowledge_base(request, pk, Action.IMPORT)
         scope = Scope(knowledge_base.org_id, knowledge_base.domain_id)
         form = ImportForm(request.POST or None, request.FILES or None)
         if request.method == "POST" and form.is_valid():
@@ -313,12 +346,12 @@ class KnowledgeBaseAdmin(OperatorAdmin):
         return TemplateResponse(request, "admin/memoryhub/knowledgebase/import.html", context)
 
     def import_progress_view(self, request: HttpRequest, pk: int, job_id: int) -> JsonResponse:
-        knowledge_base = self._knowledge_base(request, pk, change=False)
+        knowledge_base = self._knowledge_base(request, pk, Action.READ)
         job = get_object_or_404(ImportJob.unscoped, pk=job_id, knowledge_base=knowledge_base)
         return JsonResponse(imports.progress(job))
 
     def export_view(self, request: HttpRequest, pk: int) -> StreamingHttpResponse:
-        knowledge_base = self._knowledge_base(request, pk, change=False)
+        knowledge_base = self._knowledge_base(request, pk, Action.READ)
         records = MemoryRecord.unscoped.filter(knowledge_base=knowledge_base).order_by("created_at")
 
         def lines() -> Iterator[str]:

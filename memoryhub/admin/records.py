@@ -7,7 +7,6 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
-from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
@@ -18,7 +17,8 @@ from django.utils.translation import ngettext
 
 from tenants.models import Domain, Org
 
-from ..models import KnowledgeBase, MemoryRecord
+from ..models import MemoryRecord
+from ..policy import Action
 from ..scope import Scope
 from ..services import forget as forget_service
 from ..services import write as write_service
@@ -103,9 +103,7 @@ class MemoryRecordAdmin(OperatorAdmin):
     ) -> Any:
         form = super().get_form(request, obj, change, **kwargs)
         if "knowledge_base" in form.base_fields:
-            form.base_fields["knowledge_base"].queryset = KnowledgeBase.unscoped.filter(  # type: ignore[attr-defined]
-                org__in=self.visible_orgs(request)
-            ).select_related("domain__org")
+            form.base_fields["knowledge_base"].queryset = self.editable_knowledge_bases(request)  # type: ignore[attr-defined]
         return form
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
@@ -150,14 +148,20 @@ class MemoryRecordAdmin(OperatorAdmin):
         return None
 
     def delete_model(self, request: HttpRequest, obj: MemoryRecord) -> None:
-        forget_service.forget_record(Scope(obj.org_id, obj.domain_id), obj.pk, actor=actor(request))
+        forget_service.forget_record(
+            Scope(obj.org_id, obj.domain_id), obj.pk, actor=actor(request), operator=True
+        )
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[MemoryRecord]) -> None:
         for record in queryset.select_related(None).only("pk", "org_id", "domain_id"):
             self.delete_model(request, record)
 
-    @admin.action(description=_("Re-embed selected records"), permissions=["change"])
+    def has_reembed_permission(self, request: HttpRequest) -> bool:
+        return self.allows(request, Action.REEMBED)
+
+    @admin.action(description=_("Re-embed selected records"), permissions=["reembed"])
     def reembed(self, request: HttpRequest, queryset: QuerySet[MemoryRecord]) -> None:
+        queryset = self.allowed_rows(request, queryset, Action.REEMBED)
         ids = [str(pk) for pk in queryset.values_list("pk", flat=True)]
         MemoryRecord.unscoped.filter(pk__in=ids).update(
             status=MemoryRecord.Status.PENDING, attempts=0, last_error="", updated_at=timezone.now()
@@ -188,9 +192,10 @@ class MemoryRecordAdmin(OperatorAdmin):
 
     def erase_subject_view(self, request: HttpRequest) -> HttpResponse:
         """Erase a data subject: form, then counts per KB, then erase, then the receipt."""
-        if not self.has_delete_permission(request):
-            raise PermissionDenied
-        form = EraseSubjectForm(request.POST or None, domains=self.domains_for(request))
+        self.require(request, Action.ERASE_SUBJECT)
+        form = EraseSubjectForm(
+            request.POST or None, domains=self.domains_for(request, Action.ERASE_SUBJECT)
+        )
         context = admin_context(self, request, title=_("Erase a data subject"), form=form)
         if request.method == "POST" and form.is_valid():
             domains = form.selected_domains()
@@ -220,12 +225,9 @@ class MemoryRecordAdmin(OperatorAdmin):
             return TemplateResponse(request, "admin/memoryhub/erasure_receipt.html", context)
         return TemplateResponse(request, "admin/memoryhub/erase_subject.html", context)
 
-    def domains_for(self, request: HttpRequest) -> QuerySet[Domain]:
-        return (
-            Domain.objects.filter(org__in=self.visible_orgs(request))
-            .select_related("org")
-            .order_by("org__slug", "slug")
-        )
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        extra_context = {"can_erase_subject": self.allows(request, Action.ERASE_SUBJECT)}
+        return super().changelist_view(request, extra_context)
 
 
 class EraseSubjectForm(forms.Form):

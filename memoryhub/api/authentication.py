@@ -12,6 +12,8 @@ from rest_framework.request import Request
 
 from tenants.models import ApiKey
 
+from . import throttling
+
 KEYWORD = "Api-Key"
 #: ``last_used_at`` is written at most this often per key, to keep reads cheap.
 LAST_USED_RESOLUTION = timedelta(minutes=1)
@@ -47,6 +49,14 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         header = authentication.get_authorization_header(request).split()
         if not header or header[0].lower() != self.keyword.lower().encode():
             return None
+        throttling.refuse_if_failing(request)
+        try:
+            return self._authenticate(request, header)
+        except exceptions.AuthenticationFailed:
+            throttling.count_failure(request)
+            raise
+
+    def _authenticate(self, request: Request, header: list[bytes]) -> tuple[ApiKeyUser, ApiKey]:
         if len(header) != 2:
             raise exceptions.AuthenticationFailed(
                 _("Invalid Api-Key header: expected 'Api-Key <key>'."), code="invalid_key"
@@ -54,9 +64,9 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         try:
             key = header[1].decode("ascii")
         except UnicodeDecodeError:
-            raise exceptions.AuthenticationFailed(
-                _("Invalid Api-Key header."), code="invalid_key"
-            ) from None
+            key = ""
+        if not key or not key.isprintable():  # NUL and control characters never reach SQL
+            raise exceptions.AuthenticationFailed(_("Invalid Api-Key header."), code="invalid_key")
         # The URL's domain is read with the key, in the same query (resolve_domain).
         kwargs = (getattr(request, "parser_context", None) or {}).get("kwargs") or {}
         slug = kwargs.get("domain")

@@ -13,14 +13,12 @@ from django.utils.translation import gettext_lazy as _
 from rest_framework import exceptions, permissions
 from rest_framework.request import Request
 
-from tenants.models import ApiKey, Domain, Membership, Org
+from tenants.models import ApiKey, Domain
 
-from .. import observe
+from .. import observe, policy
 from ..models import Observation
 from ..scope import Scope
 from .authentication import request_api_key
-
-READ, WRITE, FORGET = "read", "write", "forget"
 
 
 class DomainNotFound(exceptions.NotFound):
@@ -32,22 +30,16 @@ class MissingPermission(exceptions.PermissionDenied):
     default_code = "permission_denied"
 
 
-def _session_orgs(request: Request) -> Any:
-    return Org.objects.visible_to(request.user).filter(is_active=True)
-
-
-def _session_permissions(request: Request, org: Org) -> set[str]:
-    if request.user.is_superuser:
-        return {READ, WRITE, FORGET}
-    user_id = request.user.pk
-    if user_id is None:
-        return set()
-    membership = Membership.objects.filter(user__pk=user_id, org=org).first()
-    if membership is None:
-        return set()
-    if membership.role == Membership.Role.VIEWER:
-        return {READ}
-    return {READ, WRITE, FORGET}
+def request_principal(request: Request) -> policy.Principal:
+    """The policy principal of a request: its API key, or its (staff) user."""
+    api_key = request_api_key(request)
+    if api_key is not None:
+        principal = getattr(request, "_memoryhub_principal", None)
+        if principal is None:
+            principal = policy.principal_for_key(api_key)
+            request._memoryhub_principal = principal  # type: ignore[attr-defined]
+        return principal
+    return policy.principal_for_user(request.user)
 
 
 def _refuse(request: Request, org_id: int, reason: str) -> DomainNotFound:
@@ -69,13 +61,15 @@ def actor(request: Request) -> str:
     return f"user:{user.get_username()}" if user is not None and user.is_authenticated else ""
 
 
-def resolve_domain(request: Request, slug: str, permission: str) -> Scope:
-    """The caller's scope for domain ``slug``, checking ``permission``; 404/403 otherwise."""
+def resolve_domain(request: Request, slug: str, action: policy.Action) -> Scope:
+    """The caller's scope for domain ``slug``, if the policy lets the caller do ``action``
+    there; 404 for a domain the caller cannot see, 403 for a missing permission."""
     api_key = request_api_key(request)
     if api_key is not None:
-        return _key_scope(request, api_key, slug, permission)
+        return _key_scope(request, api_key, slug, action)
     org_slug = request.query_params.get("org")
-    orgs = _session_orgs(request)
+    principal = request_principal(request)
+    orgs = policy.orgs_allowing(principal, policy.Action.READ).filter(is_active=True)
     if org_slug is not None:
         orgs = orgs.filter(slug=org_slug)
     candidates = list(Domain.objects.filter(org__in=orgs, slug=slug).select_related("org")[:2])
@@ -85,13 +79,19 @@ def resolve_domain(request: Request, slug: str, permission: str) -> Scope:
                 {"org": ["Several of your orgs have this domain; add ?org=<slug>."]}
             )
         raise DomainNotFound()
-    domain = candidates[0]
-    if permission not in _session_permissions(request, domain.org):
-        raise MissingPermission(f"This credential lacks the {permission} permission.")
-    return Scope.for_domain(domain)
+    scope = Scope.for_domain(candidates[0])
+    _require(principal, action, scope)
+    return scope
 
 
-def _key_scope(request: Request, api_key: ApiKey, slug: str, permission: str) -> Scope:
+def _require(principal: policy.Principal, action: policy.Action, scope: Scope) -> None:
+    try:
+        policy.require(principal, action, scope)
+    except policy.PolicyDenied as exc:
+        raise MissingPermission(str(exc)) from None
+
+
+def _key_scope(request: Request, api_key: ApiKey, slug: str, action: policy.Action) -> Scope:
     if api_key.url_domain is not None and api_key.url_domain[0] == slug:
         domain_id = api_key.url_domain[1]  # read with the key, in the same query
     else:
@@ -105,9 +105,9 @@ def _key_scope(request: Request, api_key: ApiKey, slug: str, permission: str) ->
         raise _refuse(request, api_key.org_id, "not a domain of the key's org")
     if not api_key.covers_domain(api_key.org_id, domain_id):
         raise _refuse(request, api_key.org_id, "outside the key's domain")
-    if permission not in api_key.permissions:
-        raise MissingPermission(f"This credential lacks the {permission} permission.")
-    return Scope(org_id=api_key.org_id, domain_id=domain_id)
+    scope = Scope(org_id=api_key.org_id, domain_id=domain_id)
+    _require(request_principal(request), action, scope)
+    return scope
 
 
 class IsApiKeyOrStaff(permissions.BasePermission):

@@ -138,15 +138,31 @@ class RecordUpdateSerializer(serializers.Serializer):
 
 
 class ForgetRequestSerializer(serializers.Serializer):
-    namespace = serializers.CharField(required=False, allow_blank=True)
+    namespace = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        help_text='A data subject (user:alice). The shared namespace "" needs sources.',
+    )
     key = serializers.CharField(required=False)
-    source = serializers.CharField(required=False)  # type: ignore[assignment]
+    source = serializers.CharField(required=False, help_text="One knowledge base.")  # type: ignore[assignment]
+    sources = serializers.ListField(
+        child=serializers.CharField(), required=False, help_text="Several knowledge bases."
+    )
     all = serializers.BooleanField(required=False, help_text="Erase the whole domain.")
 
 
 class ForgetResponseSerializer(serializers.Serializer):
     deleted = serializers.IntegerField()
     by_source = serializers.DictField(child=serializers.IntegerField())
+    refused = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="Read-only knowledge bases (on_write=ignore) that kept their records.",
+    )
+
+
+class UpdateResultSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    status = serializers.ChoiceField(choices=MemoryRecord.Status.choices)
 
 
 class SourceSerializer(serializers.Serializer):

@@ -1,29 +1,159 @@
-"""Per-key throttling: each API key (or staff user) has its own budget."""
+"""Throttling that holds under concurrency: atomic counters in the cache.
+
+DRF's ``SimpleRateThrottle`` keeps a list of timestamps that each request reads,
+extends and writes back; concurrent requests overwrite each other's entries, so ten
+threads with one key got 1,250 of 1,250 requests through a 1,200/min limit. Here every
+request is one atomic ``incr`` of a per-window counter (Redis ``INCR``, or the locmem
+cache's lock), and a window's count is weighted with the previous window's (a sliding
+window counter), so a burst at a window's edge cannot double the rate.
+
+Two limits, both from ``MEMORYHUB`` and both answered with ``429`` and ``Retry-After``:
+
+* ``THROTTLE_RATE`` per API key (or staff user, or client address without either);
+* ``AUTH_FAILURE_RATE`` per client address for failed API-key authentications (401s):
+  once over it, that address is refused before its key is even looked up.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import math
+import time
 from typing import Any
 
-from rest_framework.throttling import SimpleRateThrottle
+from django.core.cache import caches
+from rest_framework import exceptions
+from rest_framework.throttling import BaseThrottle
 
-from ..conf import memoryhub_settings
-from .authentication import request_api_key
+from tenants.models import ApiKey
+
+from ..conf import memoryhub_settings, parse_rate
+
+__all__ = [
+    "ApiKeyRateThrottle",
+    "SlidingWindow",
+    "client_address",
+    "count_failure",
+    "refuse_if_failing",
+]
 
 
-class ApiKeyRateThrottle(SimpleRateThrottle):
-    """Rate from ``MEMORYHUB["THROTTLE_RATE"]`` (``None`` disables throttling)."""
+class SlidingWindow:
+    """A sliding window counter of ``limit`` events per ``seconds`` in the cache.
 
-    scope = "memoryhub"
+    ``hit(ident)`` counts one event and says whether it is within the limit; a refused
+    event is taken back, so a client that keeps hammering does not starve its next
+    window. ``wait(ident)`` is the ``Retry-After`` of a refused event.
+    """
 
-    def get_rate(self) -> str | None:
-        return memoryhub_settings.THROTTLE_RATE
+    def __init__(self, name: str, limit: int, seconds: int) -> None:
+        self.name = name
+        self.limit = limit
+        self.seconds = seconds
 
-    def get_cache_key(self, request: Any, view: Any) -> str | None:
-        api_key = request_api_key(request)
-        if api_key is not None:
-            ident = f"key:{api_key.prefix}"
-        elif request.user and request.user.is_authenticated:
-            ident = f"user:{request.user.pk}"
-        else:
-            ident = f"ip:{self.get_ident(request)}"
-        return self.cache_format % {"scope": self.scope, "ident": ident}
+    @property
+    def cache(self) -> Any:
+        return caches[memoryhub_settings.CACHE_ALIAS]
+
+    def _key(self, ident: str, window: int) -> str:
+        return f"memoryhub:throttle:{self.name}:{ident}:{window}"
+
+    def _incr(self, key: str, delta: int = 1) -> int:
+        cache = self.cache
+        # Two windows' worth: the next window weighs this one's count.
+        if cache.add(key, delta, timeout=2 * self.seconds):
+            return delta
+        try:
+            return int(cache.incr(key, delta))
+        except ValueError:  # expired between add and incr
+            cache.add(key, delta, timeout=2 * self.seconds)
+            return delta
+
+    def _weighted_previous(self, ident: str, now: float) -> tuple[float, float]:
+        window = int(now // self.seconds)
+        elapsed = (now % self.seconds) / self.seconds
+        previous = self.cache.get(self._key(ident, window - 1)) or 0
+        return previous * (1 - elapsed), elapsed
+
+    def hit(self, ident: str, now: float | None = None) -> bool:
+        now = time.time() if now is None else now
+        window = int(now // self.seconds)
+        previous, _ = self._weighted_previous(ident, now)
+        allowance = self.limit - math.floor(previous)
+        current = self._incr(self._key(ident, window))
+        if current <= allowance:
+            return True
+        with contextlib.suppress(ValueError):  # the window's counter expired meanwhile
+            self.cache.decr(self._key(ident, window))
+        return False
+
+    def count_only(self, ident: str, now: float | None = None) -> None:
+        """Count an event without a decision (a failed authentication)."""
+        now = time.time() if now is None else now
+        self._incr(self._key(ident, int(now // self.seconds)))
+
+    def exceeded(self, ident: str, now: float | None = None) -> bool:
+        """Whether the events counted so far are at or over the limit."""
+        now = time.time() if now is None else now
+        previous, _ = self._weighted_previous(ident, now)
+        current = self.cache.get(self._key(ident, int(now // self.seconds))) or 0
+        return math.floor(previous) + current >= self.limit
+
+    def wait(self, now: float | None = None) -> int:
+        """Seconds until the current window ends (when the allowance grows again)."""
+        now = time.time() if now is None else now
+        return max(1, math.ceil(self.seconds - now % self.seconds))
+
+
+def client_address(request: Any) -> str:
+    """The client's address as DRF's throttles see it (``NUM_PROXIES`` aware)."""
+    return BaseThrottle().get_ident(request)
+
+
+class ApiKeyRateThrottle(BaseThrottle):
+    """``MEMORYHUB["THROTTLE_RATE"]`` per API key (``None`` disables throttling)."""
+
+    def __init__(self) -> None:
+        self._wait: int | None = None
+
+    def allow_request(self, request: Any, view: Any) -> bool:
+        rate = parse_rate(memoryhub_settings.THROTTLE_RATE)
+        if rate is None:
+            return True
+        window = SlidingWindow("rate", *rate)
+        if window.hit(self._ident(request)):
+            return True
+        self._wait = window.wait()
+        return False
+
+    def wait(self) -> float | None:
+        return self._wait
+
+    def _ident(self, request: Any) -> str:
+        api_key = getattr(request, "auth", None)
+        if isinstance(api_key, ApiKey):
+            return f"key:{api_key.prefix}"
+        user = getattr(request, "user", None)
+        if user is not None and user.is_authenticated:
+            return f"user:{user.pk}"
+        return f"ip:{self.get_ident(request)}"
+
+
+def failed_authentications() -> SlidingWindow | None:
+    rate = parse_rate(memoryhub_settings.AUTH_FAILURE_RATE)
+    return SlidingWindow("auth-failures", *rate) if rate is not None else None
+
+
+def refuse_if_failing(request: Any) -> None:
+    """Raise ``Throttled`` when this address has failed to authenticate too often."""
+    window = failed_authentications()
+    if window is not None and window.exceeded(f"ip:{client_address(request)}"):
+        raise exceptions.Throttled(
+            wait=window.wait(), detail="Too many failed authentications from this address."
+        )
+
+
+def count_failure(request: Any) -> None:
+    window = failed_authentications()
+    if window is not None:
+        window.count_only(f"ip:{client_address(request)}")

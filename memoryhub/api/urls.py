@@ -9,14 +9,14 @@ app_name = "memoryhub-api"
 urlpatterns = [
     path("health", views.HealthView.as_view(), name="health"),
     path("whoami", views.WhoAmIView.as_view(), name="whoami"),
-    path("domains/<str:domain>/records", views.RecordsView.as_view(), name="records"),
+    path("domains/<slug:domain>/records", views.RecordsView.as_view(), name="records"),
     path(
-        "domains/<str:domain>/records/<str:record_id>",
+        "domains/<slug:domain>/records/<str:record_id>",
         views.RecordDetailView.as_view(),
         name="record",
     ),
-    path("domains/<str:domain>/query", views.QueryView.as_view(), name="query"),
-    path("domains/<str:domain>/forget", views.ForgetView.as_view(), name="forget"),
-    path("domains/<str:domain>/sources", views.SourcesView.as_view(), name="sources"),
+    path("domains/<slug:domain>/query", views.QueryView.as_view(), name="query"),
+    path("domains/<slug:domain>/forget", views.ForgetView.as_view(), name="forget"),
+    path("domains/<slug:domain>/sources", views.SourcesView.as_view(), name="sources"),
     re_path(r"^.*$", views.NotFoundView.as_view(), name="not-found"),
 ]

@@ -22,7 +22,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from .. import log, routing
+from .. import log, policy, routing
 from ..conf import memoryhub_settings
 from ..models import MemoryRecord
 from ..services import forget as forget_service
@@ -33,8 +33,10 @@ from ..services import write as write_service
 from . import serializers as s
 from .authentication import request_api_key
 from .parsers import BoundedJSONParser, read_chunked_body
-from .permissions import FORGET, READ, WRITE, IsApiKeyOrStaff, actor, resolve_domain
+from .permissions import IsApiKeyOrStaff, actor, request_principal, resolve_domain
 from .throttling import ApiKeyRateThrottle
+
+Action = policy.Action
 
 ERRORS = {
     400: OpenApiResponse(s.ErrorSerializer, description="Invalid input; errors name the field."),
@@ -48,6 +50,13 @@ ERRORS = {
 }
 DOMAIN = OpenApiParameter(
     "domain", OpenApiTypes.STR, OpenApiParameter.PATH, description="Domain slug."
+)
+
+
+UPDATED = OpenApiResponse(
+    s.RecordSerializer,
+    description="The updated record. A key without the read permission gets only "
+    "{id, status} (UpdateResult): it never receives content.",
 )
 
 
@@ -84,6 +93,7 @@ class MemoryAPIView(APIView):
                 log.bind(org=api_key.org.slug, key_prefix=api_key.prefix)
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        _refuse_nul_parameters(request)
         super().initial(request, *args, **kwargs)
         read_chunked_body(request)
 
@@ -94,6 +104,20 @@ class MemoryAPIView(APIView):
                 {"non_field_errors": ["The body must be a JSON object."]}
             )
         return data
+
+
+def _refuse_nul_parameters(request: Request) -> None:
+    """A NUL character in the query string is a 400 naming the parameter (PostgreSQL
+    cannot store or compare it, so it must never reach a query)."""
+    bad = sorted(
+        name
+        for name, values in request.query_params.lists()
+        if "\x00" in name or any("\x00" in value for value in values)
+    )
+    if bad:
+        raise exceptions.ValidationError(
+            {name.replace("\x00", "\\x00"): ["may not contain NUL characters."] for name in bad}
+        )
 
 
 def _database_status() -> dict[str, Any]:
@@ -132,12 +156,22 @@ HealthSerializer = inline_serializer(
         "database": serializers.DictField(),
         "broker": serializers.DictField(),
         "embedder": serializers.DictField(),
+        "indexing": serializers.DictField(
+            help_text="mode, pending, pending_capped, oldest_pending_seconds; with a broker "
+            "also worker_seen_at and worker_seen_seconds_ago (the workers' heartbeat)."
+        ),
     },
 )
 
 
 class HealthView(APIView):
-    """Public liveness and readiness: database, broker and embedder."""
+    """Public liveness and readiness: database, broker, embedder and indexing.
+
+    503 when the database, broker or embedder fails (this node cannot serve); 200 with
+    ``status: degraded`` when only indexing is stuck (no worker seen while records
+    wait): queries still work, and pulling every web node out of a load balancer
+    because a worker died would turn a backlog into an outage.
+    """
 
     authentication_classes: list[type] = []
     permission_classes = [AllowAny]
@@ -149,11 +183,21 @@ class HealthView(APIView):
             "broker": _broker_status(),
             "embedder": _embedder_status(),
         }
-        healthy = all(check["ok"] for check in checks.values())
+        serving = all(check["ok"] for check in checks.values())
+        if checks["database"]["ok"]:
+            checks["indexing"] = _indexing_status()
+        healthy = serving and checks.get("indexing", {}).get("ok", False)
         return Response(
             {"status": "ok" if healthy else "degraded", **checks},
-            status=status.HTTP_200_OK if healthy else status.HTTP_503_SERVICE_UNAVAILABLE,
+            status=status.HTTP_200_OK if serving else status.HTTP_503_SERVICE_UNAVAILABLE,
         )
+
+
+def _indexing_status() -> dict[str, Any]:
+    try:
+        return indexing_service.pipeline_status(eager=bool(current_app.conf.task_always_eager))
+    except Exception as exc:
+        return {"ok": False, "error": type(exc).__name__}
 
 
 WhoAmISerializer = inline_serializer(
@@ -278,7 +322,7 @@ class RecordsView(MemoryAPIView):
         ],
     )
     def post(self, request: Request, domain: str) -> Response:
-        scope = resolve_domain(request, domain, WRITE)
+        scope = resolve_domain(request, domain, Action.WRITE)
         body = self.body(request)
         wait = _wait_seconds(request)
         unknown = sorted(set(body) - {"source", "sources", "items"})
@@ -337,7 +381,7 @@ class RecordsView(MemoryAPIView):
         },
     )
     def get(self, request: Request, domain: str) -> Response:
-        scope = resolve_domain(request, domain, READ)
+        scope = resolve_domain(request, domain, Action.READ)
         filters = {
             name: value
             for name, value in request.query_params.items()
@@ -373,23 +417,31 @@ class RecordDetailView(MemoryAPIView):
         responses={200: s.RecordSerializer, **errors_except(400, 413)},
     )
     def get(self, request: Request, domain: str, record_id: str) -> Response:
-        scope = resolve_domain(request, domain, READ)
+        scope = resolve_domain(request, domain, Action.READ)
         record = _get_or_404(scope, record_id)
         return Response(s.RecordSerializer(record).data)
 
     def _update(self, request: Request, domain: str, record_id: str, partial: bool) -> Response:
-        scope = resolve_domain(request, domain, WRITE)
+        scope = resolve_domain(request, domain, Action.UPDATE)
         _get_or_404(scope, record_id)
-        write_service.update_record(
+        result = write_service.update_record(
             scope, record_id, self.body(request), partial=partial, actor=actor(request)
         )
+        if not policy.allows(
+            request_principal(request),
+            Action.READ,
+            org_id=scope.org_id,
+            domain_id=scope.domain_id,
+        ):
+            # A key without read never receives content, metadata or tags.
+            return Response({"id": result.id, "status": result.status})
         return Response(s.RecordSerializer(_get_or_404(scope, record_id)).data)
 
     @extend_schema(
         summary="Replace a record's content and fields",
         parameters=[DOMAIN],
         request=s.RecordUpdateSerializer,
-        responses={200: s.RecordSerializer, **errors_except()},
+        responses={200: UPDATED, **errors_except()},
     )
     def put(self, request: Request, domain: str, record_id: str) -> Response:
         return self._update(request, domain, record_id, partial=False)
@@ -398,7 +450,7 @@ class RecordDetailView(MemoryAPIView):
         summary="Change some of a record's fields",
         parameters=[DOMAIN],
         request=s.RecordUpdateSerializer,
-        responses={200: s.RecordSerializer, **errors_except()},
+        responses={200: UPDATED, **errors_except()},
     )
     def patch(self, request: Request, domain: str, record_id: str) -> Response:
         return self._update(request, domain, record_id, partial=True)
@@ -409,12 +461,12 @@ class RecordDetailView(MemoryAPIView):
         responses={200: s.ForgetResponseSerializer, **errors_except(400, 413)},
     )
     def delete(self, request: Request, domain: str, record_id: str) -> Response:
-        scope = resolve_domain(request, domain, FORGET)
+        scope = resolve_domain(request, domain, Action.FORGET)
         try:
             result = forget_service.forget_record(scope, record_id, actor=actor(request))
         except records_service.RecordNotFound:
             raise exceptions.NotFound("No such record.", code="record_not_found") from None
-        return Response({"deleted": result.deleted, "by_source": result.by_source})
+        return Response(_forget_response(result))
 
 
 def _get_or_404(scope: Any, record_id: str) -> MemoryRecord:
@@ -468,7 +520,7 @@ class QueryView(MemoryAPIView):
         ],
     )
     def post(self, request: Request, domain: str) -> Response:
-        scope = resolve_domain(request, domain, READ)
+        scope = resolve_domain(request, domain, Action.READ)
         body = self.body(request)
         output = body.pop("format", "items")
         if output not in ("items", "grounding"):
@@ -502,9 +554,9 @@ class ForgetView(MemoryAPIView):
         ],
     )
     def post(self, request: Request, domain: str) -> Response:
-        scope = resolve_domain(request, domain, FORGET)
+        scope = resolve_domain(request, domain, Action.FORGET)
         body = self.body(request)
-        unknown = sorted(set(body) - {"namespace", "key", "source", "all"})
+        unknown = sorted(set(body) - {"namespace", "key", "source", "sources", "all"})
         if unknown:
             raise exceptions.ValidationError(
                 {name: ["is not a field of a forget."] for name in unknown}
@@ -513,10 +565,17 @@ class ForgetView(MemoryAPIView):
             namespace=body.get("namespace"),
             key=body.get("key"),
             source=body.get("source"),
+            sources=body.get("sources"),
             all=body.get("all", False),
         )
+        if forget_request.is_subject_erasure:
+            policy.require(request_principal(request), Action.ERASE_SUBJECT, scope)
         result = forget_service.forget(scope, forget_request, actor=actor(request))
-        return Response({"deleted": result.deleted, "by_source": result.by_source})
+        return Response(_forget_response(result))
+
+
+def _forget_response(result: forget_service.ForgetResult) -> dict[str, Any]:
+    return {"deleted": result.deleted, "by_source": result.by_source, "refused": result.refused}
 
 
 class SourcesView(MemoryAPIView):
@@ -528,7 +587,7 @@ class SourcesView(MemoryAPIView):
         responses={200: s.SourceSerializer(many=True), **errors_except(400, 413)},
     )
     def get(self, request: Request, domain: str) -> Response:
-        scope = resolve_domain(request, domain, READ)
+        scope = resolve_domain(request, domain, Action.READ)
         return Response(records_service.summarize_sources(scope))
 
 

@@ -18,11 +18,12 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Count, QuerySet
 
-from .. import observe
+from .. import observe, policy
 from ..cache import erase_on_commit
 from ..models import KnowledgeBase, MemoryRecord, Observation
 from ..scope import Scope, tenant_scope
-from .errors import ValidationFailed
+from .errors import ValidationFailed, WriteRefused
+from .write import count_refusal
 
 __all__ = [
     "ForgetRequest",
@@ -51,12 +52,18 @@ class NothingToForget(ValidationFailed):
 
 @dataclass(frozen=True, slots=True)
 class ForgetRequest:
-    """What to erase inside a scope. Empty selectors with ``all=False`` are refused."""
+    """What to erase inside a scope. Empty selectors with ``all=False`` are refused.
+
+    ``source`` is a one-name shorthand of ``sources`` (give one or the other). The shared
+    namespace (``""``) is every knowledge base's common memory: forgetting it needs an
+    explicit ``sources`` list, so an unset variable in a script cannot wipe it.
+    """
 
     namespace: str | None = None
     key: str | None = None
     source: str | None = None
     all: bool = False
+    sources: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         for name in ("namespace", "key", "source"):
@@ -69,14 +76,48 @@ class ForgetRequest:
             raise NothingToForget("may not be empty.", "source")
         if not isinstance(self.all, bool):
             raise NothingToForget("must be true or false.", "all")
-        if not self.all and self.namespace is None and self.key is None and self.source is None:
+        if self.sources is not None:
+            if self.source is not None:
+                raise NothingToForget("give source or sources, not both.", "sources")
+            if isinstance(self.sources, str) or not isinstance(self.sources, list | tuple):
+                raise NothingToForget("must be a list of knowledge base names.", "sources")
+            if not self.sources:
+                raise NothingToForget("name at least one knowledge base.", "sources")
+            for name in self.sources:
+                if not isinstance(name, str) or not name or "\x00" in name or len(name) > 64:
+                    raise NothingToForget("must be knowledge base names.", "sources")
+            object.__setattr__(self, "sources", tuple(dict.fromkeys(self.sources)))
+        elif self.source is not None:
+            object.__setattr__(self, "sources", (self.source,))
+        if not self.all and self.namespace is None and self.key is None and self.sources is None:
             raise NothingToForget()
+        if (
+            self.namespace == ""
+            and self.key is None
+            and self.source is None
+            and (self.sources is None)
+        ):
+            raise NothingToForget(
+                'forgetting the shared namespace ("") erases the common memory of every'
+                " knowledge base of the domain: name them in sources.",
+                "sources",
+            )
+
+    @property
+    def is_subject_erasure(self) -> bool:
+        """Erasing a data subject (a non-shared namespace): reaches read-only KBs too."""
+        return policy.is_subject_erasure(
+            namespace=self.namespace, key=self.key, everything=self.all
+        )
 
 
 @dataclass(slots=True)
 class ForgetResult:
+    """Counts per knowledge base; ``refused`` names read-only ones that ignored it."""
+
     deleted: int = 0
     by_source: dict[str, int] = field(default_factory=dict)
+    refused: list[str] = field(default_factory=list)
 
 
 def salted_hash(value: str) -> str:
@@ -92,8 +133,8 @@ def _selected(request: ForgetRequest) -> QuerySet[MemoryRecord]:
         records = records.filter(namespace=request.namespace)
     if request.key is not None:
         records = records.filter(key=request.key)
-    if request.source is not None:
-        records = records.filter(knowledge_base__name=request.source)
+    if request.sources is not None:
+        records = records.filter(knowledge_base__name__in=request.sources)
     return records
 
 
@@ -109,38 +150,73 @@ def preview(scope: Scope, request: ForgetRequest) -> dict[str, int]:
         return {row["knowledge_base__name"]: row["n"] for row in rows}
 
 
-def forget(scope: Scope, request: ForgetRequest, *, actor: str = "") -> ForgetResult:
-    """Hard-delete the records ``request`` selects in ``scope``; return counts per KB."""
+def forget(
+    scope: Scope, request: ForgetRequest, *, actor: str = "", operator: bool = False
+) -> ForgetResult:
+    """Hard-delete the records ``request`` selects in ``scope``; return counts per KB.
+
+    Read-only knowledge bases refuse an agent's forget (``operator=False``) unless it
+    erases a data subject (:func:`memoryhub.policy.refuses_change`): one whose policy is
+    ``refuse`` fails the whole request with :class:`WriteRefused` (nothing is deleted;
+    the refusal is counted), one whose policy is ``ignore`` keeps its records and is
+    reported under ``refused``.
+    """
     result = ForgetResult()
+    refusal: WriteRefused | None = None
     with transaction.atomic(), tenant_scope(scope):
-        if (
-            request.source is not None
-            and not KnowledgeBase.objects.filter(name=request.source).exists()
-        ):
-            return result
-        records = _selected(request).select_for_update(of=("self",))
-        counts: dict[str, int] = {}
-        for name in records.values_list("knowledge_base__name", flat=True):
-            counts[name] = counts.get(name, 0) + 1
-        if not counts:
-            return result
-        MemoryRecord.objects.filter(pk__in=_selected(request).values("pk")).delete()
-        result.deleted = sum(counts.values())
-        result.by_source = dict(sorted(counts.items()))
-        selector: dict[str, Any] = {"all": request.all}
-        for name in ("namespace", "key", "source"):
-            value = getattr(request, name)
-            if value is not None:
-                selector[name] = salted_hash(value) if name != "source" else value
-        observe.record_in_scope(
-            Observation.Kind.MEMORY_FORGOTTEN,
-            scope,
-            source=request.source or "",
-            count=result.deleted,
-            payload={"by_source": result.by_source, "selector": selector},
-            actor=actor,
+        named = (
+            list(KnowledgeBase.objects.filter(name__in=request.sources))
+            if request.sources is not None
+            else None
         )
-        erase_on_commit(scope)
+        if named is not None and not named:
+            return result
+        records = _selected(request)
+        counts: dict[int, int] = {}
+        for kb_id in records.select_for_update(of=("self",)).values_list(
+            "knowledge_base_id", flat=True
+        ):
+            counts[kb_id] = counts.get(kb_id, 0) + 1
+        targets = named if named is not None else list(KnowledgeBase.objects.filter(pk__in=counts))
+        refusing = policy.refuses_change(
+            targets, operator=operator, subject_erasure=request.is_subject_erasure
+        )
+        for knowledge_base in refusing:
+            n = counts.get(knowledge_base.pk, 0)
+            count_refusal(scope, knowledge_base, n, actor, change="forget")
+            if knowledge_base.on_write == KnowledgeBase.OnWrite.IGNORE:
+                result.refused.append(knowledge_base.name)
+            elif refusal is None:
+                refusal = WriteRefused(knowledge_base.name, n)
+        names = {knowledge_base.pk: knowledge_base.name for knowledge_base in targets}
+        kept = {knowledge_base.pk for knowledge_base in refusing}
+        erased = {kb_id: n for kb_id, n in counts.items() if kb_id not in kept}
+        if refusal is not None or not erased:
+            erased = {}
+        else:
+            MemoryRecord.objects.filter(
+                pk__in=records.filter(knowledge_base_id__in=erased).values("pk")
+            ).delete()
+            result.deleted = sum(erased.values())
+            result.by_source = dict(sorted((names[kb_id], n) for kb_id, n in erased.items()))
+            selector: dict[str, Any] = {"all": request.all}
+            for name in ("namespace", "key"):
+                value = getattr(request, name)
+                if value is not None:
+                    selector[name] = salted_hash(value)
+            if request.sources is not None:
+                selector["sources"] = list(request.sources)
+            observe.record_in_scope(
+                Observation.Kind.MEMORY_FORGOTTEN,
+                scope,
+                source=request.sources[0] if request.sources and len(request.sources) == 1 else "",
+                count=result.deleted,
+                payload={"by_source": result.by_source, "selector": selector},
+                actor=actor,
+            )
+            erase_on_commit(scope)
+    if refusal is not None:
+        raise refusal
     return result
 
 
@@ -150,24 +226,37 @@ def forget_org(org_id: int, *, actor: str = "") -> ForgetResult:
 
     total = ForgetResult()
     for domain_id in Domain.objects.filter(org_id=org_id).values_list("pk", flat=True):
-        result = forget(Scope(org_id, domain_id), ForgetRequest(all=True), actor=actor)
+        result = forget(
+            Scope(org_id, domain_id), ForgetRequest(all=True), actor=actor, operator=True
+        )
         total.deleted += result.deleted
         for name, count in result.by_source.items():
             total.by_source[name] = total.by_source.get(name, 0) + count
     return total
 
 
-def forget_record(scope: Scope, record_id: Any, *, actor: str = "") -> ForgetResult:
-    """Hard-delete one record by id (``RecordNotFound`` if the scope has no such record)."""
+def forget_record(
+    scope: Scope, record_id: Any, *, actor: str = "", operator: bool = False
+) -> ForgetResult:
+    """Hard-delete one record by id (``RecordNotFound`` if the scope has no such record).
+
+    A record of a read-only knowledge base is refused (``WriteRefused``, counted) unless
+    ``operator=True``.
+    """
     from .records import get_record
 
     record = get_record(scope, record_id)
+    knowledge_base = record.knowledge_base
+    if policy.refuses_change([knowledge_base], operator=operator):
+        with transaction.atomic():
+            count_refusal(scope, knowledge_base, 1, actor, change="forget")
+        raise WriteRefused(knowledge_base.name, 1)
     result = ForgetResult()
     with transaction.atomic(), tenant_scope(scope):
         deleted, _ = MemoryRecord.objects.filter(pk=record.pk).delete()
         if not deleted:
             return result
-        name = record.knowledge_base.name
+        name = knowledge_base.name
         result.deleted = 1
         result.by_source = {name: 1}
         observe.record_in_scope(
@@ -184,7 +273,7 @@ def forget_record(scope: Scope, record_id: Any, *, actor: str = "") -> ForgetRes
 
 def forget_knowledge_base(scope: Scope, name: str, *, actor: str = "") -> ForgetResult:
     """Erase a knowledge base's records (before the knowledge base itself is deleted)."""
-    return forget(scope, ForgetRequest(source=name), actor=actor)
+    return forget(scope, ForgetRequest(source=name), actor=actor, operator=True)
 
 
 def preview_org(org_id: int) -> list[tuple[str, str, int]]:

@@ -35,6 +35,7 @@ __all__ = [
     "ensure_vector_index",
     "index_records",
     "pending_for_sweep",
+    "pipeline_status",
     "purge_expired",
     "records_to_reembed",
     "tenant_index_name",
@@ -189,6 +190,46 @@ def pending_for_sweep(older_than: timedelta | None = None) -> list[str]:
             status=MemoryRecord.Status.PENDING, updated_at__lte=cutoff
         ).values_list("id", flat=True)[:10_000]
     ]
+
+
+#: ``pipeline_status`` counts pending records up to this many (a bounded health check).
+PENDING_COUNT_CAP = 10_000
+
+
+def pipeline_status(*, eager: bool) -> dict[str, Any]:
+    """The indexing pipeline as the health endpoint reports it.
+
+    ``pending`` (capped at :data:`PENDING_COUNT_CAP`, ``pending_capped`` says so), the
+    oldest pending record's age, and, with a broker, the newest worker heartbeat. It is
+    not ``ok`` when records have waited longer than ``WORKER_STALE_AFTER`` and no worker
+    has been seen for as long: nobody is indexing them.
+    """
+    from ..models import WorkerHeartbeat
+
+    now = timezone.now()
+    pending_records = MemoryRecord.unscoped.filter(status=MemoryRecord.Status.PENDING)
+    pending = pending_records.values("pk")[: PENDING_COUNT_CAP + 1].count()
+    oldest = pending_records.order_by("updated_at").values_list("updated_at", flat=True).first()
+    oldest_age = (now - oldest).total_seconds() if oldest is not None else None
+    status: dict[str, Any] = {
+        "mode": "eager" if eager else "broker",
+        "pending": min(pending, PENDING_COUNT_CAP),
+        "pending_capped": pending > PENDING_COUNT_CAP,
+        "oldest_pending_seconds": round(oldest_age, 1) if oldest_age is not None else None,
+    }
+    if eager:
+        return {"ok": True, **status}
+    stale_after = memoryhub_settings.WORKER_STALE_AFTER
+    seen = WorkerHeartbeat.objects.order_by("-seen_at").values_list("seen_at", flat=True).first()
+    seen_age = (now - seen).total_seconds() if seen is not None else None
+    worker_missing = seen_age is None or seen_age > stale_after
+    stuck = oldest_age is not None and oldest_age > stale_after
+    return {
+        "ok": not (worker_missing and stuck),
+        **status,
+        "worker_seen_at": seen.isoformat() if seen is not None else None,
+        "worker_seen_seconds_ago": round(seen_age, 1) if seen_age is not None else None,
+    }
 
 
 def purge_expired() -> int:

@@ -16,7 +16,7 @@ import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
 
@@ -25,7 +25,7 @@ from django.db.models import F
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from .. import observe
+from .. import observe, policy
 from ..cache import bump_generation_on_commit
 from ..conf import memoryhub_settings
 from ..models import KnowledgeBase, MemoryRecord, Observation, content_hash
@@ -40,6 +40,7 @@ __all__ = [
     "WriteItem",
     "WriteRefused",
     "WriteResult",
+    "count_refusal",
     "ensure_knowledge_base",
     "schedule_indexing",
     "update_record",
@@ -48,6 +49,12 @@ __all__ = [
 ]
 
 
+#: ``expires_at`` must fall inside this range: every value in it is representable in
+#: every time zone, by Python and by PostgreSQL, so no accepted value can break a page.
+EXPIRY_RANGE = (
+    datetime(2000, 1, 1, tzinfo=UTC),
+    datetime(9000, 1, 1, tzinfo=UTC),
+)
 #: ``ttl_seconds`` may not exceed ten years.
 MAX_TTL_SECONDS = 10 * 365 * 24 * 3600
 ITEM_FIELDS = {
@@ -185,8 +192,14 @@ def _validate_expiry(
     if timezone.is_naive(moment):
         errors.setdefault(f"{path}.expires_at", []).append("must include a time zone.")
         return None
-    if moment.year > 9000:
-        errors.setdefault(f"{path}.expires_at", []).append("is too far in the future.")
+    try:
+        in_range = EXPIRY_RANGE[0] <= moment <= EXPIRY_RANGE[1]
+    except OverflowError:  # an offset that moves the moment outside datetime's years
+        in_range = False
+    if not in_range:
+        errors.setdefault(f"{path}.expires_at", []).append(
+            f"must be between {EXPIRY_RANGE[0]:%Y-%m-%d} and {EXPIRY_RANGE[1]:%Y-%m-%d} (UTC)."
+        )
         return None
     return moment
 
@@ -356,7 +369,12 @@ def _validate_source_names(sources: Any) -> list[str]:
 # --- the write ------------------------------------------------------------------------
 
 
-def _count_refusal(scope: Scope, knowledge_base: KnowledgeBase, n: int, actor: str) -> None:
+def count_refusal(
+    scope: Scope, knowledge_base: KnowledgeBase, n: int, actor: str, *, change: str = "write"
+) -> None:
+    """Count a read-only knowledge base's refusal of an agent's ``change`` (write,
+    update, forget): its ``refused_writes`` counter and a ``memory.write_refused``
+    observation."""
     KnowledgeBase.unscoped.filter(pk=knowledge_base.pk).update(
         refused_writes=F("refused_writes") + 1
     )
@@ -365,7 +383,12 @@ def _count_refusal(scope: Scope, knowledge_base: KnowledgeBase, n: int, actor: s
         scope,
         source=knowledge_base.name,
         count=n,
-        payload={"source": knowledge_base.name, "n": n, "policy": knowledge_base.on_write},
+        payload={
+            "source": knowledge_base.name,
+            "n": n,
+            "policy": knowledge_base.on_write,
+            "change": change,
+        },
         actor=actor,
     )
 
@@ -594,8 +617,8 @@ def write(
     refusal: WriteRefused | None = None
     with transaction.atomic(), tenant_scope(scope):
         for knowledge_base in knowledge_bases:
-            if knowledge_base.read_only and not operator:
-                _count_refusal(scope, knowledge_base, len(validated), actor)
+            if policy.refuses_change([knowledge_base], operator=operator):
+                count_refusal(scope, knowledge_base, len(validated), actor)
                 if knowledge_base.on_write == KnowledgeBase.OnWrite.IGNORE:
                     result.refused.append(knowledge_base.name)
                 else:
@@ -614,6 +637,17 @@ def write(
     if refusal is not None and len(knowledge_bases) == 1:
         raise refusal
     return result
+
+
+def _unchanged(record: MemoryRecord, item: WriteItem) -> bool:
+    return (
+        record.content == item.content
+        and record.key == item.key
+        and record.kind == item.kind
+        and list(record.tags) == list(item.tags)
+        and record.metadata == dict(item.metadata)
+        and record.expires_at == item.expires_at
+    )
 
 
 UPDATABLE_FIELDS = frozenset(
@@ -653,9 +687,9 @@ def update_record(
         raise ValidationFailed(errors)
     record = get_record(scope, record_id)
     knowledge_base = record.knowledge_base
-    if knowledge_base.read_only and not operator:
+    if policy.refuses_change([knowledge_base], operator=operator):
         with transaction.atomic():
-            _count_refusal(scope, knowledge_base, 1, actor)
+            count_refusal(scope, knowledge_base, 1, actor, change="update")
         raise WriteRefused(knowledge_base.name, 1)
     if partial:
         current: dict[str, Any] = {
@@ -678,6 +712,9 @@ def update_record(
         raise ValidationFailed(
             {path.removeprefix("items[0]."): messages for path, messages in exc.errors.items()}
         ) from None
+    if _unchanged(record, item):
+        # Nothing to change (an empty PATCH): no write, no new updated_at, no observation.
+        return RecordResult(str(record.pk), record.key, record.status, False, knowledge_base.name)
     with transaction.atomic(), tenant_scope(scope):
         _lock_namespaces(knowledge_base, [record.namespace])
         if (

@@ -1,0 +1,292 @@
+"""Who may do what to which scope: the one place memoryhub decides access.
+
+Every door asks this module: the REST API (``api/permissions.py``), every admin view,
+action, inline and custom page (``tenants/admin.py``, ``memoryhub/admin/``), the
+management commands, and the services for the read-only rule. Nothing else decides.
+
+Principals
+    * :class:`KeyPrincipal`: an API key, bound to its org (and optionally one domain),
+      with the ``read`` / ``write`` / ``forget`` permissions it was given.
+    * :class:`UserPrincipal`: a staff user of the admin (or a browsable-API session).
+      A superuser may do everything; anyone else has, per org, the actions of their
+      membership role (:data:`ROLE_ACTIONS`): the role *is* the permission, no Django
+      model permissions need to be granted by hand.
+    * :data:`SYSTEM`: operator code (management commands, the sweeper, a shell).
+
+Read-only knowledge bases are a second rule, about the target rather than the actor:
+:func:`refuses_change` says whether a change reaches a read-only knowledge base. Agents
+(API keys, ``memoryhub.sources``) may not write, update, delete or forget in one, except
+for a data subject's erasure (a non-shared namespace), which reaches every knowledge
+base: personal data in a curated knowledge base is still the subject's. Operators curate
+read-only knowledge bases through the admin (the services' ``operator=True`` path).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from django.core.exceptions import PermissionDenied
+
+if TYPE_CHECKING:
+    from django.db.models import QuerySet
+
+    from tenants.models import ApiKey, Org
+
+    from .models import KnowledgeBase
+    from .scope import Scope
+
+__all__ = [
+    "KEY_ACTIONS",
+    "ROLE_ACTIONS",
+    "SYSTEM",
+    "Action",
+    "KeyPrincipal",
+    "PolicyDenied",
+    "Principal",
+    "SystemPrincipal",
+    "UserPrincipal",
+    "allows",
+    "allows_anywhere",
+    "is_subject_erasure",
+    "orgs_allowing",
+    "principal_for_key",
+    "principal_for_user",
+    "refuses_change",
+    "require",
+]
+
+
+class Action(StrEnum):
+    """What a principal may ask to do."""
+
+    #: Query, list and get records, list knowledge bases, export, playground, observations.
+    READ = "read"
+    #: Write items (upsert by key, dedupe by content).
+    WRITE = "write"
+    #: Change one record by id.
+    UPDATE = "update"
+    #: Forget by id, key, knowledge base, the shared namespace, or the whole domain.
+    FORGET = "forget"
+    #: Erase a data subject: forget a non-shared namespace (GDPR Art. 17).
+    ERASE_SUBJECT = "erase_subject"
+    #: Curate knowledge bases in the admin (read-only ones included) and their records.
+    CURATE = "curate"
+    #: Import a file into a knowledge base.
+    IMPORT = "import"
+    #: Send records back to be embedded again.
+    REEMBED = "reembed"
+    #: Create, change and revoke the org's API keys.
+    MANAGE_KEYS = "manage_keys"
+    #: Add, change and remove the org's members and their roles.
+    MANAGE_MEMBERS = "manage_members"
+    #: Change the org's name and settings; add and rename its domains.
+    MANAGE_ORG = "manage_org"
+    #: Delete a domain (its memory is erased first).
+    DELETE_DOMAIN = "delete_domain"
+    #: Delete the org (its memory is erased first).
+    DELETE_ORG = "delete_org"
+    #: Create a new org (superusers only: an org has no members before it exists).
+    CREATE_ORG = "create_org"
+
+
+#: What each API key permission grants.
+KEY_ACTIONS: dict[str, frozenset[Action]] = {
+    "read": frozenset({Action.READ}),
+    "write": frozenset({Action.WRITE, Action.UPDATE}),
+    "forget": frozenset({Action.FORGET, Action.ERASE_SUBJECT}),
+}
+
+_VIEWER = frozenset({Action.READ})
+_OPERATOR = _VIEWER | {
+    Action.WRITE,
+    Action.UPDATE,
+    Action.FORGET,
+    Action.ERASE_SUBJECT,
+    Action.CURATE,
+    Action.IMPORT,
+    Action.REEMBED,
+    Action.MANAGE_KEYS,
+}
+_OWNER = _OPERATOR | {
+    Action.MANAGE_MEMBERS,
+    Action.MANAGE_ORG,
+    Action.DELETE_DOMAIN,
+    Action.DELETE_ORG,
+}
+#: What each membership role grants in its org (``tenants.Membership.Role`` values).
+ROLE_ACTIONS: dict[str, frozenset[Action]] = {
+    "viewer": _VIEWER,
+    "operator": _OPERATOR,
+    "owner": _OWNER,
+}
+_EVERYTHING = frozenset(Action)
+
+
+class PolicyDenied(PermissionDenied):
+    """The principal may not do this here (the API answers 403, the admin too)."""
+
+    def __init__(self, action: Action, message: str = "") -> None:
+        self.action = action
+        super().__init__(message or f"This credential lacks the {action.value} permission.")
+
+
+@dataclass(frozen=True, slots=True)
+class KeyPrincipal:
+    """An API key: its org, its bound domain (``None``: every domain) and permissions."""
+
+    org_id: int
+    domain_id: int | None
+    permissions: frozenset[str]
+    label: str = ""
+
+    def actions(self, org_id: int, domain_id: int | None = None) -> frozenset[Action]:
+        if org_id != self.org_id:
+            return frozenset()
+        if self.domain_id is not None and domain_id is not None and domain_id != self.domain_id:
+            return frozenset()
+        granted: set[Action] = set()
+        for permission in self.permissions:
+            granted |= KEY_ACTIONS.get(permission, frozenset())
+        return frozenset(granted)
+
+
+@dataclass(slots=True)
+class UserPrincipal:
+    """A Django user; their roles are read once (one query) and kept for the request."""
+
+    user: Any
+    _roles: dict[int, str] | None = field(default=None, repr=False)
+
+    @property
+    def is_superuser(self) -> bool:
+        return bool(getattr(self.user, "is_superuser", False)) and self._is_active
+
+    @property
+    def _is_active(self) -> bool:
+        return bool(getattr(self.user, "is_active", False)) and bool(
+            getattr(self.user, "is_authenticated", False)
+        )
+
+    @property
+    def label(self) -> str:
+        return f"user:{self.user.get_username()}"
+
+    def roles(self) -> dict[int, str]:
+        """``{org id: role}`` of the user's memberships (of active users only)."""
+        if self._roles is None:
+            from tenants.models import Membership
+
+            if not self._is_active or getattr(self.user, "pk", None) is None:
+                self._roles = {}
+            else:
+                self._roles = dict(
+                    Membership.objects.filter(user_id=self.user.pk).values_list("org_id", "role")
+                )
+        return self._roles
+
+    def actions(self, org_id: int, domain_id: int | None = None) -> frozenset[Action]:
+        if self.is_superuser:
+            return _EVERYTHING
+        return ROLE_ACTIONS.get(self.roles().get(org_id, ""), frozenset())
+
+    def org_ids_allowing(self, action: Action) -> list[int]:
+        return [
+            org_id
+            for org_id, role in self.roles().items()
+            if action in ROLE_ACTIONS.get(role, frozenset())
+        ]
+
+
+@dataclass(frozen=True, slots=True)
+class SystemPrincipal:
+    """Operator code run by whoever runs the process: commands, tasks, a shell."""
+
+    label: str = "system"
+
+    def actions(self, org_id: int, domain_id: int | None = None) -> frozenset[Action]:
+        return _EVERYTHING
+
+
+Principal = KeyPrincipal | UserPrincipal | SystemPrincipal
+SYSTEM = SystemPrincipal()
+
+
+def principal_for_key(api_key: ApiKey) -> KeyPrincipal:
+    return KeyPrincipal(
+        org_id=api_key.org_id,
+        domain_id=api_key.domain_id,
+        permissions=frozenset(api_key.permissions),
+        label=f"api-key:{api_key.prefix}",
+    )
+
+
+def principal_for_user(user: Any) -> UserPrincipal:
+    """The user's principal, cached on the user object (one membership query a request)."""
+    principal = getattr(user, "_memoryhub_principal", None)
+    if isinstance(principal, UserPrincipal) and principal.user is user:
+        return principal
+    principal = UserPrincipal(user)
+    with contextlib.suppress(AttributeError):  # an object that refuses attributes
+        user._memoryhub_principal = principal
+    return principal
+
+
+def allows(
+    principal: Principal, action: Action, *, org_id: int, domain_id: int | None = None
+) -> bool:
+    """Whether ``principal`` may do ``action`` in this org (and domain, if given)."""
+    return action in principal.actions(org_id, domain_id)
+
+
+def require(principal: Principal, action: Action, scope: Scope) -> None:
+    """Raise :class:`PolicyDenied` unless ``principal`` may do ``action`` in ``scope``."""
+    if not allows(principal, action, org_id=scope.org_id, domain_id=scope.domain_id):
+        raise PolicyDenied(action)
+
+
+def orgs_allowing(principal: Principal, action: Action) -> QuerySet[Org]:
+    """The orgs in which ``principal`` may do ``action`` (for admin lists and choices)."""
+    from tenants.models import Org
+
+    if isinstance(principal, SystemPrincipal):
+        return Org.objects.all()
+    if isinstance(principal, KeyPrincipal):
+        allowed = action in principal.actions(principal.org_id)
+        return Org.objects.filter(pk=principal.org_id) if allowed else Org.objects.none()
+    if principal.is_superuser:
+        return Org.objects.all()
+    return Org.objects.filter(pk__in=principal.org_ids_allowing(action))
+
+
+def allows_anywhere(principal: Principal, action: Action) -> bool:
+    """Whether ``principal`` may do ``action`` in at least one org."""
+    if isinstance(principal, SystemPrincipal):
+        return True
+    if isinstance(principal, KeyPrincipal):
+        return action in principal.actions(principal.org_id)
+    return principal.is_superuser or bool(principal.org_ids_allowing(action))
+
+
+# --- the read-only rule -------------------------------------------------------------------
+
+
+def is_subject_erasure(*, namespace: str | None, key: str | None, everything: bool) -> bool:
+    """A forget that erases a data subject: a non-shared namespace, not one key of it."""
+    return namespace is not None and namespace != "" and key is None and not everything
+
+
+def refuses_change(
+    knowledge_bases: Iterable[KnowledgeBase], *, operator: bool, subject_erasure: bool = False
+) -> list[KnowledgeBase]:
+    """The read-only knowledge bases among ``knowledge_bases`` that refuse this change.
+
+    Operators (the admin's curation path, ``operator=True``) are not bound; a data
+    subject's erasure reaches every knowledge base.
+    """
+    if operator or subject_erasure:
+        return []
+    return [knowledge_base for knowledge_base in knowledge_bases if knowledge_base.read_only]

@@ -389,4 +389,8 @@ class KnowledgeBaseAdmin(OperatorAdmin):
         extra_context["import_jobs"] = [
             imports.progress(job) | {"filename": job.filename} for job in jobs
         ]
+        knowledge_base = self.get_object(request, object_id)
+        extra_context["can_import"] = knowledge_base is not None and self.allows(
+            request, Action.IMPORT, knowledge_base
+        )
         return super().change_view(request, object_id, form_url, extra_context)

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from rest_framework.test import APIClient
@@ -81,7 +82,9 @@ def world(db: None) -> dict[str, OrgData]:
     return {"own": _org("acme", "support"), "other": _org("globex", "helpdesk")}
 
 
-ACTORS = ["superuser", "owner", "operator", "viewer", "outsider"]
+#: ``viewer_with_permissions`` also holds every Django model permission of both apps:
+#: the role, not Django's permissions, decides.
+ACTORS = ["superuser", "owner", "operator", "viewer", "viewer_with_permissions", "outsider"]
 
 
 def _login(actor: str, world: dict[str, OrgData]) -> Client:
@@ -91,10 +94,16 @@ def _login(actor: str, world: dict[str, OrgData]) -> Client:
     elif actor == "outsider":
         user = UserFactory(username="outsider")
     else:
+        role = actor.removesuffix("_with_permissions")
         user = MembershipFactory(
-            org=world["own"].org, role=actor, user__username=f"{actor}-user"
+            org=world["own"].org, role=role, user__username=f"{actor}-user"
         ).user
-    assert not user.user_permissions.exists()  # the role is the permission
+    if actor.endswith("_with_permissions"):
+        user.user_permissions.set(
+            Permission.objects.filter(content_type__app_label__in=["memoryhub", "tenants"])
+        )
+    else:
+        assert not user.user_permissions.exists()  # the role is the permission
     client.force_login(user)
     return client
 
@@ -335,6 +344,7 @@ ALLOWED_IN_OWN_ORG = {
     "owner": OWNS,
     "operator": OPERATES,
     "viewer": READS,
+    "viewer_with_permissions": READS,
     "outsider": set(),
 }
 

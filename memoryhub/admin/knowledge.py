@@ -80,6 +80,17 @@ class RecordInlineFormSet(BaseInlineFormSet):
         if pk_field is not None:
             pk_field.queryset = self.queryset
 
+    def clean(self) -> None:
+        super().clean()
+        # Django skips the errors of rows marked for deletion; a row that names a record
+        # this knowledge base does not have must still be refused, not silently dropped.
+        for form in self.forms[: self.initial_form_count()]:
+            if self._should_delete_form(form) and form.instance._state.adding:
+                raise forms.ValidationError(
+                    _("A row to delete names a record that is not in this knowledge base."),
+                    code="foreign_record",
+                )
+
 
 class RecordInline(PolicyAdminMixin, admin.TabularInline):
     model = MemoryRecord

@@ -79,7 +79,7 @@ class SlidingWindow:
         now = time.time() if now is None else now
         window = int(now // self.seconds)
         previous, _ = self._weighted_previous(ident, now)
-        allowance = self.limit - math.floor(previous)
+        allowance = self.limit - math.ceil(previous)
         current = self._incr(self._key(ident, window))
         if current <= allowance:
             return True
@@ -97,7 +97,7 @@ class SlidingWindow:
         now = time.time() if now is None else now
         previous, _ = self._weighted_previous(ident, now)
         current = self.cache.get(self._key(ident, int(now // self.seconds))) or 0
-        return math.floor(previous) + current >= self.limit
+        return math.ceil(previous) + current >= self.limit
 
     def wait(self, now: float | None = None) -> int:
         """Seconds until the current window ends (when the allowance grows again)."""

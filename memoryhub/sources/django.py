@@ -192,8 +192,9 @@ class DjangoMemoryStore:
         return await sync_to_async(fetch, thread_sensitive=True)()
 
     async def forget(self, *, scope: str, key: str | None = None) -> int:
-        """Hard-delete one key, or the whole namespace when ``key`` is None (GDPR Art. 17)."""
-        request = forget_service.ForgetRequest(namespace=scope, key=key)
+        """Hard-delete one key, or the whole namespace when ``key`` is None, in this
+        store's knowledge base only (the one its ``get`` and ``search`` read)."""
+        request = forget_service.ForgetRequest(namespace=scope, key=key, source=self.source)
         result = await sync_to_async(forget_service.forget, thread_sensitive=True)(
             self.tenant, request
         )

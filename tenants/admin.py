@@ -121,7 +121,7 @@ class OrgInline(PolicyAdminMixin, admin.TabularInline):
     def org_id_of(self, obj: Any) -> int | None:
         return getattr(obj, "pk", None)
 
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:  # type: ignore[override]
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return self.allows(request, self.add_action or self.change_action, obj)
 
 

@@ -109,3 +109,29 @@ def test_forgetting_records_while_their_tasks_are_queued_leaves_no_row(
     )
     assert b"'indexed': 0" in log.read_bytes()
     assert MemoryRecord.unscoped.count() == 0
+
+
+def test_a_running_worker_writes_the_heartbeat_health_reads(tenant, broker, workers, tmp_path):
+    from celery import current_app
+    from rest_framework.test import APIClient
+
+    from memoryhub.models import WorkerHeartbeat
+
+    assert not current_app.conf.task_always_eager  # the broker fixture: broker mode
+    assert APIClient().get("/api/v1/health").json()["indexing"]["worker_seen_at"] is None
+    workers.append(
+        start_worker(
+            broker.url(), tmp_path / "worker.log", memoryhub={"WORKER_HEARTBEAT_INTERVAL": 1}
+        )
+    )
+    wait_for(WorkerHeartbeat.objects.exists, timeout=30, what="the worker's first heartbeat")
+    first = WorkerHeartbeat.objects.get().seen_at
+    wait_for(
+        lambda: WorkerHeartbeat.objects.get().seen_at > first,
+        timeout=30,
+        what="a second heartbeat",
+    )
+    indexing = APIClient().get("/api/v1/health").json()["indexing"]
+    assert indexing["ok"] is True
+    assert indexing["worker_seen_seconds_ago"] < 30
+    assert WorkerHeartbeat.objects.get().hostname.startswith("test-")

@@ -138,5 +138,8 @@ def deletion_summary(
                 % {"count": count}
             ]
         )
-    model_count = {str(opts.verbose_name_plural): len(to_delete) // 2, _("memory records"): total}
+    model_count = {
+        str(opts.verbose_name_plural): len(to_delete) // 2,
+        str(_("memory records")): total,
+    }
     return to_delete, model_count, perms_needed, []

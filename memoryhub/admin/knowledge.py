@@ -76,7 +76,7 @@ class RecordInlineFormSet(BaseInlineFormSet):
 
     def add_fields(self, form: Any, index: Any) -> None:
         super().add_fields(form, index)
-        pk_field = form.fields.get(self.model._meta.pk.name)
+        pk_field = form.fields.get(MemoryRecord._meta.pk.name)
         if pk_field is not None:
             pk_field.queryset = self.queryset
 
@@ -85,7 +85,7 @@ class RecordInlineFormSet(BaseInlineFormSet):
         # Django skips the errors of rows marked for deletion; a row that names a record
         # this knowledge base does not have must still be refused, not silently dropped.
         for form in self.forms[: self.initial_form_count()]:
-            if self._should_delete_form(form) and form.instance._state.adding:
+            if self._should_delete_form(form) and form.instance._state.adding:  # type: ignore[attr-defined]
                 raise forms.ValidationError(
                     _("A row to delete names a record that is not in this knowledge base."),
                     code="foreign_record",
@@ -105,7 +105,7 @@ class RecordInline(PolicyAdminMixin, admin.TabularInline):
     def org_id_of(self, obj: Any) -> int | None:
         return getattr(obj, "org_id", None)
 
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:  # type: ignore[override]
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return self.allows(request, self.change_action, obj)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[MemoryRecord]:

@@ -10,6 +10,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
+from .. import policy
 from ..items import MemoryItem, as_write_item, thaw
 from ..scope import Scope, ScopeRequired, tenant_scope
 from ..services import forget as forget_service
@@ -40,6 +41,11 @@ class DjangoMemory:
     so read-only knowledge bases refuse or ignore exactly as over the API. The scope is
     fixed at construction or taken from ``ctx.scope`` per call. Returned items carry
     their knowledge base's name as ``source``.
+
+    ``principal`` is who the memory acts for (``memoryhub.policy``): by default operator
+    code (``SYSTEM``); an agent that holds an API key passes
+    ``policy.principal_for_key(key)``, and a query then needs ``read`` and a write
+    ``write``, exactly as over the REST API (``PolicyDenied`` otherwise).
     """
 
     def __init__(
@@ -51,8 +57,10 @@ class DjangoMemory:
         name: str | None = None,
         mode: str = "hybrid",
         namespaces: Sequence[str] = ("",),
+        principal: policy.Principal = policy.SYSTEM,
     ) -> None:
         self.scope = scope
+        self.principal = principal
         self.sources = tuple(sources) if sources is not None else None
         self.write_to = write_to
         self.mode = mode
@@ -70,6 +78,7 @@ class DjangoMemory:
         where: Mapping[str, Any] | None = None,
     ) -> list[MemoryItem]:
         scope = _scope_for(self.scope, ctx)
+        policy.require(self.principal, policy.Action.READ, scope)
         try:
             result = await sync_to_async(query_service.query, thread_sensitive=True)(
                 scope,
@@ -90,6 +99,7 @@ class DjangoMemory:
         self, items: Sequence[MemoryItem], *, ctx: MemoryContext | None = None
     ) -> write_service.WriteResult:
         scope = _scope_for(self.scope, ctx)
+        policy.require(self.principal, policy.Action.WRITE, scope)
         default = self.namespaces[0] if len(self.namespaces) == 1 else None
         raw = [as_write_item(item, default_namespace=default) for item in items]
         return await sync_to_async(write_service.write, thread_sensitive=True)(
@@ -119,11 +129,22 @@ class DjangoMemoryStore:
     the record's content (searchable), anything else as its JSON text.
     """
 
-    def __init__(self, scope: Scope, *, source: str = "memory") -> None:
+    def __init__(
+        self,
+        scope: Scope,
+        *,
+        source: str = "memory",
+        principal: policy.Principal = policy.SYSTEM,
+    ) -> None:
         self.tenant = scope
         self.source = source
+        self.principal = principal
+
+    def _require(self, action: policy.Action) -> None:
+        policy.require(self.principal, action, self.tenant)
 
     async def put(self, record: StoredRecord) -> None:
+        self._require(policy.Action.WRITE)
         value = record.value
         content = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
         item = {
@@ -159,6 +180,8 @@ class DjangoMemoryStore:
         )
 
     async def get(self, *, scope: str, key: str) -> StoredRecord | None:
+        self._require(policy.Action.READ)
+
         def fetch() -> StoredRecord | None:
             with tenant_scope(self.tenant):
                 row = self._select(scope).filter(key=key).first()
@@ -176,6 +199,7 @@ class DjangoMemoryStore:
         limit: int = 100,
     ) -> list[StoredRecord]:
         """Newest first (by last update), filtered by kind, key prefix and tag."""
+        self._require(policy.Action.READ)
 
         def fetch() -> list[StoredRecord]:
             with tenant_scope(self.tenant):
@@ -194,6 +218,7 @@ class DjangoMemoryStore:
     async def forget(self, *, scope: str, key: str | None = None) -> int:
         """Hard-delete one key, or the whole namespace when ``key`` is None, in this
         store's knowledge base only (the one its ``get`` and ``search`` read)."""
+        self._require(policy.Action.FORGET)
         request = forget_service.ForgetRequest(namespace=scope, key=key, source=self.source)
         result = await sync_to_async(forget_service.forget, thread_sensitive=True)(
             self.tenant, request

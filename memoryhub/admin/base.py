@@ -142,4 +142,18 @@ def deletion_summary(
         str(opts.verbose_name_plural): len(to_delete) // 2,
         str(_("memory records")): total,
     }
+    # What else goes with them (keys, memberships, domains, ...), one level deep, counted.
+    pks = [obj.pk for obj in objs]
+    for relation in opts.get_fields(include_hidden=True):
+        related = getattr(relation, "related_model", None)
+        if (
+            not (relation.auto_created and relation.one_to_many)
+            or related is None
+            or related is MemoryRecord
+        ):
+            continue
+        count = related._base_manager.filter(**{f"{relation.field.name}__in": pks}).count()
+        if count:
+            name = str(related._meta.verbose_name_plural)
+            model_count[name] = model_count.get(name, 0) + count
     return to_delete, model_count, perms_needed, []

@@ -16,14 +16,6 @@ class OrgQuerySet(models.QuerySet["Org"]):
     def active(self) -> OrgQuerySet:
         return self.filter(is_active=True)
 
-    def visible_to(self, user: object) -> OrgQuerySet:
-        """Orgs an operator may see: all for superusers, their memberships otherwise."""
-        if getattr(user, "is_superuser", False):
-            return self.all()
-        if not getattr(user, "is_authenticated", False):
-            return self.none()
-        return self.filter(memberships__user=user).distinct()
-
 
 class Org(models.Model):
     """A tenant: a customer organisation. All memory belongs to exactly one org."""
@@ -235,9 +227,6 @@ class ApiKey(AbstractAPIKey):
             self.Permission.FORGET: self.can_forget,
         }
         return [str(permission) for permission, allowed in granted.items() if allowed]
-
-    def allows(self, permission: str) -> bool:
-        return permission in self.permissions
 
     def covers_domain(self, org_id: int, domain_id: int) -> bool:
         """Whether this key may act on domain ``domain_id`` of org ``org_id``: its own

@@ -113,7 +113,7 @@ def deletion_summary(
     for delete permissions on each related model (observations are read-only, so no one
     could delete an org). Here the policy decides on the objects themselves, and their
     memory is shown as a count: ``delete_model`` erases it through the forget service
-    first, with a receipt (a ``memory.forgotten`` observation).
+    first and answers with the erasure receipt.
     """
     from ..models import MemoryRecord
 

@@ -8,6 +8,7 @@ domain erases its memory through the same service first.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.contrib import admin, messages
@@ -26,6 +27,8 @@ from ..policy import Action
 from ..scope import Scope
 from ..services import forget as forget_service
 from .base import actor, admin_context, deletion_summary
+
+logger = logging.getLogger("memoryhub.erasure")
 
 
 def _confirm_or_erase(
@@ -84,13 +87,69 @@ def _erase_domain(domain: Domain, who: str) -> list[tuple[str, str, str, int]]:
 
 
 class ErasureMixin:
-    """Erasure actions and deletion through the erasure path, asked of the policy."""
+    """Erasure actions, and deletion through the erasure path, asked of the policy.
+
+    Deleting an org or a domain erases its memory through the forget service first and
+    answers with the erasure receipt (counts per knowledge base, time, actor). Its
+    ``memory.forgotten`` observations go with the deleted org or domain, so the receipt
+    is also logged (``memoryhub.erasure``: counts and ids, never content).
+    """
 
     def has_erase_permission(self, request: HttpRequest) -> bool:
         return self.allows(request, Action.FORGET)  # type: ignore[attr-defined]
 
     def get_deleted_objects(self, objs: Any, request: HttpRequest) -> Any:
         return deletion_summary(self, objs, request)  # type: ignore[arg-type]
+
+    def erase(self, request: HttpRequest, obj: Any) -> list[tuple[str, str, str, int]]:
+        raise NotImplementedError
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        rows = self.erase(request, obj)
+        receipt = [*getattr(request, "_memoryhub_receipt", []), *rows]
+        request._memoryhub_receipt = receipt  # type: ignore[attr-defined]
+        logger.info(
+            "erased %d memory records of %s %s before deleting it",
+            sum(row[3] for row in rows),
+            obj._meta.model_name,
+            obj.pk,
+            extra={
+                "by_source": {f"{r[0]}/{r[1]}/{r[2]}": r[3] for r in rows},
+                "actor": actor(request),
+            },
+        )
+        super().delete_model(request, obj)  # type: ignore[misc]
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        for obj in queryset:
+            self.delete_model(request, obj)
+        total = sum(row[3] for row in getattr(request, "_memoryhub_receipt", []))
+        self.message_user(  # type: ignore[attr-defined]
+            request,
+            ngettext(
+                "Erased %(count)d memory record before deleting.",
+                "Erased %(count)d memory records before deleting.",
+                total,
+            )
+            % {"count": total},
+            messages.SUCCESS,
+        )
+
+    def response_delete(self, request: HttpRequest, obj_display: str, obj_id: Any) -> Any:
+        receipt = getattr(request, "_memoryhub_receipt", None)
+        if receipt is None:
+            return super().response_delete(request, obj_display, obj_id)  # type: ignore[misc]
+        context = admin_context(
+            self,  # type: ignore[arg-type]
+            request,
+            title=_("Erasure receipt"),
+            receipt=receipt,
+            total=sum(row[3] for row in receipt),
+            erased_at=timezone.now(),
+            actor=actor(request),
+            deleted=obj_display,
+        )
+        return TemplateResponse(request, "admin/memoryhub/erasure_receipt.html", context)
 
 
 class OrgErasureAdmin(ErasureMixin, OrgAdmin):
@@ -112,14 +171,10 @@ class OrgErasureAdmin(ErasureMixin, OrgAdmin):
             self, request, queryset, _org_rows(queryset), erase, _("the memory of these orgs")
         )
 
-    def delete_model(self, request: HttpRequest, obj: Org) -> None:
-        result = forget_service.forget_org(obj.pk, actor=actor(request))
-        _report_erasure(self, request, obj, result.deleted)
-        super().delete_model(request, obj)
-
-    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Org]) -> None:
-        for org in queryset:
-            self.delete_model(request, org)
+    def erase(self, request: HttpRequest, obj: Org) -> list[tuple[str, str, str, int]]:
+        return [
+            row for domain in obj.domains.all() for row in _erase_domain(domain, actor(request))
+        ]
 
 
 class DomainErasureAdmin(ErasureMixin, DomainAdmin):
@@ -140,29 +195,8 @@ class DomainErasureAdmin(ErasureMixin, DomainAdmin):
             self, request, queryset, _domain_rows(queryset), erase, _("the memory of these domains")
         )
 
-    def delete_model(self, request: HttpRequest, obj: Domain) -> None:
-        rows = _erase_domain(obj, actor(request))
-        _report_erasure(self, request, obj, sum(row[3] for row in rows))
-        super().delete_model(request, obj)
-
-    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Domain]) -> None:
-        for domain in queryset.select_related("org"):
-            self.delete_model(request, domain)
-
-
-def _report_erasure(model_admin: Any, request: HttpRequest, obj: Any, count: int) -> None:
-    model_admin.message_user(
-        request,
-        ngettext(
-            "Erased %(count)d memory record of %(obj)s before deleting it "
-            "(receipt: a memory.forgotten observation).",
-            "Erased %(count)d memory records of %(obj)s before deleting it "
-            "(receipt: memory.forgotten observations).",
-            count,
-        )
-        % {"count": count, "obj": obj},
-        messages.SUCCESS,
-    )
+    def erase(self, request: HttpRequest, obj: Domain) -> list[tuple[str, str, str, int]]:
+        return _erase_domain(obj, actor(request))
 
 
 for model, model_admin in ((Org, OrgErasureAdmin), (Domain, DomainErasureAdmin)):

@@ -80,13 +80,14 @@ def resolve_domain(request: Request, slug: str, action: policy.Action) -> Scope:
             )
         raise DomainNotFound()
     scope = Scope.for_domain(candidates[0])
-    _require(principal, action, scope)
+    require(request, action, scope)
     return scope
 
 
-def _require(principal: policy.Principal, action: policy.Action, scope: Scope) -> None:
+def require(request: Request, action: policy.Action, scope: Scope) -> None:
+    """403 ``permission_denied`` unless the policy lets the caller do ``action`` here."""
     try:
-        policy.require(principal, action, scope)
+        policy.require(request_principal(request), action, scope)
     except policy.PolicyDenied as exc:
         raise MissingPermission(str(exc)) from None
 
@@ -106,7 +107,7 @@ def _key_scope(request: Request, api_key: ApiKey, slug: str, action: policy.Acti
     if not api_key.covers_domain(api_key.org_id, domain_id):
         raise _refuse(request, api_key.org_id, "outside the key's domain")
     scope = Scope(org_id=api_key.org_id, domain_id=domain_id)
-    _require(request_principal(request), action, scope)
+    require(request, action, scope)
     return scope
 
 

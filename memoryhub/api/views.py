@@ -33,7 +33,7 @@ from ..services import write as write_service
 from . import serializers as s
 from .authentication import request_api_key
 from .parsers import BoundedJSONParser, read_chunked_body
-from .permissions import IsApiKeyOrStaff, actor, request_principal, resolve_domain
+from .permissions import IsApiKeyOrStaff, actor, request_principal, require, resolve_domain
 from .throttling import ApiKeyRateThrottle
 
 Action = policy.Action
@@ -569,7 +569,7 @@ class ForgetView(MemoryAPIView):
             all=body.get("all", False),
         )
         if forget_request.is_subject_erasure:
-            policy.require(request_principal(request), Action.ERASE_SUBJECT, scope)
+            require(request, Action.ERASE_SUBJECT, scope)
         result = forget_service.forget(scope, forget_request, actor=actor(request))
         return Response(_forget_response(result))
 

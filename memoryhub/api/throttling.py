@@ -69,16 +69,11 @@ class SlidingWindow:
             cache.add(key, delta, timeout=2 * self.seconds)
             return delta
 
-    def _weighted_previous(self, ident: str, now: float) -> tuple[float, float]:
-        window = int(now // self.seconds)
-        elapsed = (now % self.seconds) / self.seconds
-        previous = self.cache.get(self._key(ident, window - 1)) or 0
-        return previous * (1 - elapsed), elapsed
-
     def hit(self, ident: str, now: float | None = None) -> bool:
         now = time.time() if now is None else now
         window = int(now // self.seconds)
-        previous, _ = self._weighted_previous(ident, now)
+        elapsed = (now % self.seconds) / self.seconds
+        previous = (self.cache.get(self._key(ident, window - 1)) or 0) * (1 - elapsed)
         allowance = self.limit - math.ceil(previous)
         current = self._incr(self._key(ident, window))
         if current <= allowance:
@@ -93,11 +88,15 @@ class SlidingWindow:
         self._incr(self._key(ident, int(now // self.seconds)))
 
     def exceeded(self, ident: str, now: float | None = None) -> bool:
-        """Whether the events counted so far are at or over the limit."""
+        """Whether the events counted so far are at or over the limit (one round trip:
+        every API request asks this before its key is looked up)."""
         now = time.time() if now is None else now
-        previous, _ = self._weighted_previous(ident, now)
-        current = self.cache.get(self._key(ident, int(now // self.seconds))) or 0
-        return math.ceil(previous) + current >= self.limit
+        window = int(now // self.seconds)
+        keys = [self._key(ident, window - 1), self._key(ident, window)]
+        counts = self.cache.get_many(keys)
+        elapsed = (now % self.seconds) / self.seconds
+        previous = (counts.get(keys[0]) or 0) * (1 - elapsed)
+        return math.ceil(previous) + (counts.get(keys[1]) or 0) >= self.limit
 
     def wait(self, now: float | None = None) -> int:
         """Seconds until the current window ends (when the allowance grows again)."""

@@ -56,6 +56,9 @@ DEFAULTS: dict[str, Any] = {
     "MAX_WAIT_SECONDS": 30,
     # Requests per API key (DRF rate syntax); None disables throttling.
     "THROTTLE_RATE": "1200/min",
+    # Namespaces of data subjects: an agent's forget of one of these reaches read-only
+    # knowledge bases too (GDPR erasure); None: every non-shared namespace.
+    "SUBJECT_NAMESPACE_PREFIXES": ["user:", "session:"],
     # Failed API-key authentications (401s) per client address before it is refused
     # with 429 (DRF rate syntax); None disables the limit.
     "AUTH_FAILURE_RATE": "30/min",
@@ -186,6 +189,21 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
                     id="memoryhub.E005",
                 )
             )
+    prefixes = memoryhub_settings.user_settings.get(
+        "SUBJECT_NAMESPACE_PREFIXES", DEFAULTS["SUBJECT_NAMESPACE_PREFIXES"]
+    )
+    if prefixes is not None and (
+        isinstance(prefixes, str)
+        or not isinstance(prefixes, list | tuple)
+        or not all(isinstance(prefix, str) and prefix for prefix in prefixes)
+    ):
+        messages.append(
+            Error(
+                "MEMORYHUB['SUBJECT_NAMESPACE_PREFIXES'] must be a list of non-empty "
+                f"strings or None, not {prefixes!r}.",
+                id="memoryhub.E006",
+            )
+        )
     if memoryhub_settings.DEFAULT_K > memoryhub_settings.MAX_K:
         messages.append(Error("MEMORYHUB['DEFAULT_K'] exceeds MAX_K.", id="memoryhub.E002"))
     messages.extend(_check_embedder())

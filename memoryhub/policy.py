@@ -16,8 +16,9 @@ Principals
 Read-only knowledge bases are a second rule, about the target rather than the actor:
 :func:`refuses_change` says whether a change reaches a read-only knowledge base. Agents
 (API keys, ``memoryhub.sources``) may not write, update, delete or forget in one, except
-for a data subject's erasure (a non-shared namespace), which reaches every knowledge
-base: personal data in a curated knowledge base is still the subject's. Operators curate
+for a data subject's erasure (a subject's namespace, :func:`is_subject_erasure`), which
+reaches every knowledge base: personal data in a curated knowledge base is still the
+subject's. Operators curate
 read-only knowledge bases through the admin (the services' ``operator=True`` path).
 """
 
@@ -275,8 +276,18 @@ def allows_anywhere(principal: Principal, action: Action) -> bool:
 
 
 def is_subject_erasure(*, namespace: str | None, key: str | None, everything: bool) -> bool:
-    """A forget that erases a data subject: a non-shared namespace, not one key of it."""
-    return namespace is not None and namespace != "" and key is None and not everything
+    """A forget that erases a data subject: a whole namespace (not one key of it) that
+    starts with one of ``SUBJECT_NAMESPACE_PREFIXES`` (``None``: any non-shared one).
+
+    The prefixes keep curated content that an operator filed under a namespace of its
+    own (``faq``) out of an agent's reach, while ``user:alice`` is erased everywhere.
+    """
+    from .conf import memoryhub_settings
+
+    if namespace is None or namespace == "" or key is not None or everything:
+        return False
+    prefixes = memoryhub_settings.SUBJECT_NAMESPACE_PREFIXES
+    return prefixes is None or namespace.startswith(tuple(prefixes))
 
 
 def refuses_change(

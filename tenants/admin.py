@@ -102,9 +102,19 @@ class OrgRestrictedAdmin(PolicyAdminMixin, admin.ModelAdmin):
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
-        if any("\x00" in name or "\x00" in value for name, value in request.GET.items()):
+        if any(
+            "\x00" in name or any("\x00" in value for value in values)
+            for name, values in request.GET.lists()
+        ):
             return HttpResponseBadRequest("NUL characters are not allowed in the query string.")
         return super().changelist_view(request, extra_context)
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
+    ) -> tuple[QuerySet[Any], bool]:
+        if "\x00" in search_term:  # the autocomplete view searches here too
+            return queryset.none(), False
+        return super().get_search_results(request, queryset, search_term)
 
     def allowed_rows(
         self, request: HttpRequest, queryset: QuerySet[Any], action: Action
@@ -158,6 +168,14 @@ class OrgAdmin(OrgRestrictedAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[Org]:
         return self.visible_orgs(request)
 
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        fields = list(super().get_readonly_fields(request, obj))
+        if obj is not None and not self.allows(request, Action.CREATE_ORG):
+            # Suspending an org and linking it to the host's customer id are the site's
+            # decisions (superusers), not the org owner's.
+            fields += ["is_active", "external_ref"]
+        return fields
+
 
 @admin.register(Domain)
 class DomainAdmin(OrgRestrictedAdmin):
@@ -167,6 +185,12 @@ class DomainAdmin(OrgRestrictedAdmin):
     search_fields = ["slug", "name", "org__slug"]
     change_action = Action.MANAGE_ORG
     delete_action = Action.DELETE_DOMAIN
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        fields = list(super().get_readonly_fields(request, obj))
+        if obj is not None:
+            fields.append("org")  # its memory stays in its org: a domain never moves
+        return fields
 
 
 @admin.register(Membership)

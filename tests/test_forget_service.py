@@ -8,6 +8,7 @@ from memoryhub import cache
 from memoryhub.models import MemoryRecord, Observation
 from memoryhub.scope import tenant_scope
 from memoryhub.services import write
+from memoryhub.services.errors import UnknownSource
 from memoryhub.services.forget import (
     ForgetRequest,
     NothingToForget,
@@ -75,8 +76,11 @@ def test_forget_needs_a_selector_or_all(tenant, memory):
     assert len(contents(tenant)) == 5
 
 
-def test_forget_of_unknown_source_or_nothing_matching_is_zero(tenant, memory):
-    assert forget(tenant.scope, ForgetRequest(source="nope")).deleted == 0
+def test_forget_of_an_unknown_source_is_an_error_and_nothing_matching_is_zero(tenant, memory):
+    with pytest.raises(UnknownSource):
+        forget(tenant.scope, ForgetRequest(source="nope"))
+    with pytest.raises(UnknownSource):
+        forget(tenant.scope, ForgetRequest(namespace="user:alice", sources=["memory", "memroy"]))
     assert forget(tenant.scope, ForgetRequest(namespace="user:nobody")).deleted == 0
     with tenant_scope(tenant.scope):
         assert not Observation.objects.filter(kind="memory.forgotten").exists()

@@ -18,7 +18,7 @@ from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from tenants.admin import PolicyAdminMixin
+from tenants.admin import OrgInline
 
 from ..cache import bump_generation_on_commit
 from ..models import ImportJob, KnowledgeBase, MemoryRecord
@@ -92,7 +92,7 @@ class RecordInlineFormSet(BaseInlineFormSet):
                 )
 
 
-class RecordInline(PolicyAdminMixin, admin.TabularInline):
+class RecordInline(OrgInline):
     model = MemoryRecord
     form = RecordForm
     formset = RecordInlineFormSet
@@ -103,10 +103,7 @@ class RecordInline(PolicyAdminMixin, admin.TabularInline):
     change_action = Action.CURATE
 
     def org_id_of(self, obj: Any) -> int | None:
-        return getattr(obj, "org_id", None)
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return self.allows(request, self.change_action, obj)
+        return getattr(obj, "org_id", None)  # the knowledge base's org
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[MemoryRecord]:
         return MemoryRecord.unscoped.order_by("-created_at")
@@ -392,15 +389,15 @@ class KnowledgeBaseAdmin(OperatorAdmin):
         self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: Any = None
     ) -> HttpResponse:
         extra_context = extra_context or {}
+        knowledge_base = self.get_object(request, object_id)  # None: not found, or not theirs
         jobs = (
-            ImportJob.unscoped.filter(knowledge_base_id=int(object_id)).order_by("-created_at")[:5]
-            if object_id.isdigit()
+            ImportJob.unscoped.filter(knowledge_base=knowledge_base).order_by("-created_at")[:5]
+            if knowledge_base is not None
             else []
         )
         extra_context["import_jobs"] = [
             imports.progress(job) | {"filename": job.filename} for job in jobs
         ]
-        knowledge_base = self.get_object(request, object_id)
         extra_context["can_import"] = knowledge_base is not None and self.allows(
             request, Action.IMPORT, knowledge_base
         )

@@ -213,7 +213,7 @@ class MemoryRecordAdmin(OperatorAdmin):
             receipt: list[tuple[Domain, str, int]] = []
             for domain in domains:
                 result = forget_service.forget(
-                    Scope.for_domain(domain), selector, actor=actor(request)
+                    Scope.for_domain(domain), selector, actor=actor(request), operator=True
                 )
                 receipt.extend((domain, name, count) for name, count in result.by_source.items())
             context.update(

@@ -52,8 +52,9 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         throttling.refuse_if_failing(request)
         try:
             return self._authenticate(request, header)
-        except exceptions.AuthenticationFailed:
-            throttling.count_failure(request)
+        except exceptions.AuthenticationFailed as failure:
+            if failure.get_codes() == "invalid_key":
+                throttling.count_failure(request)
             raise
 
     def _authenticate(self, request: Request, header: list[bytes]) -> tuple[ApiKeyUser, ApiKey]:

@@ -17,12 +17,14 @@ Two limits, both from ``MEMORYHUB`` and both answered with ``429`` and ``Retry-A
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 import time
 from typing import Any
 
 from django.core.cache import caches
 from rest_framework import exceptions
+from rest_framework.settings import api_settings
 from rest_framework.throttling import BaseThrottle
 
 from tenants.models import ApiKey
@@ -43,7 +45,9 @@ class SlidingWindow:
 
     ``hit(ident)`` counts one event and says whether it is within the limit; a refused
     event is taken back, so a client that keeps hammering does not starve its next
-    window. ``wait(ident)`` is the ``Retry-After`` of a refused event.
+    window. ``wait(ident)`` is the ``Retry-After`` of a refused event: the seconds until
+    the weighted count falls below the limit. Idents are hashed into the cache key
+    (bounded length, any characters).
     """
 
     def __init__(self, name: str, limit: int, seconds: int) -> None:
@@ -56,7 +60,15 @@ class SlidingWindow:
         return caches[memoryhub_settings.CACHE_ALIAS]
 
     def _key(self, ident: str, window: int) -> str:
-        return f"memoryhub:throttle:{self.name}:{ident}:{window}"
+        digest = hashlib.sha256(ident.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+        return f"memoryhub:throttle:{self.name}:{digest}:{window}"
+
+    def _counts(self, ident: str, now: float) -> tuple[int, int]:
+        """This window's and the previous window's counts, in one round trip."""
+        window = int(now // self.seconds)
+        keys = [self._key(ident, window - 1), self._key(ident, window)]
+        counts = self.cache.get_many(keys)
+        return counts.get(keys[0]) or 0, counts.get(keys[1]) or 0
 
     def _incr(self, key: str, delta: int = 1) -> int:
         cache = self.cache
@@ -91,21 +103,38 @@ class SlidingWindow:
         """Whether the events counted so far are at or over the limit (one round trip:
         every API request asks this before its key is looked up)."""
         now = time.time() if now is None else now
-        window = int(now // self.seconds)
-        keys = [self._key(ident, window - 1), self._key(ident, window)]
-        counts = self.cache.get_many(keys)
+        previous, current = self._counts(ident, now)
         elapsed = (now % self.seconds) / self.seconds
-        previous = (counts.get(keys[0]) or 0) * (1 - elapsed)
-        return math.ceil(previous) + (counts.get(keys[1]) or 0) >= self.limit
+        return math.ceil(previous * (1 - elapsed)) + current >= self.limit
 
-    def wait(self, now: float | None = None) -> int:
-        """Seconds until the current window ends (when the allowance grows again)."""
+    def wait(self, ident: str, now: float | None = None) -> int:
+        """Seconds (at least 1) until one more event fits under the limit."""
         now = time.time() if now is None else now
-        return max(1, math.ceil(self.seconds - now % self.seconds))
+        previous, current = self._counts(ident, now)
+        into = now % self.seconds
+        room = self.limit - 1 - current  # what the previous window's weight may be
+        if room >= 0:
+            if previous <= room:
+                return 1
+            # previous * (1 - x) <= room, x the fraction of this window gone by
+            until = (1 - room / previous) * self.seconds - into
+        else:
+            # Not in this window: in the next, this window's count is the one weighed.
+            weight = max(0.0, 1 - (self.limit - 1) / current) if current else 0.0
+            until = self.seconds - into + weight * self.seconds
+        return max(1, math.ceil(until))
 
 
 def client_address(request: Any) -> str:
-    """The client's address as DRF's throttles see it (``NUM_PROXIES`` aware)."""
+    """The client's address: ``REMOTE_ADDR``, unless DRF's ``NUM_PROXIES`` says how many
+    proxies in front append to ``X-Forwarded-For`` (then DRF's reading of it).
+
+    DRF's own default trusts a client's ``X-Forwarded-For`` when ``NUM_PROXIES`` is
+    unset; a limit on failed authentications must not be that easy to dodge (or to aim
+    at someone else's address).
+    """
+    if api_settings.NUM_PROXIES is None:
+        return str(request.META.get("REMOTE_ADDR") or "")
     return BaseThrottle().get_ident(request)
 
 
@@ -120,9 +149,10 @@ class ApiKeyRateThrottle(BaseThrottle):
         if rate is None:
             return True
         window = SlidingWindow("rate", *rate)
-        if window.hit(self._ident(request)):
+        ident = self._ident(request)
+        if window.hit(ident):
             return True
-        self._wait = window.wait()
+        self._wait = window.wait(ident)
         return False
 
     def wait(self) -> float | None:
@@ -135,7 +165,7 @@ class ApiKeyRateThrottle(BaseThrottle):
         user = getattr(request, "user", None)
         if user is not None and user.is_authenticated:
             return f"user:{user.pk}"
-        return f"ip:{self.get_ident(request)}"
+        return f"ip:{client_address(request)}"
 
 
 def failed_authentications() -> SlidingWindow | None:
@@ -144,15 +174,22 @@ def failed_authentications() -> SlidingWindow | None:
 
 
 def refuse_if_failing(request: Any) -> None:
-    """Raise ``Throttled`` when this address has failed to authenticate too often."""
+    """Raise ``Throttled`` when this address has failed to authenticate too often.
+
+    Asked before the key is looked up: once over the limit, an address learns nothing
+    more about which keys exist, not even from a valid one.
+    """
     window = failed_authentications()
-    if window is not None and window.exceeded(f"ip:{client_address(request)}"):
+    ident = f"ip:{client_address(request)}"
+    if window is not None and window.exceeded(ident):
         raise exceptions.Throttled(
-            wait=window.wait(), detail="Too many failed authentications from this address."
+            wait=window.wait(ident), detail="Too many failed authentications from this address."
         )
 
 
 def count_failure(request: Any) -> None:
+    """Count a guess: an unknown, revoked or malformed key (not an expired key or a key
+    of a suspended org, which are real keys left in some configuration)."""
     window = failed_authentications()
     if window is not None:
         window.count_only(f"ip:{client_address(request)}")

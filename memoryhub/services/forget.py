@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +23,7 @@ from .. import observe, policy
 from ..cache import erase_on_commit
 from ..models import KnowledgeBase, MemoryRecord, Observation
 from ..scope import Scope, tenant_scope
-from .errors import ValidationFailed, WriteRefused
+from .errors import UnknownSource, ValidationFailed, WriteRefused
 from .write import count_refusal
 
 __all__ = [
@@ -91,12 +92,7 @@ class ForgetRequest:
             object.__setattr__(self, "sources", (self.source,))
         if not self.all and self.namespace is None and self.key is None and self.sources is None:
             raise NothingToForget()
-        if (
-            self.namespace == ""
-            and self.key is None
-            and self.source is None
-            and (self.sources is None)
-        ):
+        if self.namespace == "" and self.key is None and self.sources is None:
             raise NothingToForget(
                 'forgetting the shared namespace ("") erases the common memory of every'
                 " knowledge base of the domain: name them in sources.",
@@ -105,7 +101,7 @@ class ForgetRequest:
 
     @property
     def is_subject_erasure(self) -> bool:
-        """Erasing a data subject (a non-shared namespace): reaches read-only KBs too."""
+        """Erasing a data subject's namespace: reaches read-only KBs too."""
         return policy.is_subject_erasure(
             namespace=self.namespace, key=self.key, everything=self.all
         )
@@ -155,69 +151,95 @@ def forget(
 ) -> ForgetResult:
     """Hard-delete the records ``request`` selects in ``scope``; return counts per KB.
 
-    Read-only knowledge bases refuse an agent's forget (``operator=False``) unless it
-    erases a data subject (:func:`memoryhub.policy.refuses_change`): one whose policy is
-    ``refuse`` fails the whole request with :class:`WriteRefused` (nothing is deleted;
-    the refusal is counted), one whose policy is ``ignore`` keeps its records and is
+    ``sources`` naming a knowledge base the domain lacks is :class:`UnknownSource` (a
+    misspelt erasure must not look like a success). Read-only knowledge bases whose
+    records the request selects refuse an agent's forget (``operator=False``) unless it
+    erases a data subject (:mod:`memoryhub.policy`): one whose policy is ``refuse``
+    fails the whole request with :class:`WriteRefused` (nothing is deleted; the
+    refusal is counted), one whose policy is ``ignore`` keeps its records and is
     reported under ``refused``.
     """
     result = ForgetResult()
-    refusal: WriteRefused | None = None
     with transaction.atomic(), tenant_scope(scope):
-        named = (
-            list(KnowledgeBase.objects.filter(name__in=request.sources))
-            if request.sources is not None
-            else None
-        )
-        if named is not None and not named:
-            return result
+        if request.sources is not None:
+            _check_sources(request.sources)
         records = _selected(request)
         counts: dict[int, int] = {}
         for kb_id in records.select_for_update(of=("self",)).values_list(
             "knowledge_base_id", flat=True
         ):
             counts[kb_id] = counts.get(kb_id, 0) + 1
-        targets = named if named is not None else list(KnowledgeBase.objects.filter(pk__in=counts))
-        refusing = policy.refuses_change(
-            targets, operator=operator, subject_erasure=request.is_subject_erasure
-        )
-        for knowledge_base in refusing:
-            n = counts.get(knowledge_base.pk, 0)
-            count_refusal(scope, knowledge_base, n, actor, change="forget")
-            if knowledge_base.on_write == KnowledgeBase.OnWrite.IGNORE:
-                result.refused.append(knowledge_base.name)
-            elif refusal is None:
-                refusal = WriteRefused(knowledge_base.name, n)
-        names = {knowledge_base.pk: knowledge_base.name for knowledge_base in targets}
-        kept = {knowledge_base.pk for knowledge_base in refusing}
-        erased = {kb_id: n for kb_id, n in counts.items() if kb_id not in kept}
-        if refusal is not None or not erased:
-            erased = {}
-        else:
+        knowledge_bases = {kb.pk: kb for kb in KnowledgeBase.objects.filter(pk__in=counts)}
+        refusal = _apply_read_only(scope, request, knowledge_bases, counts, result, actor, operator)
+        erased = {kb_id: n for kb_id, n in counts.items() if kb_id in knowledge_bases}
+        if refusal is None and erased:
             MemoryRecord.objects.filter(
                 pk__in=records.filter(knowledge_base_id__in=erased).values("pk")
             ).delete()
             result.deleted = sum(erased.values())
-            result.by_source = dict(sorted((names[kb_id], n) for kb_id, n in erased.items()))
-            selector: dict[str, Any] = {"all": request.all}
-            for name in ("namespace", "key"):
-                value = getattr(request, name)
-                if value is not None:
-                    selector[name] = salted_hash(value)
-            if request.sources is not None:
-                selector["sources"] = list(request.sources)
-            observe.record_in_scope(
-                Observation.Kind.MEMORY_FORGOTTEN,
-                scope,
-                source=request.sources[0] if request.sources and len(request.sources) == 1 else "",
-                count=result.deleted,
-                payload={"by_source": result.by_source, "selector": selector},
-                actor=actor,
+            result.by_source = dict(
+                sorted((knowledge_bases[kb_id].name, n) for kb_id, n in erased.items())
             )
-            erase_on_commit(scope)
+            _record_receipt(scope, request, result, actor)
     if refusal is not None:
         raise refusal
     return result
+
+
+def _check_sources(names: Sequence[str]) -> None:
+    """Inside the scope: every named knowledge base exists (``UnknownSource`` otherwise)."""
+    found = set(KnowledgeBase.objects.filter(name__in=names).values_list("name", flat=True))
+    for name in names:
+        if name not in found:
+            raise UnknownSource(name)
+
+
+def _apply_read_only(
+    scope: Scope,
+    request: ForgetRequest,
+    knowledge_bases: dict[int, KnowledgeBase],
+    counts: dict[int, int],
+    result: ForgetResult,
+    actor: str,
+    operator: bool,
+) -> WriteRefused | None:
+    """Count the refusals of read-only knowledge bases among those the request selects
+    records in; drop ``ignore`` ones from ``knowledge_bases`` (reported in ``result``),
+    and return the refusal of the first ``refuse`` one, if any."""
+    refusal: WriteRefused | None = None
+    for knowledge_base in policy.refuses_change(
+        knowledge_bases.values(), operator=operator, subject_erasure=request.is_subject_erasure
+    ):
+        n = counts[knowledge_base.pk]
+        count_refusal(scope, knowledge_base, n, actor, change="forget")
+        if knowledge_base.on_write == KnowledgeBase.OnWrite.IGNORE:
+            result.refused.append(knowledge_base.name)
+            del knowledge_bases[knowledge_base.pk]
+        elif refusal is None:
+            refusal = WriteRefused(knowledge_base.name, n)
+    result.refused.sort()
+    return refusal
+
+
+def _record_receipt(scope: Scope, request: ForgetRequest, result: ForgetResult, actor: str) -> None:
+    """The audit observation (counts and hashes, never the content or the namespace),
+    and the cache's erasure once the transaction commits."""
+    selector: dict[str, Any] = {"all": request.all}
+    for name in ("namespace", "key"):
+        value = getattr(request, name)
+        if value is not None:
+            selector[name] = salted_hash(value)
+    if request.sources is not None:
+        selector["sources"] = list(request.sources)
+    observe.record_in_scope(
+        Observation.Kind.MEMORY_FORGOTTEN,
+        scope,
+        source=request.sources[0] if request.sources and len(request.sources) == 1 else "",
+        count=result.deleted,
+        payload={"by_source": result.by_source, "selector": selector},
+        actor=actor,
+    )
+    erase_on_commit(scope)
 
 
 def forget_org(org_id: int, *, actor: str = "") -> ForgetResult:

@@ -64,7 +64,7 @@ DEFAULTS: dict[str, Any] = {
     "AUTH_FAILURE_RATE": "30/min",
     # Health reports "degraded" when records have waited longer than this many seconds
     # and no worker has sent a heartbeat for as long (broker mode only).
-    "WORKER_STALE_AFTER": 120,
+    "WORKER_STALE_AFTER": 60,
     # How often a worker writes its heartbeat, in seconds.
     "WORKER_HEARTBEAT_INTERVAL": 15,
     # Largest JSON body the API reads (bytes); larger ones get a JSON 413.

@@ -254,7 +254,9 @@ class MemoryRecord(models.Model):
         ]
 
     def __str__(self) -> str:
-        return self.content[:60]
+        # Never the content: Django's admin log keeps str(obj) (LogEntry.object_repr),
+        # and an erased subject's words must not survive there.
+        return f"{self.kind} record {str(self.pk)[:8]}"
 
     def save(self, *args: object, **kwargs: object) -> None:
         self.content_hash = content_hash(self.content)

@@ -17,11 +17,13 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, QuerySet
+from django.db.models import Count, QuerySet, TextField
+from django.db.models.functions import Cast
+from django.utils import timezone
 
 from .. import observe, policy
 from ..cache import erase_on_commit
-from ..models import KnowledgeBase, MemoryRecord, Observation
+from ..models import ImportJob, KnowledgeBase, MemoryRecord, Observation
 from ..scope import Scope, tenant_scope
 from .errors import UnknownSource, ValidationFailed, WriteRefused
 from .write import count_refusal
@@ -114,6 +116,7 @@ class ForgetResult:
     deleted: int = 0
     by_source: dict[str, int] = field(default_factory=dict)
     refused: list[str] = field(default_factory=list)
+    cancelled_imports: int = 0
 
 
 def salted_hash(value: str) -> str:
@@ -163,6 +166,9 @@ def forget(
     with transaction.atomic(), tenant_scope(scope):
         if request.sources is not None:
             _check_sources(request.sources)
+        # Before the records: imports that could bring them back are locked first (a
+        # running one is waited for; its records are then erased below).
+        imports = _lock_imports(request)
         records = _selected(request)
         counts: dict[int, int] = {}
         for kb_id in records.select_for_update(of=("self",)).values_list(
@@ -172,10 +178,12 @@ def forget(
         knowledge_bases = {kb.pk: kb for kb in KnowledgeBase.objects.filter(pk__in=counts)}
         refusal = _apply_read_only(scope, request, knowledge_bases, counts, result, actor, operator)
         erased = {kb_id: n for kb_id, n in counts.items() if kb_id in knowledge_bases}
+        if refusal is None:
+            result.cancelled_imports = _cancel_imports(imports, request, operator)
         if refusal is None and erased:
-            MemoryRecord.objects.filter(
-                pk__in=records.filter(knowledge_base_id__in=erased).values("pk")
-            ).delete()
+            chosen = records.filter(knowledge_base_id__in=erased)
+            _scrub_admin_log(chosen)
+            MemoryRecord.objects.filter(pk__in=chosen.values("pk")).delete()
             result.deleted = sum(erased.values())
             result.by_source = dict(
                 sorted((knowledge_bases[kb_id].name, n) for kb_id, n in erased.items())
@@ -184,6 +192,88 @@ def forget(
     if refusal is not None:
         raise refusal
     return result
+
+
+#: What an erasure leaves of an import job it touched: no text, file name or namespace.
+ERASED_JOB = {"text": "", "filename": "(erased)", "namespace": ""}
+
+
+def _import_jobs(request: ForgetRequest) -> QuerySet[ImportJob]:
+    jobs = ImportJob.objects.all()
+    if request.sources is not None:
+        jobs = jobs.filter(knowledge_base__name__in=request.sources)
+    return jobs
+
+
+def _lock_imports(request: ForgetRequest) -> list[ImportJob]:
+    """The scope's unfinished imports that ``request`` may concern, locked.
+
+    A running import holds its row until it commits: the lock waits for it, so its
+    records are there to be erased when the erasure selects them.
+    """
+    if request.key is not None:
+        return []  # one record by key: no import is about it
+    return list(
+        _import_jobs(request)
+        .select_for_update(of=("self",))
+        .select_related("knowledge_base")
+        .filter(status__in=(ImportJob.Status.QUEUED, ImportJob.Status.RUNNING))
+    )
+
+
+def _cancel_imports(jobs: list[ImportJob], request: ForgetRequest, operator: bool) -> int:
+    """Cancel the locked imports that would write what ``request`` erases, and scrub
+    the file name and namespace of finished ones made for an erased namespace.
+
+    A job is cancelled (``failed``, its text dropped) when it names the erased
+    namespace or holds a line for it, or when the request erases whole knowledge bases
+    or the domain; the task that picks it up later finds it failed and imports nothing.
+    An agent's forget leaves imports into read-only knowledge bases alone, as it leaves
+    their records (unless it erases a data subject). Returns how many were cancelled.
+    """
+    cancelled = 0
+    for job in jobs:
+        if policy.refuses_change(
+            [job.knowledge_base], operator=operator, subject_erasure=request.is_subject_erasure
+        ):
+            continue
+        if request.namespace is not None and not _job_writes_namespace(job, request.namespace):
+            continue
+        ImportJob.objects.filter(pk=job.pk).update(
+            status=ImportJob.Status.FAILED,
+            errors={"file": ["cancelled: an erasure removed the data it was importing."]},
+            finished_at=timezone.now(),
+            **ERASED_JOB,
+        )
+        cancelled += 1
+    if request.namespace and request.key is None:
+        _import_jobs(request).filter(namespace=request.namespace).update(**ERASED_JOB)
+    return cancelled
+
+
+def _job_writes_namespace(job: ImportJob, namespace: str) -> bool:
+    if job.namespace == namespace:
+        return True
+    from .imports import parse
+
+    try:
+        rows = parse(job.text, job.format, filename=job.filename, namespace=job.namespace)
+    except ValidationFailed:
+        return False  # it would fail and import nothing
+    return any(row.item.get("namespace", job.namespace) == namespace for row in rows)
+
+
+def _scrub_admin_log(records: QuerySet[MemoryRecord]) -> None:
+    """Drop the admin's log entries about the erased records (their object_repr was the
+    record's content before records stopped saying it)."""
+    from django.contrib.admin.models import LogEntry
+    from django.contrib.contenttypes.models import ContentType
+
+    content_type = ContentType.objects.get_for_model(MemoryRecord)
+    LogEntry.objects.filter(
+        content_type=content_type,
+        object_id__in=records.annotate(text_id=Cast("pk", TextField())).values("text_id"),
+    ).delete()
 
 
 def _check_sources(names: Sequence[str]) -> None:

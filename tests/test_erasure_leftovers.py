@@ -1,0 +1,158 @@
+"""Erasure leaves nothing behind that brings the subject back or still says their words:
+queued imports are cancelled and scrubbed, the admin's log keeps no content."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.contrib.admin.models import ADDITION, LogEntry
+from django.contrib.contenttypes.models import ContentType
+from rest_framework.test import APIClient
+
+from memoryhub.models import ImportJob, KnowledgeBase, MemoryRecord
+from memoryhub.services import imports, write
+from memoryhub.services.forget import ForgetRequest, forget
+
+from .factories import create_api_key
+
+pytestmark = pytest.mark.django_db
+
+
+def jsonl(*items: dict) -> str:
+    return "\n".join(json.dumps(item) for item in items)
+
+
+def queue(tenant, text: str, *, namespace: str = "", kb: str = "memory", filename="x.jsonl"):  # type: ignore[no-untyped-def]
+    knowledge_base = write.ensure_knowledge_base(tenant.scope, kb)
+    return imports.create_job(
+        tenant.scope,
+        knowledge_base,
+        text=text,
+        format="jsonl",
+        filename=filename,
+        namespace=namespace,
+        actor="admin:ops",
+    )
+
+
+def test_a_queued_import_for_the_subject_never_brings_them_back(tenant, other_tenant):
+    job = queue(
+        tenant,
+        jsonl(*({"content": f"Carol fact {n}"} for n in range(201))),
+        namespace="user:carol",
+        filename="carol-smith-export.jsonl",
+    )
+    theirs = queue(other_tenant, jsonl({"content": "globex carol"}), namespace="user:carol")
+    result = forget(tenant.scope, ForgetRequest(namespace="user:carol"))
+    assert result.cancelled_imports == 1
+    job.refresh_from_db()
+    assert job.status == ImportJob.Status.FAILED
+    assert (job.text, job.filename, job.namespace) == ("", "(erased)", "")
+    assert "Carol" not in json.dumps(job.errors)
+    # The worker picks the job up later: it imports nothing.
+    imports.run_job(job.pk)
+    assert not MemoryRecord.unscoped.filter(namespace="user:carol", org=tenant.org).exists()
+    # Another org's import for a namespace of the same name is not touched.
+    theirs.refresh_from_db()
+    assert theirs.status == ImportJob.Status.QUEUED and "globex carol" in theirs.text
+
+
+def test_an_import_with_lines_for_the_subject_is_cancelled_and_others_are_not(tenant):
+    mixed = queue(
+        tenant, jsonl({"content": "shared"}, {"content": "Carol!", "namespace": "user:carol"})
+    )
+    unrelated = queue(tenant, jsonl({"content": "Dave's"}), namespace="user:dave")
+    forget(tenant.scope, ForgetRequest(namespace="user:carol"))
+    mixed.refresh_from_db()
+    unrelated.refresh_from_db()
+    assert mixed.status == ImportJob.Status.FAILED and mixed.text == ""
+    assert unrelated.status == ImportJob.Status.QUEUED and "Dave" in unrelated.text
+
+
+def test_a_finished_import_keeps_no_name_of_the_subject(tenant):
+    job = queue(
+        tenant,
+        jsonl({"content": "Carol likes jazz."}),
+        namespace="user:carol",
+        filename="carol-smith-export.jsonl",
+    )
+    imports.run_job(job.pk)
+    assert MemoryRecord.unscoped.filter(namespace="user:carol").count() == 1
+    forget(tenant.scope, ForgetRequest(namespace="user:carol"))
+    job.refresh_from_db()
+    assert job.status == ImportJob.Status.DONE
+    assert (job.filename, job.namespace) == ("(erased)", "")
+    assert not MemoryRecord.unscoped.filter(namespace="user:carol").exists()
+
+
+def test_the_api_forget_cancels_the_import_too(tenant):
+    job = queue(tenant, jsonl({"content": "Carol"}), namespace="user:carol")
+    _, key = create_api_key(org=tenant.org, can_forget=True)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Api-Key {key}")
+    response = client.post(
+        f"/api/v1/domains/{tenant.domain.slug}/forget", {"namespace": "user:carol"}, format="json"
+    )
+    assert response.status_code == 200
+    job.refresh_from_db()
+    assert job.status == ImportJob.Status.FAILED
+
+
+def test_an_agent_cannot_cancel_a_curated_import(tenant):
+    write.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
+    job = queue(tenant, jsonl({"content": "FAQ answer"}), namespace="faq", kb="handbook")
+    forget(tenant.scope, ForgetRequest(namespace="faq"))  # not a subject's namespace
+    job.refresh_from_db()
+    assert job.status == ImportJob.Status.QUEUED
+    assert KnowledgeBase.unscoped.get(name="handbook").refused_writes == 0
+
+
+def test_a_forget_by_key_leaves_imports_alone(tenant):
+    job = queue(tenant, jsonl({"content": "Carol", "key": "k"}), namespace="user:carol")
+    forget(tenant.scope, ForgetRequest(namespace="user:carol", key="k"))
+    job.refresh_from_db()
+    assert job.status == ImportJob.Status.QUEUED
+
+
+def test_the_admin_log_never_keeps_a_records_content(tenant, admin_client):
+    knowledge_base = write.ensure_knowledge_base(tenant.scope, "memory")
+    response = admin_client.post(
+        "/admin/memoryhub/memoryrecord/add/",
+        {
+            "knowledge_base": knowledge_base.pk,
+            "namespace": "user:bob",
+            "kind": "semantic",
+            "content": "Bob Martin is a VIP; his account manager is Carol.",
+            "tags": "",
+            "metadata": "{}",
+        },
+    )
+    assert response.status_code == 302
+    record = MemoryRecord.unscoped.get(namespace="user:bob")
+    entries = LogEntry.objects.filter(object_id=str(record.pk))
+    assert entries.exists()
+    assert not any("Bob" in entry.object_repr for entry in entries)
+    assert "Bob" not in admin_client.get("/admin/").text
+
+
+def test_erasure_drops_the_admin_log_of_erased_records(tenant, admin_client):
+    [result] = write.write(
+        tenant.scope, [{"content": "Bob Martin is a VIP.", "namespace": "user:bob"}]
+    ).records
+    [kept] = write.write(tenant.scope, [{"content": "Shared fact."}]).records
+    content_type = ContentType.objects.get_for_model(MemoryRecord)
+    user = admin_client.get("/admin/").wsgi_request.user
+    for record_id, text in ((result.id, "Bob Martin is a VIP."), (kept.id, "Shared fact.")):
+        # As written before records stopped putting their content in the log.
+        LogEntry.objects.create(
+            user=user,
+            content_type=content_type,
+            object_id=record_id,
+            object_repr=text,
+            action_flag=ADDITION,
+        )
+    forget(tenant.scope, ForgetRequest(namespace="user:bob"))
+    assert not LogEntry.objects.filter(object_id=result.id).exists()
+    assert LogEntry.objects.filter(object_id=kept.id).exists()
+    assert "Bob Martin" not in admin_client.get("/admin/").text

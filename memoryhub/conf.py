@@ -59,6 +59,9 @@ DEFAULTS: dict[str, Any] = {
     # Namespaces of data subjects: an agent's forget of one of these reaches read-only
     # knowledge bases too (GDPR erasure); None: every non-shared namespace.
     "SUBJECT_NAMESPACE_PREFIXES": ["user:", "session:"],
+    # Seconds after an erasure within which the erased tables are vacuumed and analysed
+    # (dead tuples and planner samples of erased rows go); None leaves it to autovacuum.
+    "VACUUM_AFTER_ERASURE": 30,
     # Failed API-key authentications (401s) per client address before it is refused
     # with 429 (DRF rate syntax); None disables the limit.
     "AUTH_FAILURE_RATE": "30/min",
@@ -189,6 +192,16 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
                     id="memoryhub.E005",
                 )
             )
+    vacuum = memoryhub_settings.user_settings.get("VACUUM_AFTER_ERASURE", 30)
+    if vacuum is not None and (
+        isinstance(vacuum, bool) or not isinstance(vacuum, int) or vacuum < 0
+    ):
+        messages.append(
+            Error(
+                f"MEMORYHUB['VACUUM_AFTER_ERASURE'] must be seconds >= 0 or None, not {vacuum!r}.",
+                id="memoryhub.E002",
+            )
+        )
     prefixes = memoryhub_settings.user_settings.get(
         "SUBJECT_NAMESPACE_PREFIXES", DEFAULTS["SUBJECT_NAMESPACE_PREFIXES"]
     )

@@ -16,14 +16,14 @@ RETRY_BACKOFF_MAX = 600
 logger = logging.getLogger(__name__)
 
 
-def enqueue(task: Any, *args: Any, what: str, left: str) -> bool:
+def enqueue(task: Any, *args: Any, what: str, left: str, countdown: float = 0) -> bool:
     """Send ``task(*args)``; when the broker refuses it (down, unreachable), log why and
     leave the work to the sweeper, which finds it by its state (``left``: what that is).
 
     The caller's data is committed: a refused send must not turn into an error.
     """
     try:
-        task.delay(*args)
+        task.apply_async(args, countdown=countdown) if countdown else task.delay(*args)
     except Exception as exc:  # kombu's OperationalError, or whatever the transport raises
         logger.warning(
             "could not enqueue %s, %s for the sweeper: %s: %s", what, left, type(exc).__name__, exc
@@ -73,6 +73,14 @@ def tenant_indexes() -> dict[str, Any]:
     """Build the HNSW indexes of domains that grew large; drop those of shrunk ones."""
     changes = indexing.ensure_tenant_indexes()
     return {"created": changes.created, "dropped": changes.dropped, "busy": changes.busy}
+
+
+@shared_task(acks_late=True)
+def vacuum_erased() -> list[str]:
+    """Vacuum and analyse the tables erasures touch (dead tuples, planner samples)."""
+    from .services.forget import vacuum_erased_tables
+
+    return vacuum_erased_tables()
 
 
 @shared_task(acks_late=True)

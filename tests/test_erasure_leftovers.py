@@ -156,3 +156,68 @@ def test_erasure_drops_the_admin_log_of_erased_records(tenant, admin_client):
     assert not LogEntry.objects.filter(object_id=result.id).exists()
     assert LogEntry.objects.filter(object_id=kept.id).exists()
     assert "Bob Martin" not in admin_client.get("/admin/").text
+
+
+def _pg_stats_text() -> str:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT coalesce(string_agg(concat_ws(' ', attname, most_common_vals::text,"
+            " histogram_bounds::text, most_common_elems::text), ' | '), '')"
+            " FROM pg_stats WHERE tablename LIKE 'memoryhub_%%'"
+        )
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_postgres_keeps_no_samples_of_personal_columns_and_forgets_the_erased(tenant):
+    from django.db import connection
+
+    write.write(
+        tenant.scope,
+        [
+            {
+                "content": f"ALICEPII-{n} Alice's IBAN DE89 {n}",
+                "key": f"ALICEPII-key-{n}",
+                "tags": ["ALICEPII-tag"],
+                "metadata": {"iban": "ALICEPII-meta"},
+                "namespace": "user:alice",
+            }
+            for n in range(50)
+        ]
+        + [{"content": f"shared fact {n}", "tags": ["common"]} for n in range(50)],
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE memoryhub_memoryrecord")
+    sampled = _pg_stats_text()
+    assert "user:alice" in sampled  # the namespace is sampled (it is needed for plans)...
+    assert "ALICEPII" not in sampled  # ...content, key, tags and metadata never are
+    forget(tenant.scope, ForgetRequest(namespace="user:alice"))  # commits; eager vacuum
+    assert "user:alice" not in _pg_stats_text()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT vacuum_count + autovacuum_count FROM pg_stat_user_tables"
+            " WHERE relname = 'memoryhub_memoryrecord'"
+        )
+        assert cursor.fetchone()[0] >= 1
+
+
+def test_the_vacuum_is_scheduled_once_per_interval(tenant, committed, settings):
+    from celery.signals import task_prerun
+
+    settings.MEMORYHUB = {"VACUUM_AFTER_ERASURE": 30}
+    write.write(tenant.scope, [{"content": "a", "namespace": "user:a"}])
+    write.write(tenant.scope, [{"content": "b", "namespace": "user:b"}])
+    runs: list[str] = []
+
+    def seen(sender=None, **kwargs):  # type: ignore[no-untyped-def]
+        runs.append(sender.name)
+
+    task_prerun.connect(seen, weak=False)
+    try:
+        committed(forget, tenant.scope, ForgetRequest(namespace="user:a"))
+        committed(forget, tenant.scope, ForgetRequest(namespace="user:b"))
+    finally:
+        task_prerun.disconnect(seen)
+    assert runs.count("memoryhub.tasks.vacuum_erased") == 1

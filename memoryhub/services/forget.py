@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
+from django.core.cache import caches
 from django.db import transaction
 from django.db.models import Count, QuerySet, TextField
 from django.db.models.functions import Cast
@@ -23,6 +25,7 @@ from django.utils import timezone
 
 from .. import observe, policy
 from ..cache import erase_on_commit
+from ..conf import memoryhub_settings
 from ..models import ImportJob, KnowledgeBase, MemoryRecord, Observation
 from ..scope import Scope, tenant_scope
 from .errors import UnknownSource, ValidationFailed, WriteRefused
@@ -194,6 +197,8 @@ def forget(
     return result
 
 
+logger = logging.getLogger(__name__)
+
 #: What an erasure leaves of an import job it touched: no text, file name or namespace.
 ERASED_JOB = {"text": "", "filename": "(erased)", "namespace": ""}
 
@@ -330,6 +335,54 @@ def _record_receipt(scope: Scope, request: ForgetRequest, result: ForgetResult, 
         actor=actor,
     )
     erase_on_commit(scope)
+    transaction.on_commit(schedule_vacuum)
+
+
+#: The tables an erasure deletes from or rewrites, vacuumed and analysed after it.
+ERASED_TABLES = (MemoryRecord, ImportJob)
+
+
+def schedule_vacuum() -> None:
+    """After an erasure commits: vacuum and analyse the erased tables within
+    ``VACUUM_AFTER_ERASURE`` seconds, so neither dead tuples nor planner samples of
+    erased rows outlive it. One run per interval covers every erasure in it."""
+    delay = memoryhub_settings.VACUUM_AFTER_ERASURE
+    if delay is None:
+        return
+    from ..tasks import enqueue, vacuum_erased
+
+    cache = caches[memoryhub_settings.CACHE_ALIAS]
+    try:
+        if not cache.add("memoryhub:vacuum-scheduled", 1, timeout=max(1, delay)):
+            return  # a run is already due within the interval
+    except Exception as exc:  # the erasure is committed: never fail it
+        logger.warning("could not schedule the vacuum after an erasure: %s", exc)
+    enqueue(
+        vacuum_erased,
+        what="the vacuum after an erasure",
+        left="left to autovacuum",
+        countdown=delay,
+    )
+
+
+def vacuum_erased_tables() -> list[str]:
+    """``VACUUM (ANALYZE)`` the tables erasures touch, and the admin log (it may have
+    held a record's content), on every database that has them."""
+    from django.contrib.admin.models import LogEntry
+    from django.db import connection
+
+    if connection.in_atomic_block:  # VACUUM cannot run in a transaction (an eager task
+        logger.warning("vacuum after erasure skipped: inside a transaction")  # in one)
+        return []
+    tables = [model._meta.db_table for model in (*ERASED_TABLES, LogEntry)]
+    existing = set(connection.introspection.table_names())
+    done = []
+    with connection.cursor() as cursor:
+        for table in tables:
+            if table in existing:
+                cursor.execute(f"VACUUM (ANALYZE) {connection.ops.quote_name(table)}")
+                done.append(table)
+    return done
 
 
 def forget_org(org_id: int, *, actor: str = "") -> ForgetResult:

@@ -261,6 +261,8 @@ SPECTACULAR_SETTINGS = {
 
 # --- memoryhub ----------------------------------------------------------------------
 MEMORYHUB: dict[str, object] = {}
+if os.environ.get("MEMORYHUB_ERASURE_RECEIPT_KEY"):
+    MEMORYHUB["ERASURE_RECEIPT_KEY"] = os.environ["MEMORYHUB_ERASURE_RECEIPT_KEY"]
 
 # --- Logs -------------------------------------------------------------------------------
 # LOG_FORMAT=json: one JSON object per line (timestamp, level, logger, message, request_id,

@@ -59,6 +59,9 @@ DEFAULTS: dict[str, Any] = {
     # Namespaces of data subjects: an agent's forget of one of these reaches read-only
     # knowledge bases too (GDPR erasure); None: every non-shared namespace.
     "SUBJECT_NAMESPACE_PREFIXES": ["user:", "session:"],
+    # The key of the HMAC that receipts keep instead of a namespace or key (None: the
+    # site's SECRET_KEY, which then cannot be rotated without orphaning old receipts).
+    "ERASURE_RECEIPT_KEY": None,
     # Seconds after an erasure within which the erased tables are vacuumed and analysed
     # (dead tuples and planner samples of erased rows go); None leaves it to autovacuum.
     "VACUUM_AFTER_ERASURE": 30,
@@ -217,10 +220,32 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
                 id="memoryhub.E006",
             )
         )
+    receipt_key = memoryhub_settings.user_settings.get("ERASURE_RECEIPT_KEY")
+    if receipt_key is not None and (not isinstance(receipt_key, str) or len(receipt_key) < 32):
+        messages.append(
+            Error(
+                "MEMORYHUB['ERASURE_RECEIPT_KEY'] must be a string of at least 32 characters.",
+                id="memoryhub.E007",
+            )
+        )
     if memoryhub_settings.DEFAULT_K > memoryhub_settings.MAX_K:
         messages.append(Error("MEMORYHUB['DEFAULT_K'] exceeds MAX_K.", id="memoryhub.E002"))
     messages.extend(_check_embedder())
     return messages
+
+
+def check_deploy_settings(**kwargs: Any) -> list[CheckMessage]:
+    """``manage.py check --deploy``: ``memoryhub.W002`` without a receipt key."""
+    if memoryhub_settings.user_settings.get("ERASURE_RECEIPT_KEY") is not None:
+        return []
+    return [
+        Warning(
+            "MEMORYHUB['ERASURE_RECEIPT_KEY'] is not set: erasure receipts are keyed with "
+            "SECRET_KEY, and rotating it makes old receipts unverifiable.",
+            hint="Set it to a long random string and keep it (MEMORYHUB_ERASURE_RECEIPT_KEY).",
+            id="memoryhub.W002",
+        )
+    ]
 
 
 def _check_embedder() -> list[CheckMessage]:

@@ -386,3 +386,58 @@ class WorkerHeartbeat(models.Model):
 
     def __str__(self) -> str:
         return f"{self.hostname} at {self.seen_at:%Y-%m-%d %H:%M:%S}"
+
+
+class ErasureReceipt(models.Model):
+    """The permanent proof of one erasure: when, by whom, where, what selector (as a keyed
+    hash), and how many records per knowledge base. Never the content or the namespace.
+
+    The org and domain are kept as plain ids and slugs, not foreign keys, so a receipt
+    outlives the org or domain it speaks of; receipts are exempt from retention.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    created_at = models.DateTimeField(_("erased at"), default=timezone.now, db_index=True)
+    actor = models.CharField(_("actor"), max_length=150, blank=True, default="")
+    org_id = models.BigIntegerField(_("org id"))
+    org_slug = models.CharField(_("org"), max_length=64)
+    domain_id = models.BigIntegerField(_("domain id"))
+    domain_slug = models.CharField(_("domain"), max_length=64)
+    #: One operator action (an org's erasure, a subject across domains) shares a batch.
+    batch = models.UUIDField(_("batch"), default=uuid.uuid4, db_index=True)
+    selector = models.JSONField(_("selector"), default=dict)
+    by_source = models.JSONField(_("records erased per knowledge base"), default=dict)
+    deleted = models.PositiveIntegerField(_("records erased"), default=0)
+    cancelled_imports = models.PositiveIntegerField(_("imports cancelled"), default=0)
+
+    objects = ScopedManager(org="org_id", domain="domain_id")
+    unscoped = models.Manager()  # noqa: DJ012 (ScopedManager() is a manager, not a field)
+
+    class Meta:
+        verbose_name = _("erasure receipt")
+        verbose_name_plural = _("erasure receipts")
+        ordering = ["-created_at"]
+        default_manager_name = "objects"
+        base_manager_name = "unscoped"
+        indexes = [
+            models.Index(
+                fields=["org_id", "domain_id", "created_at"], name="memoryhub_receipt_idx"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"erasure {str(self.id)[:8]} in {self.org_slug}/{self.domain_slug}"
+
+    def as_json(self) -> dict[str, object]:
+        """What the API and the admin's download give: nothing that names the subject."""
+        return {
+            "id": str(self.id),
+            "erased_at": self.created_at.isoformat(),
+            "actor": self.actor,
+            "org": self.org_slug,
+            "domain": self.domain_slug,
+            "selector": self.selector,
+            "by_source": self.by_source,
+            "deleted": self.deleted,
+            "cancelled_imports": self.cancelled_imports,
+        }

@@ -87,3 +87,9 @@ def json_log() -> Iterator[io.StringIO]:
     yield stream
     root.removeHandler(handler)
     root.setLevel(level)
+
+
+def without_receipt(body: dict) -> dict:
+    """A forget response without its receipt id (a new UUID each time)."""
+    assert "receipt" in body
+    return {key: value for key, value in body.items() if key != "receipt"}

@@ -294,11 +294,18 @@ def test_erase_subject_confirms_then_erases_and_shows_a_receipt(operator, data, 
     page = first.content.decode()
     assert 'id="erasure-preview"' in page
     assert MemoryRecord.unscoped.filter(namespace="user:alice").count() == 1  # nothing yet
-    second = operator.post("/admin/memoryhub/memoryrecord/erase-subject/", {**form, "post": "yes"})
+    second = operator.post(
+        "/admin/memoryhub/memoryrecord/erase-subject/", {**form, "post": "yes"}, follow=True
+    )
     receipt = second.content.decode()
     assert "Erased 1 record." in receipt
     assert "alice likes tea" not in receipt
     assert MemoryRecord.unscoped.filter(namespace="user:alice").count() == 0
+    # The receipt is a page of its own: refreshing it shows it again and erases nothing.
+    write.write(tenant.scope, [{"content": "alice is back", "namespace": "user:alice"}])
+    again = operator.get(second.redirect_chain[-1][0])
+    assert "Erased 1 record." in again.content.decode()
+    assert MemoryRecord.unscoped.filter(namespace="user:alice").count() == 1
 
 
 def test_erase_subject_refuses_a_foreign_org(operator, data, other_tenant):
@@ -322,7 +329,9 @@ def test_org_and_domain_erasure_actions(admin_client, data, tenant, model, field
     assert "handbook" in first.content.decode()
     assert MemoryRecord.unscoped.filter(org=tenant.org).count() == 2
     second = admin_client.post(
-        changelist, {"action": "erase_memory", "_selected_action": [target.pk], "post": "yes"}
+        changelist,
+        {"action": "erase_memory", "_selected_action": [target.pk], "post": "yes"},
+        follow=True,
     )
     assert "Erased 2 records." in second.content.decode()
     assert MemoryRecord.unscoped.filter(org=tenant.org).count() == 0

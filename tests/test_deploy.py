@@ -62,6 +62,7 @@ def manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
 PRODUCTION = {
     "DEBUG": "0",
     "SECRET_KEY": STRONG_KEY,
+    "MEMORYHUB_ERASURE_RECEIPT_KEY": STRONG_KEY[::-1],
     "ALLOWED_HOSTS": "memory.example.com",
     "DATABASE_URL": "postgres://memoryhub@db.invalid:5432/memoryhub",
 }
@@ -112,6 +113,7 @@ def test_development_defaults_are_untouched():
     assert result.returncode == 0, result.stderr
     for warning in ("W004", "W008", "W009", "W012", "W016", "W018"):
         assert f"security.{warning}" in result.stderr, warning
+    assert "memoryhub.W002" in result.stderr  # no receipt key of its own
 
 
 def test_production_hardening_is_on_and_tunable_from_the_environment():

@@ -26,10 +26,11 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from memoryhub import cache as query_cache
-from memoryhub.models import MemoryRecord, Observation
+from memoryhub.models import ErasureReceipt, MemoryRecord, Observation
 from memoryhub.services import query, write
 from memoryhub.services.forget import ForgetRequest, forget, salted_hash
 
+from .conftest import without_receipt
 from .factories import create_api_key
 from .services import free_port, start_redis
 
@@ -229,11 +230,11 @@ def test_erasing_100_subjects_leaves_no_trace(tenant, admin_client, json_log, ca
         preview = admin_client.post(erase_subject, form)
         assert 'id="erasure-preview"' in preview.content.decode()
         assert MemoryRecord.unscoped.filter(namespace=namespace(n)).count() == 4
-        receipt = admin_client.post(erase_subject, {**form, "post": "yes"}).content.decode()
-        assert "Erased 4 records." in receipt
+        receipt = admin_client.post(erase_subject, {**form, "post": "yes"}, follow=True)
+        assert "Erased 4 records." in receipt.content.decode()
     for n in range(SUBJECTS // 2, SUBJECTS):
         forgotten = api.post(f"{API}/forget", {"namespace": namespace(n)}, format="json")
-        assert forgotten.json() == {
+        assert without_receipt(forgotten.json()) == {
             "deleted": 4,
             "by_source": {"memory": 2, "notes": 2},
             "refused": [],
@@ -263,12 +264,22 @@ def test_erasing_100_subjects_leaves_no_trace(tenant, admin_client, json_log, ca
     assert len(receipts) == SUBJECTS
     expected = {salted_hash(namespace(n)) for n in range(SUBJECTS)}
     assert {receipt.payload["selector"]["namespace"] for receipt in receipts} == expected
+    permanent = {str(r.pk): r for r in ErasureReceipt.unscoped.all()}
+    assert len(permanent) == SUBJECTS
     for receipt in receipts:
         assert receipt.count == 4
         assert receipt.payload == {
             "by_source": {"memory": 2, "notes": 2},
             "selector": {"all": False, "namespace": receipt.payload["selector"]["namespace"]},
+            "receipt": receipt.payload["receipt"],
         }
+        kept = permanent[receipt.payload["receipt"]]
+        assert kept.selector == receipt.payload["selector"]
+        assert (kept.deleted, kept.by_source, kept.actor) == (
+            4,
+            {"memory": 2, "notes": 2},
+            receipt.actor,
+        )
     actors = sorted({receipt.actor for receipt in receipts})
     assert actors == ["admin:admin", f"api-key:{api_key.prefix}"]
     elapsed = time.monotonic() - started

@@ -9,12 +9,14 @@ domain erases its memory through the same service first.
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
@@ -27,6 +29,7 @@ from ..policy import Action
 from ..scope import Scope
 from ..services import forget as forget_service
 from .base import actor, admin_context, deletion_summary
+from .receipts import batch_url
 
 logger = logging.getLogger("memoryhub.erasure")
 
@@ -51,14 +54,7 @@ def _confirm_or_erase(
     if request.POST.get("post") != "yes":
         context.update(rows=rows, total=sum(row[3] for row in rows), confirm=True)
         return TemplateResponse(request, "admin/memoryhub/confirm_erasure.html", context)
-    receipt = erase()
-    context.update(
-        receipt=receipt,
-        total=sum(row[3] for row in receipt),
-        erased_at=timezone.now(),
-        actor=actor(request),
-    )
-    return TemplateResponse(request, "admin/memoryhub/erasure_receipt.html", context)
+    return show_receipt(model_admin, request, erase())
 
 
 def _org_rows(orgs: QuerySet[Org]) -> list[tuple[str, str, str, int]]:
@@ -79,9 +75,44 @@ def _domain_rows(domains: QuerySet[Domain]) -> list[tuple[str, str, str, int]]:
     return rows
 
 
-def _erase_domain(domain: Domain, who: str) -> list[tuple[str, str, str, int]]:
+def erasure_batch(request: HttpRequest) -> uuid.UUID:
+    """One operator action's receipts share a batch: the page it redirects to."""
+    batch = getattr(request, "_memoryhub_batch", None)
+    if batch is None:
+        batch = request._memoryhub_batch = uuid.uuid4()  # type: ignore[attr-defined]
+    return batch
+
+
+def show_receipt(
+    model_admin: Any, request: HttpRequest, rows: list[Any], *, deleted: str = ""
+) -> HttpResponse:
+    """Redirect to the batch's receipt (refreshing it erases nothing); an erasure that
+    found nothing has no receipt and says so on the page."""
+    if any(row[-1] for row in rows):
+        url = batch_url(erasure_batch(request))
+        return HttpResponseRedirect(f"{url}?{urlencode({'deleted': deleted})}" if deleted else url)
+    context = admin_context(
+        model_admin,
+        request,
+        title=_("Erasure receipt"),
+        receipt=[],
+        total=0,
+        erased_at=timezone.now(),
+        actor=actor(request),
+        deleted=deleted,
+    )
+    return TemplateResponse(request, "admin/memoryhub/erasure_receipt.html", context)
+
+
+def _erase_domain(
+    domain: Domain, who: str, batch: uuid.UUID | None = None
+) -> list[tuple[str, str, str, int]]:
     result = forget_service.forget(
-        Scope.for_domain(domain), forget_service.ForgetRequest(all=True), actor=who, operator=True
+        Scope.for_domain(domain),
+        forget_service.ForgetRequest(all=True),
+        actor=who,
+        operator=True,
+        batch=batch,
     )
     return [(domain.org.slug, domain.slug, kb, count) for kb, count in result.by_source.items()]
 
@@ -139,17 +170,7 @@ class ErasureMixin:
         receipt = getattr(request, "_memoryhub_receipt", None)
         if receipt is None:
             return super().response_delete(request, obj_display, obj_id)  # type: ignore[misc]
-        context = admin_context(
-            self,  # type: ignore[arg-type]
-            request,
-            title=_("Erasure receipt"),
-            receipt=receipt,
-            total=sum(row[3] for row in receipt),
-            erased_at=timezone.now(),
-            actor=actor(request),
-            deleted=obj_display,
-        )
-        return TemplateResponse(request, "admin/memoryhub/erasure_receipt.html", context)
+        return show_receipt(self, request, receipt, deleted=obj_display)
 
 
 class OrgErasureAdmin(ErasureMixin, OrgAdmin):
@@ -164,7 +185,7 @@ class OrgErasureAdmin(ErasureMixin, OrgAdmin):
                 row
                 for org in queryset
                 for domain in org.domains.all()
-                for row in _erase_domain(domain, actor(request))
+                for row in _erase_domain(domain, actor(request), erasure_batch(request))
             ]
 
         return _confirm_or_erase(
@@ -173,7 +194,9 @@ class OrgErasureAdmin(ErasureMixin, OrgAdmin):
 
     def erase(self, request: HttpRequest, obj: Org) -> list[tuple[str, str, str, int]]:
         return [
-            row for domain in obj.domains.all() for row in _erase_domain(domain, actor(request))
+            row
+            for domain in obj.domains.all()
+            for row in _erase_domain(domain, actor(request), erasure_batch(request))
         ]
 
 
@@ -188,7 +211,7 @@ class DomainErasureAdmin(ErasureMixin, DomainAdmin):
             return [
                 row
                 for domain in queryset.select_related("org")
-                for row in _erase_domain(domain, actor(request))
+                for row in _erase_domain(domain, actor(request), erasure_batch(request))
             ]
 
         return _confirm_or_erase(
@@ -196,7 +219,7 @@ class DomainErasureAdmin(ErasureMixin, DomainAdmin):
         )
 
     def erase(self, request: HttpRequest, obj: Domain) -> list[tuple[str, str, str, int]]:
-        return _erase_domain(obj, actor(request))
+        return _erase_domain(obj, actor(request), erasure_batch(request))
 
 
 for model, model_admin in ((Org, OrgErasureAdmin), (Domain, DomainErasureAdmin)):

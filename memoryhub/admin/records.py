@@ -23,6 +23,7 @@ from ..scope import Scope
 from ..services import forget as forget_service
 from ..services import write as write_service
 from .base import OperatorAdmin, actor, admin_context, operator_view
+from .erasure import erasure_batch, show_receipt
 from .knowledge import RecordForm, _item_from
 
 
@@ -213,16 +214,14 @@ class MemoryRecordAdmin(OperatorAdmin):
             receipt: list[tuple[Domain, str, int]] = []
             for domain in domains:
                 result = forget_service.forget(
-                    Scope.for_domain(domain), selector, actor=actor(request), operator=True
+                    Scope.for_domain(domain),
+                    selector,
+                    actor=actor(request),
+                    operator=True,
+                    batch=erasure_batch(request),
                 )
                 receipt.extend((domain, name, count) for name, count in result.by_source.items())
-            context.update(
-                receipt=receipt,
-                total=sum(count for *_, count in receipt),
-                erased_at=timezone.now(),
-                actor=actor(request),
-            )
-            return TemplateResponse(request, "admin/memoryhub/erasure_receipt.html", context)
+            return show_receipt(self, request, receipt)
         return TemplateResponse(request, "admin/memoryhub/erase_subject.html", context)
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:

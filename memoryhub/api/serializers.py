@@ -158,6 +158,23 @@ class ForgetResponseSerializer(serializers.Serializer):
         child=serializers.CharField(),
         help_text="Read-only knowledge bases (on_write=ignore) that kept their records.",
     )
+    receipt = serializers.UUIDField(
+        allow_null=True, help_text="The erasure's permanent receipt (null: nothing erased)."
+    )
+
+
+class ErasureReceiptSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    erased_at = serializers.DateTimeField()
+    actor = serializers.CharField()
+    org = serializers.CharField()
+    domain = serializers.CharField()
+    selector = serializers.DictField(
+        help_text="all, sources, and namespace/key as HMACs (never in clear), or a record id."
+    )
+    by_source = serializers.DictField(child=serializers.IntegerField())
+    deleted = serializers.IntegerField()
+    cancelled_imports = serializers.IntegerField()
 
 
 class UpdateResultSerializer(serializers.Serializer):

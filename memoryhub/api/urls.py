@@ -18,5 +18,10 @@ urlpatterns = [
     path("domains/<slug:domain>/query", views.QueryView.as_view(), name="query"),
     path("domains/<slug:domain>/forget", views.ForgetView.as_view(), name="forget"),
     path("domains/<slug:domain>/sources", views.SourcesView.as_view(), name="sources"),
+    path(
+        "domains/<slug:domain>/erasures/<str:receipt_id>",
+        views.ErasureReceiptView.as_view(),
+        name="erasure",
+    ),
     re_path(r"^.*$", views.NotFoundView.as_view(), name="not-found"),
 ]

@@ -575,7 +575,29 @@ class ForgetView(MemoryAPIView):
 
 
 def _forget_response(result: forget_service.ForgetResult) -> dict[str, Any]:
-    return {"deleted": result.deleted, "by_source": result.by_source, "refused": result.refused}
+    return {
+        "deleted": result.deleted,
+        "by_source": result.by_source,
+        "refused": result.refused,
+        "receipt": result.receipt,
+    }
+
+
+class ErasureReceiptView(MemoryAPIView):
+    """One erasure's permanent receipt (keys with the forget permission)."""
+
+    @extend_schema(
+        summary="Get an erasure receipt",
+        parameters=[DOMAIN],
+        responses={200: s.ErasureReceiptSerializer, **errors_except(400, 413)},
+    )
+    def get(self, request: Request, domain: str, receipt_id: str) -> Response:
+        scope = resolve_domain(request, domain, Action.FORGET)
+        try:
+            receipt = forget_service.get_receipt(scope, receipt_id)
+        except forget_service.ReceiptNotFound:
+            raise exceptions.NotFound("No such receipt.", code="receipt_not_found") from None
+        return Response(receipt.as_json())
 
 
 class SourcesView(MemoryAPIView):

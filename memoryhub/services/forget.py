@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +27,7 @@ from django.utils import timezone
 from .. import observe, policy
 from ..cache import erase_on_commit
 from ..conf import memoryhub_settings
-from ..models import ImportJob, KnowledgeBase, MemoryRecord, Observation
+from ..models import ErasureReceipt, ImportJob, KnowledgeBase, MemoryRecord, Observation
 from ..scope import Scope, tenant_scope
 from .errors import UnknownSource, ValidationFailed, WriteRefused
 from .write import count_refusal
@@ -39,8 +40,10 @@ __all__ = [
     "forget_knowledge_base",
     "forget_org",
     "forget_record",
+    "get_receipt",
     "preview",
     "preview_org",
+    "receipts_for_namespace",
     "salted_hash",
 ]
 
@@ -120,13 +123,16 @@ class ForgetResult:
     by_source: dict[str, int] = field(default_factory=dict)
     refused: list[str] = field(default_factory=list)
     cancelled_imports: int = 0
+    #: The id of the erasure's permanent receipt (``ErasureReceipt``), if it erased.
+    receipt: str | None = None
 
 
 def salted_hash(value: str) -> str:
-    """An HMAC of ``value`` keyed by the site's secret: comparable, not reversible."""
-    return hmac.new(
-        settings.SECRET_KEY.encode(), value.encode("utf-8"), hashlib.sha256
-    ).hexdigest()[:32]
+    """An HMAC of ``value`` keyed by ``ERASURE_RECEIPT_KEY`` (the site's ``SECRET_KEY``
+    when unset): comparable, not reversible; a dedicated key survives rotating the
+    secret key, so old receipts can still be looked up."""
+    key = memoryhub_settings.ERASURE_RECEIPT_KEY or settings.SECRET_KEY
+    return hmac.new(key.encode(), value.encode("utf-8"), hashlib.sha256).hexdigest()[:32]
 
 
 def _selected(request: ForgetRequest) -> QuerySet[MemoryRecord]:
@@ -153,7 +159,12 @@ def preview(scope: Scope, request: ForgetRequest) -> dict[str, int]:
 
 
 def forget(
-    scope: Scope, request: ForgetRequest, *, actor: str = "", operator: bool = False
+    scope: Scope,
+    request: ForgetRequest,
+    *,
+    actor: str = "",
+    operator: bool = False,
+    batch: uuid.UUID | None = None,
 ) -> ForgetResult:
     """Hard-delete the records ``request`` selects in ``scope``; return counts per KB.
 
@@ -183,6 +194,8 @@ def forget(
         erased = {kb_id: n for kb_id, n in counts.items() if kb_id in knowledge_bases}
         if refusal is None:
             result.cancelled_imports = _cancel_imports(imports, request, operator)
+            if result.cancelled_imports and not erased:
+                _record_receipt(scope, _selector(request), result, actor, batch)
         if refusal is None and erased:
             chosen = records.filter(knowledge_base_id__in=erased)
             _scrub_admin_log(chosen)
@@ -191,7 +204,7 @@ def forget(
             result.by_source = dict(
                 sorted((knowledge_bases[kb_id].name, n) for kb_id, n in erased.items())
             )
-            _record_receipt(scope, request, result, actor)
+            _record_receipt(scope, _selector(request), result, actor, batch)
     if refusal is not None:
         raise refusal
     return result
@@ -316,9 +329,8 @@ def _apply_read_only(
     return refusal
 
 
-def _record_receipt(scope: Scope, request: ForgetRequest, result: ForgetResult, actor: str) -> None:
-    """The audit observation (counts and hashes, never the content or the namespace),
-    and the cache's erasure once the transaction commits."""
+def _selector(request: ForgetRequest) -> dict[str, Any]:
+    """The request as a receipt keeps it: namespace and key as keyed hashes."""
     selector: dict[str, Any] = {"all": request.all}
     for name in ("namespace", "key"):
         value = getattr(request, name)
@@ -326,12 +338,41 @@ def _record_receipt(scope: Scope, request: ForgetRequest, result: ForgetResult, 
             selector[name] = salted_hash(value)
     if request.sources is not None:
         selector["sources"] = list(request.sources)
+    return selector
+
+
+def _record_receipt(
+    scope: Scope,
+    selector: dict[str, Any],
+    result: ForgetResult,
+    actor: str,
+    batch: uuid.UUID | None,
+) -> None:
+    """The permanent receipt and the audit observation (counts and hashes, never the
+    content or the namespace), then the cache's erasure and the vacuum after commit."""
+    from tenants.models import Domain
+
+    domain = Domain.objects.select_related("org").get(pk=scope.domain_id)
+    receipt = ErasureReceipt.unscoped.create(
+        actor=actor[:150],
+        org_id=scope.org_id,
+        org_slug=domain.org.slug,
+        domain_id=scope.domain_id,
+        domain_slug=domain.slug,
+        batch=batch or uuid.uuid4(),
+        selector=selector,
+        by_source=result.by_source,
+        deleted=result.deleted,
+        cancelled_imports=result.cancelled_imports,
+    )
+    result.receipt = str(receipt.pk)
+    sources = selector.get("sources") or []
     observe.record_in_scope(
         Observation.Kind.MEMORY_FORGOTTEN,
         scope,
-        source=request.sources[0] if request.sources and len(request.sources) == 1 else "",
+        source=sources[0] if len(sources) == 1 else "",
         count=result.deleted,
-        payload={"by_source": result.by_source, "selector": selector},
+        payload={"by_source": result.by_source, "selector": selector, "receipt": result.receipt},
         actor=actor,
     )
     erase_on_commit(scope)
@@ -385,14 +426,20 @@ def vacuum_erased_tables() -> list[str]:
     return done
 
 
-def forget_org(org_id: int, *, actor: str = "") -> ForgetResult:
-    """Erase every record of every domain of an org (the admin's org erasure)."""
+def forget_org(org_id: int, *, actor: str = "", batch: uuid.UUID | None = None) -> ForgetResult:
+    """Erase every record of every domain of an org (the admin's org erasure); its
+    domains' receipts share one batch."""
     from tenants.models import Domain
 
     total = ForgetResult()
+    batch = batch or uuid.uuid4()
     for domain_id in Domain.objects.filter(org_id=org_id).values_list("pk", flat=True):
         result = forget(
-            Scope(org_id, domain_id), ForgetRequest(all=True), actor=actor, operator=True
+            Scope(org_id, domain_id),
+            ForgetRequest(all=True),
+            actor=actor,
+            operator=True,
+            batch=batch,
         )
         total.deleted += result.deleted
         for name, count in result.by_source.items():
@@ -421,19 +468,35 @@ def forget_record(
         deleted, _ = MemoryRecord.objects.filter(pk=record.pk).delete()
         if not deleted:
             return result
-        name = knowledge_base.name
         result.deleted = 1
-        result.by_source = {name: 1}
-        observe.record_in_scope(
-            Observation.Kind.MEMORY_FORGOTTEN,
-            scope,
-            source=name,
-            count=1,
-            payload={"by_source": result.by_source, "selector": {"id": str(record.pk)}},
-            actor=actor,
+        result.by_source = {knowledge_base.name: 1}
+        _record_receipt(
+            scope, {"id": str(record.pk), "sources": [knowledge_base.name]}, result, actor, None
         )
-        erase_on_commit(scope)
     return result
+
+
+class ReceiptNotFound(LookupError):
+    """No receipt with that id in this scope."""
+
+
+def get_receipt(scope: Scope, receipt_id: Any) -> ErasureReceipt:
+    """The scope's erasure receipt ``receipt_id`` (:class:`ReceiptNotFound` otherwise)."""
+    try:
+        pk = uuid.UUID(str(receipt_id))
+    except ValueError:
+        raise ReceiptNotFound(receipt_id) from None
+    with tenant_scope(scope):
+        receipt = ErasureReceipt.objects.filter(pk=pk).first()
+    if receipt is None:
+        raise ReceiptNotFound(receipt_id)
+    return receipt
+
+
+def receipts_for_namespace(namespace: str) -> QuerySet[ErasureReceipt]:
+    """Receipts of erasures of ``namespace`` (looked up by its keyed hash), unscoped:
+    the caller narrows them to the orgs it may see."""
+    return ErasureReceipt.unscoped.filter(selector__namespace=salted_hash(namespace))
 
 
 def forget_knowledge_base(scope: Scope, name: str, *, actor: str = "") -> ForgetResult:

@@ -1,0 +1,154 @@
+"""Erasure receipts: the permanent, content-free proof of every erasure.
+
+A list and a page per receipt (read-only), a JSON download, the page an erasure
+redirects to (its batch: refreshing it erases nothing), and a lookup that answers "was
+this namespace erased?" by hashing the input, never storing it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html
+from django.utils.translation import gettext_lazy as _
+
+from ..models import ErasureReceipt
+from ..services import forget as forget_service
+from .base import OperatorAdmin, admin_context
+
+
+def batch_url(batch: uuid.UUID) -> str:
+    return reverse("admin:memoryhub_erasurereceipt_batch", args=[batch])
+
+
+class LookupForm(forms.Form):
+    namespace = forms.CharField(
+        max_length=200, help_text=_("The data subject's namespace, e.g. user:alice.")
+    )
+
+
+@admin.register(ErasureReceipt)
+class ErasureReceiptAdmin(OperatorAdmin):
+    org_field = "org_id"
+    list_display = [
+        "created_at",
+        "org_slug",
+        "domain_slug",
+        "deleted",
+        "cancelled_imports",
+        "actor",
+        "download",
+    ]
+    list_filter = ["org_slug", "domain_slug", "created_at"]
+    search_fields = ["=id", "actor"]
+    date_hierarchy = "created_at"
+    readonly_fields = [
+        "id",
+        "created_at",
+        "actor",
+        "org_slug",
+        "domain_slug",
+        "batch",
+        "selector",
+        "by_source",
+        "deleted",
+        "cancelled_imports",
+    ]
+    fields = list(readonly_fields)
+    change_list_template = "admin/memoryhub/erasurereceipt/change_list.html"
+
+    def org_id_of(self, obj: Any) -> int | None:
+        return obj.org_id
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[ErasureReceipt]:
+        receipts = ErasureReceipt.unscoped.order_by("-created_at")
+        if self.principal(request).is_superuser:
+            return receipts
+        return receipts.filter(org_id__in=self.visible_orgs(request).values("pk"))
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description=_("JSON"))
+    def download(self, obj: ErasureReceipt) -> str:
+        return format_html(
+            '<a href="{}">download</a>',
+            reverse("admin:memoryhub_erasurereceipt_download", args=[obj.pk]),
+        )
+
+    def get_urls(self) -> list[URLPattern]:
+        def wrap(view: Any) -> Any:
+            return self.admin_site.admin_view(view)
+
+        custom = [
+            path("lookup/", wrap(self.lookup_view), name="memoryhub_erasurereceipt_lookup"),
+            path(
+                "batch/<uuid:batch>/",
+                wrap(self.batch_view),
+                name="memoryhub_erasurereceipt_batch",
+            ),
+            path(
+                "<uuid:pk>/download/",
+                wrap(self.download_view),
+                name="memoryhub_erasurereceipt_download",
+            ),
+        ]
+        return custom + super().get_urls()
+
+    def download_view(self, request: HttpRequest, pk: uuid.UUID) -> JsonResponse:
+        receipt = get_object_or_404(self.get_queryset(request), pk=pk)
+        response = JsonResponse(receipt.as_json(), json_dumps_params={"indent": 2})
+        response["Content-Disposition"] = f'attachment; filename="erasure-{receipt.pk}.json"'
+        return response
+
+    def batch_view(self, request: HttpRequest, batch: uuid.UUID) -> HttpResponse:
+        """The receipt of one erasure action (one or more domains): the page an erasure
+        redirects to, so refreshing it shows the same receipt and erases nothing."""
+        receipts = list(self.get_queryset(request).filter(batch=batch).order_by("domain_slug"))
+        if not receipts:
+            raise Http404
+        rows = [
+            (receipt.org_slug, receipt.domain_slug, name, count)
+            for receipt in receipts
+            for name, count in sorted(receipt.by_source.items())
+        ]
+        context = admin_context(
+            self,
+            request,
+            title=_("Erasure receipt"),
+            receipt=rows,
+            receipts=receipts,
+            total=sum(receipt.deleted for receipt in receipts),
+            erased_at=receipts[0].created_at,
+            actor=receipts[0].actor,
+            deleted=request.GET.get("deleted", ""),
+        )
+        return TemplateResponse(request, "admin/memoryhub/erasure_receipt.html", context)
+
+    def lookup_view(self, request: HttpRequest) -> HttpResponse:
+        """Was this namespace erased? The input is hashed like the receipts' selectors."""
+        form = LookupForm(request.POST or None)
+        context = admin_context(self, request, title=_("Look up an erasure"), form=form)
+        if request.method == "POST" and form.is_valid():
+            found = forget_service.receipts_for_namespace(form.cleaned_data["namespace"])
+            context["found"] = list(
+                found.filter(pk__in=self.get_queryset(request).values("pk")).order_by(
+                    "-created_at"
+                )[:100]
+            )
+            context["searched"] = True
+        return TemplateResponse(request, "admin/memoryhub/erasurereceipt/lookup.html", context)

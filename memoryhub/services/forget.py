@@ -33,6 +33,7 @@ from .errors import UnknownSource, ValidationFailed, WriteRefused
 from .write import count_refusal
 
 __all__ = [
+    "ERASURE_REGISTRY",
     "ForgetRequest",
     "ForgetResult",
     "NothingToForget",
@@ -378,6 +379,21 @@ def _record_receipt(
     erase_on_commit(scope)
     transaction.on_commit(schedule_vacuum)
 
+
+#: Every store that can hold a data subject's data, and how an erasure reaches it (or
+#: why it need not). ``tests/test_erasure_registry.py`` fails on a model with a field
+#: that may hold subject data and no entry here: a new store must say how it is erased.
+ERASURE_REGISTRY: dict[str, str] = {
+    "memoryhub.MemoryRecord": "hard-deleted (every knowledge base, read-only ones included)",
+    "memoryhub.ImportJob": "unfinished jobs for the subject cancelled and their text "
+    "dropped; finished ones lose file name and namespace (_cancel_imports)",
+    "admin.LogEntry": "entries about erased records deleted (_scrub_admin_log); a record's "
+    "str() is its kind and id, never content",
+    "memoryhub.Observation": "holds counts, knowledge base names and keyed hashes only",
+    "memoryhub.ErasureReceipt": "the receipt: counts and the selector as a keyed hash",
+    "memoryhub.KnowledgeBase": "operator-curated names and descriptions, not subject data",
+    "sessions.Session": "login sessions of staff users, not memory",
+}
 
 #: The tables an erasure deletes from or rewrites, vacuumed and analysed after it.
 ERASED_TABLES = (MemoryRecord, ImportJob)

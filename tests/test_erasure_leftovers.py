@@ -221,3 +221,47 @@ def test_the_vacuum_is_scheduled_once_per_interval(tenant, committed, settings):
     finally:
         task_prerun.disconnect(seen)
     assert runs.count("memoryhub.tasks.vacuum_erased") == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_write_in_flight_is_erased_with_its_namespace_not_left_behind(tenant):
+    import threading
+
+    from django.db import connection, transaction
+
+    from .services import wait_for
+
+    write.ensure_knowledge_base(tenant.scope, "memory")
+    writing, release = threading.Event(), threading.Event()
+    erased: list[int] = []
+
+    def slow_write() -> None:
+        with transaction.atomic():
+            write.write(tenant.scope, [{"content": "Eve's secret.", "namespace": "user:eve"}])
+            writing.set()
+            release.wait(timeout=30)
+        connection.close()
+
+    def erase() -> None:
+        erased.append(forget(tenant.scope, ForgetRequest(namespace="user:eve")).deleted)
+        connection.close()
+
+    writer = threading.Thread(target=slow_write)
+    writer.start()
+    assert writing.wait(timeout=30)
+    eraser = threading.Thread(target=erase)
+    eraser.start()
+
+    def eraser_waits() -> bool:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            )
+            return cursor.fetchone()[0] > 0
+
+    wait_for(eraser_waits, timeout=10, what="the erasure to wait for the write's lock")
+    release.set()
+    writer.join(timeout=30)
+    eraser.join(timeout=30)
+    assert erased == [1]  # the write committed first, and was erased
+    assert not MemoryRecord.unscoped.filter(namespace="user:eve").exists()

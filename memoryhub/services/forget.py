@@ -30,7 +30,7 @@ from ..conf import memoryhub_settings
 from ..models import ErasureReceipt, ImportJob, KnowledgeBase, MemoryRecord, Observation
 from ..scope import Scope, tenant_scope
 from .errors import UnknownSource, ValidationFailed, WriteRefused
-from .write import count_refusal
+from .write import count_refusal, lock_namespaces
 
 __all__ = [
     "ERASURE_REGISTRY",
@@ -181,6 +181,14 @@ def forget(
     with transaction.atomic(), tenant_scope(scope):
         if request.sources is not None:
             _check_sources(request.sources)
+        if request.namespace is not None:
+            # A write of this namespace in flight commits first (and is erased here);
+            # one that starts now waits, and is new data (write.lock_namespaces).
+            knowledge_bases_to_lock = KnowledgeBase.objects.order_by("pk")
+            if request.sources is not None:
+                knowledge_bases_to_lock = knowledge_bases_to_lock.filter(name__in=request.sources)
+            for knowledge_base in knowledge_bases_to_lock:
+                lock_namespaces(knowledge_base, [request.namespace])
         # Before the records: imports that could bring them back are locked first (a
         # running one is waited for; its records are then erased below).
         imports = _lock_imports(request)

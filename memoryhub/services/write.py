@@ -42,6 +42,7 @@ __all__ = [
     "WriteResult",
     "count_refusal",
     "ensure_knowledge_base",
+    "lock_namespaces",
     "schedule_indexing",
     "update_record",
     "validate_items",
@@ -393,8 +394,9 @@ def count_refusal(
     )
 
 
-def _lock_namespaces(knowledge_base: KnowledgeBase, namespaces: Iterable[str]) -> None:
-    """Serialise writers of the same (KB, namespace) so dedupe and upsert cannot race."""
+def lock_namespaces(knowledge_base: KnowledgeBase, namespaces: Iterable[str]) -> None:
+    """Serialise writers (and erasures) of the same (KB, namespace), so dedupe, upsert
+    and erasure cannot race. Take several in knowledge base id order."""
     with connection.cursor() as cursor:
         for namespace in sorted(set(namespaces)):
             cursor.execute(
@@ -428,7 +430,7 @@ def _write_to(
     operator: bool,
 ) -> list[RecordResult]:
     """Upsert ``items`` into one writable knowledge base; return one result per item."""
-    _lock_namespaces(knowledge_base, (item.namespace for item in items))
+    lock_namespaces(knowledge_base, (item.namespace for item in items))
     records = MemoryRecord.objects.filter(knowledge_base=knowledge_base)
     keys = {(item.namespace, item.key) for item in items if item.key is not None}
     hashes = {(item.namespace, item.content_hash) for item in items}
@@ -616,6 +618,12 @@ def write(
     result = WriteResult()
     refusal: WriteRefused | None = None
     with transaction.atomic(), tenant_scope(scope):
+        # Every (knowledge base, namespace) lock up front, in one order (by knowledge
+        # base id) that erasures take them in too: a write and an erasure of the same
+        # namespace serialise, and never deadlock.
+        namespaces = {item.namespace for item in validated}
+        for knowledge_base in sorted(knowledge_bases, key=lambda kb: kb.pk):
+            lock_namespaces(knowledge_base, namespaces)
         for knowledge_base in knowledge_bases:
             if policy.refuses_change([knowledge_base], operator=operator):
                 count_refusal(scope, knowledge_base, len(validated), actor)
@@ -716,7 +724,7 @@ def update_record(
         # Nothing to change (an empty PATCH): no write, no new updated_at, no observation.
         return RecordResult(str(record.pk), record.key, record.status, False, knowledge_base.name)
     with transaction.atomic(), tenant_scope(scope):
-        _lock_namespaces(knowledge_base, [record.namespace])
+        lock_namespaces(knowledge_base, [record.namespace])
         if (
             item.key is not None
             and MemoryRecord.objects.filter(

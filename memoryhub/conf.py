@@ -195,14 +195,14 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
                     id="memoryhub.E005",
                 )
             )
-    vacuum = memoryhub_settings.user_settings.get("VACUUM_AFTER_ERASURE", 30)
+    vacuum = memoryhub_settings.VACUUM_AFTER_ERASURE
     if vacuum is not None and (
         isinstance(vacuum, bool) or not isinstance(vacuum, int) or vacuum < 0
     ):
         messages.append(
             Error(
                 f"MEMORYHUB['VACUUM_AFTER_ERASURE'] must be seconds >= 0 or None, not {vacuum!r}.",
-                id="memoryhub.E002",
+                id="memoryhub.E008",
             )
         )
     prefixes = memoryhub_settings.user_settings.get(

@@ -23,7 +23,7 @@ def enqueue(task: Any, *args: Any, what: str, left: str, countdown: float = 0) -
     The caller's data is committed: a refused send must not turn into an error.
     """
     try:
-        task.apply_async(args, countdown=countdown) if countdown else task.delay(*args)
+        task.apply_async(args, countdown=countdown)
     except Exception as exc:  # kombu's OperationalError, or whatever the transport raises
         logger.warning(
             "could not enqueue %s, %s for the sweeper: %s: %s", what, left, type(exc).__name__, exc

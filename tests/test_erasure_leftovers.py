@@ -108,11 +108,14 @@ def test_an_agent_cannot_cancel_a_curated_import(tenant):
     assert KnowledgeBase.unscoped.get(name="handbook").refused_writes == 0
 
 
-def test_a_forget_by_key_leaves_imports_alone(tenant):
-    job = queue(tenant, jsonl({"content": "Carol", "key": "k"}), namespace="user:carol")
+def test_a_forget_by_key_cancels_only_imports_that_write_that_key(tenant):
+    writes_it = queue(tenant, jsonl({"content": "Carol", "key": "k"}), namespace="user:carol")
+    other_key = queue(tenant, jsonl({"content": "Carol 2", "key": "j"}), namespace="user:carol")
     forget(tenant.scope, ForgetRequest(namespace="user:carol", key="k"))
-    job.refresh_from_db()
-    assert job.status == ImportJob.Status.QUEUED
+    writes_it.refresh_from_db()
+    other_key.refresh_from_db()
+    assert writes_it.status == ImportJob.Status.FAILED
+    assert other_key.status == ImportJob.Status.QUEUED
 
 
 def test_the_admin_log_never_keeps_a_records_content(tenant, admin_client):
@@ -203,28 +206,44 @@ def test_postgres_keeps_no_samples_of_personal_columns_and_forgets_the_erased(te
         assert cursor.fetchone()[0] >= 1
 
 
-def test_the_vacuum_is_scheduled_once_per_interval(tenant, committed, settings):
-    from celery.signals import task_prerun
+def test_eager_erasures_each_vacuum_and_queued_ones_share_one_run(tenant, committed, settings):
+    from celery import current_app
+    from celery.signals import before_task_publish, task_prerun
 
     settings.MEMORYHUB = {"VACUUM_AFTER_ERASURE": 30}
-    write.write(tenant.scope, [{"content": "a", "namespace": "user:a"}])
-    write.write(tenant.scope, [{"content": "b", "namespace": "user:b"}])
-    runs: list[str] = []
+    for name in ("a", "b", "c", "d"):
+        write.write(tenant.scope, [{"content": name, "namespace": f"user:{name}"}])
+    ran: list[str] = []
+    sent: list[str] = []
 
-    def seen(sender=None, **kwargs):  # type: ignore[no-untyped-def]
-        runs.append(sender.name)
+    def on_run(sender=None, **kwargs):  # type: ignore[no-untyped-def]
+        ran.append(sender.name)
 
-    task_prerun.connect(seen, weak=False)
+    def on_send(sender=None, **kwargs):  # type: ignore[no-untyped-def]
+        sent.append(sender)
+
+    task_prerun.connect(on_run, weak=False)
+    before_task_publish.connect(on_send, weak=False)
+    eager = current_app.conf.task_always_eager
     try:
         committed(forget, tenant.scope, ForgetRequest(namespace="user:a"))
         committed(forget, tenant.scope, ForgetRequest(namespace="user:b"))
+        assert ran.count("memoryhub.tasks.vacuum_erased") == 2  # eager: each one, at once
+        current_app.conf.task_always_eager = False  # a broker (in-memory): one run, later
+        committed(forget, tenant.scope, ForgetRequest(namespace="user:c"))
+        committed(forget, tenant.scope, ForgetRequest(namespace="user:d"))
     finally:
-        task_prerun.disconnect(seen)
-    assert runs.count("memoryhub.tasks.vacuum_erased") == 1
+        current_app.conf.task_always_eager = eager
+        task_prerun.disconnect(on_run)
+        before_task_publish.disconnect(on_send)
+    assert sent.count("memoryhub.tasks.vacuum_erased") == 1
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_write_in_flight_is_erased_with_its_namespace_not_left_behind(tenant):
+@pytest.mark.parametrize(
+    "selector", [{"namespace": "user:eve"}, {"all": True}, {"sources": ["memory"]}]
+)
+def test_a_write_in_flight_is_erased_not_left_behind(tenant, selector):
     import threading
 
     from django.db import connection, transaction
@@ -243,7 +262,7 @@ def test_a_write_in_flight_is_erased_with_its_namespace_not_left_behind(tenant):
         connection.close()
 
     def erase() -> None:
-        erased.append(forget(tenant.scope, ForgetRequest(namespace="user:eve")).deleted)
+        erased.append(forget(tenant.scope, ForgetRequest(**selector)).deleted)
         connection.close()
 
     writer = threading.Thread(target=slow_write)

@@ -107,8 +107,11 @@ def test_the_receipt_key_is_its_own(tenant, settings):
 def test_the_admin_lists_looks_up_and_downloads_receipts(tenant, other_tenant, erased):
     write.write(other_tenant.scope, [{"content": "globex carol", "namespace": "user:carol"}])
     forget(other_tenant.scope, ForgetRequest(namespace="user:carol"))
-    viewer = Client()
-    viewer.force_login(MembershipFactory(org=tenant.org, role="viewer").user)
+    outsider = Client()
+    outsider.force_login(MembershipFactory(org=tenant.org, role="viewer").user)
+    assert outsider.get("/admin/memoryhub/erasurereceipt/").status_code == 403  # read only
+    viewer = Client()  # an operator: who may erase may see receipts
+    viewer.force_login(MembershipFactory(org=tenant.org, role="operator").user)
     listing = viewer.get("/admin/memoryhub/erasurereceipt/")
     assert listing.status_code == 200
     assert tenant.domain.slug in listing.text and "globex" not in listing.text
@@ -126,3 +129,15 @@ def test_the_admin_lists_looks_up_and_downloads_receipts(tenant, other_tenant, e
     batch = viewer.get(f"/admin/memoryhub/erasurereceipt/batch/{theirs.batch}/")
     assert batch.status_code == 404
     assert viewer.post(f"/admin/memoryhub/erasurereceipt/{erased}/delete/").status_code == 403
+
+
+def test_an_owner_who_deletes_their_org_still_sees_the_receipt(tenant):
+    write.write(tenant.scope, [{"content": "last words"}])
+    owner = Client()
+    owner.force_login(MembershipFactory(org=tenant.org, role="owner").user)
+    response = owner.post(
+        f"/admin/tenants/org/{tenant.org.pk}/delete/", {"post": "yes"}, follow=True
+    )
+    assert response.status_code == 200
+    assert "Erased 1 record." in response.text
+    assert "acme/" in response.text and "no longer exists" in response.text

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import uuid
 from typing import Any
-from urllib.parse import urlencode
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
@@ -89,8 +88,7 @@ def show_receipt(
     """Redirect to the batch's receipt (refreshing it erases nothing); an erasure that
     found nothing has no receipt and says so on the page."""
     if any(row[-1] for row in rows):
-        url = batch_url(erasure_batch(request))
-        return HttpResponseRedirect(f"{url}?{urlencode({'deleted': deleted})}" if deleted else url)
+        return HttpResponseRedirect(batch_url(erasure_batch(request)))
     context = admin_context(
         model_admin,
         request,

@@ -12,7 +12,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
@@ -20,9 +20,12 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
+from tenants.models import Domain
+
 from ..models import ErasureReceipt
+from ..policy import Action
 from ..services import forget as forget_service
-from .base import OperatorAdmin, admin_context
+from .base import OperatorAdmin, actor, admin_context
 
 
 def batch_url(batch: uuid.UUID) -> str:
@@ -38,6 +41,8 @@ class LookupForm(forms.Form):
 @admin.register(ErasureReceipt)
 class ErasureReceiptAdmin(OperatorAdmin):
     org_field = "org_id"
+    # Who may erase may see the receipts (as the API's forget permission does).
+    view_action = Action.FORGET
     list_display = [
         "created_at",
         "org_slug",
@@ -72,7 +77,10 @@ class ErasureReceiptAdmin(OperatorAdmin):
         receipts = ErasureReceipt.unscoped.order_by("-created_at")
         if self.principal(request).is_superuser:
             return receipts
-        return receipts.filter(org_id__in=self.visible_orgs(request).values("pk"))
+        # Their orgs' receipts, and their own (an owner who deleted their org keeps it).
+        return receipts.filter(
+            Q(org_id__in=self.visible_orgs(request).values("pk")) | Q(actor=actor(request))
+        )
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -121,6 +129,11 @@ class ErasureReceiptAdmin(OperatorAdmin):
         receipts = list(self.get_queryset(request).filter(batch=batch).order_by("domain_slug"))
         if not receipts:
             raise Http404
+        existing = set(
+            Domain.objects.filter(pk__in=[r.domain_id for r in receipts]).values_list(
+                "pk", flat=True
+            )
+        )
         rows = [
             (receipt.org_slug, receipt.domain_slug, name, count)
             for receipt in receipts
@@ -135,7 +148,11 @@ class ErasureReceiptAdmin(OperatorAdmin):
             total=sum(receipt.deleted for receipt in receipts),
             erased_at=receipts[0].created_at,
             actor=receipts[0].actor,
-            deleted=request.GET.get("deleted", ""),
+            deleted=", ".join(
+                f"{receipt.org_slug}/{receipt.domain_slug}"
+                for receipt in receipts
+                if receipt.domain_id not in existing
+            ),
         )
         return TemplateResponse(request, "admin/memoryhub/erasure_receipt.html", context)
 

@@ -29,8 +29,11 @@ from ..cache import erase_on_commit
 from ..conf import memoryhub_settings
 from ..models import ErasureReceipt, ImportJob, KnowledgeBase, MemoryRecord, Observation
 from ..scope import Scope, tenant_scope
+from . import write
 from .errors import UnknownSource, ValidationFailed, WriteRefused
-from .write import count_refusal, lock_namespaces
+from .write import count_refusal
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "ERASURE_REGISTRY",
@@ -181,17 +184,11 @@ def forget(
     with transaction.atomic(), tenant_scope(scope):
         if request.sources is not None:
             _check_sources(request.sources)
-        if request.namespace is not None:
-            # A write of this namespace in flight commits first (and is erased here);
-            # one that starts now waits, and is new data (write.lock_namespaces).
-            knowledge_bases_to_lock = KnowledgeBase.objects.order_by("pk")
-            if request.sources is not None:
-                knowledge_bases_to_lock = knowledge_bases_to_lock.filter(name__in=request.sources)
-            for knowledge_base in knowledge_bases_to_lock:
-                lock_namespaces(knowledge_base, [request.namespace])
-        # Before the records: imports that could bring them back are locked first (a
-        # running one is waited for; its records are then erased below).
+        # Locks, in the order every writer takes them (import job rows, the domain, the
+        # namespaces): a running import or a write in flight commits first and is erased
+        # below; one that starts now waits, and is new data.
         imports = _lock_imports(request)
+        _lock_writers(scope, request)
         records = _selected(request)
         counts: dict[int, int] = {}
         for kb_id in records.select_for_update(of=("self",)).values_list(
@@ -203,23 +200,41 @@ def forget(
         erased = {kb_id: n for kb_id, n in counts.items() if kb_id in knowledge_bases}
         if refusal is None:
             result.cancelled_imports = _cancel_imports(imports, request, operator)
-            if result.cancelled_imports and not erased:
-                _record_receipt(scope, _selector(request), result, actor, batch)
         if refusal is None and erased:
-            chosen = records.filter(knowledge_base_id__in=erased)
-            _scrub_admin_log(chosen)
-            MemoryRecord.objects.filter(pk__in=chosen.values("pk")).delete()
+            _delete(records.filter(knowledge_base_id__in=erased))
             result.deleted = sum(erased.values())
             result.by_source = dict(
                 sorted((knowledge_bases[kb_id].name, n) for kb_id, n in erased.items())
             )
+        if refusal is None and (result.deleted or result.cancelled_imports):
             _record_receipt(scope, _selector(request), result, actor, batch)
     if refusal is not None:
         raise refusal
     return result
 
 
-logger = logging.getLogger(__name__)
+def _lock_writers(scope: Scope, request: ForgetRequest) -> None:
+    """Wait for the writes this erasure concerns, and hold off new ones until it commits.
+
+    A namespace's erasure takes the domain's writer lock shared and the (knowledge base,
+    namespace) locks writes take; an erasure of whole knowledge bases, of the domain or
+    of a key across namespaces takes the domain's writer lock exclusively.
+    """
+    if request.namespace is None:
+        write.lock_domain(scope, exclusive=True)
+        return
+    write.lock_domain(scope)
+    knowledge_bases = KnowledgeBase.objects.order_by("pk")
+    if request.sources is not None:
+        knowledge_bases = knowledge_bases.filter(name__in=request.sources)
+    for knowledge_base in knowledge_bases:
+        write.lock_namespaces(knowledge_base, [request.namespace])
+
+
+def _delete(records: QuerySet[MemoryRecord]) -> None:
+    _scrub_admin_log(records)
+    MemoryRecord.objects.filter(pk__in=records.values("pk")).delete()
+
 
 #: What an erasure leaves of an import job it touched: no text, file name or namespace.
 ERASED_JOB = {"text": "", "filename": "(erased)", "namespace": ""}
@@ -236,15 +251,15 @@ def _lock_imports(request: ForgetRequest) -> list[ImportJob]:
     """The scope's unfinished imports that ``request`` may concern, locked.
 
     A running import holds its row until it commits: the lock waits for it, so its
-    records are there to be erased when the erasure selects them.
+    records are there to be erased when the erasure selects them. Taken first, in id
+    order, as imports take theirs before a write's locks.
     """
-    if request.key is not None:
-        return []  # one record by key: no import is about it
     return list(
         _import_jobs(request)
         .select_for_update(of=("self",))
         .select_related("knowledge_base")
         .filter(status__in=(ImportJob.Status.QUEUED, ImportJob.Status.RUNNING))
+        .order_by("pk")
     )
 
 
@@ -264,7 +279,7 @@ def _cancel_imports(jobs: list[ImportJob], request: ForgetRequest, operator: boo
             [job.knowledge_base], operator=operator, subject_erasure=request.is_subject_erasure
         ):
             continue
-        if request.namespace is not None and not _job_writes_namespace(job, request.namespace):
+        if not _job_writes(job, request):
             continue
         ImportJob.objects.filter(pk=job.pk).update(
             status=ImportJob.Status.FAILED,
@@ -278,8 +293,12 @@ def _cancel_imports(jobs: list[ImportJob], request: ForgetRequest, operator: boo
     return cancelled
 
 
-def _job_writes_namespace(job: ImportJob, namespace: str) -> bool:
-    if job.namespace == namespace:
+def _job_writes(job: ImportJob, request: ForgetRequest) -> bool:
+    """Whether the job would write a record ``request`` erases (whole knowledge bases
+    and the domain: any job; a namespace and/or a key: a line for it)."""
+    if request.namespace is None and request.key is None:
+        return True
+    if request.key is None and job.namespace == request.namespace:
         return True
     from .imports import parse
 
@@ -287,7 +306,11 @@ def _job_writes_namespace(job: ImportJob, namespace: str) -> bool:
         rows = parse(job.text, job.format, filename=job.filename, namespace=job.namespace)
     except ValidationFailed:
         return False  # it would fail and import nothing
-    return any(row.item.get("namespace", job.namespace) == namespace for row in rows)
+    return any(
+        (request.namespace is None or row.item.get("namespace", job.namespace) == request.namespace)
+        and (request.key is None or row.item.get("key") == request.key)
+        for row in rows
+    )
 
 
 def _scrub_admin_log(records: QuerySet[MemoryRecord]) -> None:
@@ -404,6 +427,7 @@ ERASURE_REGISTRY: dict[str, str] = {
 }
 
 #: The tables an erasure deletes from or rewrites, vacuumed and analysed after it.
+VACUUM_KEY = "memoryhub:vacuum-scheduled"
 ERASED_TABLES = (MemoryRecord, ImportJob)
 
 
@@ -414,14 +438,16 @@ def schedule_vacuum() -> None:
     delay = memoryhub_settings.VACUUM_AFTER_ERASURE
     if delay is None:
         return
+    from celery import current_app
+
     from ..tasks import enqueue, vacuum_erased
 
-    cache = caches[memoryhub_settings.CACHE_ALIAS]
-    try:
-        if not cache.add("memoryhub:vacuum-scheduled", 1, timeout=max(1, delay)):
-            return  # a run is already due within the interval
-    except Exception as exc:  # the erasure is committed: never fail it
-        logger.warning("could not schedule the vacuum after an erasure: %s", exc)
+    if not current_app.conf.task_always_eager:  # eager: it runs now, nothing to merge
+        try:
+            if not caches[memoryhub_settings.CACHE_ALIAS].add(VACUUM_KEY, 1, timeout=delay + 60):
+                return  # a run is already due, and will cover this erasure too
+        except Exception as exc:  # the erasure is committed: never fail it
+            logger.warning("could not schedule the vacuum after an erasure: %s", exc)
     enqueue(
         vacuum_erased,
         what="the vacuum after an erasure",
@@ -432,21 +458,38 @@ def schedule_vacuum() -> None:
 
 def vacuum_erased_tables() -> list[str]:
     """``VACUUM (ANALYZE)`` the tables erasures touch, and the admin log (it may have
-    held a record's content), on every database that has them."""
+    held a record's content), on the default database; returns the tables vacuumed.
+
+    The scheduling key goes first, so an erasure during the run schedules another. A
+    table the database user may not vacuum (PostgreSQL only warns and skips it) is
+    logged as an error and left out of the result.
+    """
     from django.contrib.admin.models import LogEntry
     from django.db import connection
 
-    if connection.in_atomic_block:  # VACUUM cannot run in a transaction (an eager task
-        logger.warning("vacuum after erasure skipped: inside a transaction")  # in one)
+    caches[memoryhub_settings.CACHE_ALIAS].delete(VACUUM_KEY)
+    if connection.in_atomic_block:
+        # VACUUM cannot run in a transaction (an eager task inside one, in tests).
+        logger.warning("vacuum after erasure skipped: inside a transaction")
         return []
     tables = [model._meta.db_table for model in (*ERASED_TABLES, LogEntry)]
     existing = set(connection.introspection.table_names())
     done = []
     with connection.cursor() as cursor:
         for table in tables:
-            if table in existing:
-                cursor.execute(f"VACUUM (ANALYZE) {connection.ops.quote_name(table)}")
-                done.append(table)
+            if table not in existing:
+                continue
+            cursor.execute(
+                "SELECT pg_has_role(current_user, relowner, 'USAGE') FROM pg_class"
+                " WHERE oid = %s::regclass",
+                [table],
+            )
+            (owner,) = cursor.fetchone()
+            if not owner:
+                logger.error("cannot vacuum %s after an erasure: not its owner", table)
+                continue
+            cursor.execute(f"VACUUM (ANALYZE) {connection.ops.quote_name(table)}")
+            done.append(table)
     return done
 
 
@@ -489,7 +532,9 @@ def forget_record(
         raise WriteRefused(knowledge_base.name, 1)
     result = ForgetResult()
     with transaction.atomic(), tenant_scope(scope):
-        deleted, _ = MemoryRecord.objects.filter(pk=record.pk).delete()
+        selected = MemoryRecord.objects.filter(pk=record.pk)
+        _scrub_admin_log(selected)
+        deleted, _ = selected.delete()
         if not deleted:
             return result
         result.deleted = 1

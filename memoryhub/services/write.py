@@ -42,6 +42,7 @@ __all__ = [
     "WriteResult",
     "count_refusal",
     "ensure_knowledge_base",
+    "lock_domain",
     "lock_namespaces",
     "schedule_indexing",
     "update_record",
@@ -394,6 +395,21 @@ def count_refusal(
     )
 
 
+#: The first key of the domain-wide writer lock (namespace locks use knowledge base ids,
+#: which are positive, so the two never meet).
+DOMAIN_LOCK_CLASS = -1
+
+
+def lock_domain(scope: Scope, *, exclusive: bool = False) -> None:
+    """The domain's writer lock: writes and namespace erasures take it shared, erasures
+    of whole knowledge bases or of the domain exclusively (before any namespace lock)."""
+    function = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {function}(%s, %s)", [DOMAIN_LOCK_CLASS, scope.domain_id % 2_147_483_647]
+        )
+
+
 def lock_namespaces(knowledge_base: KnowledgeBase, namespaces: Iterable[str]) -> None:
     """Serialise writers (and erasures) of the same (KB, namespace), so dedupe, upsert
     and erasure cannot race. Take several in knowledge base id order."""
@@ -622,6 +638,7 @@ def write(
         # base id) that erasures take them in too: a write and an erasure of the same
         # namespace serialise, and never deadlock.
         namespaces = {item.namespace for item in validated}
+        lock_domain(scope)
         for knowledge_base in sorted(knowledge_bases, key=lambda kb: kb.pk):
             lock_namespaces(knowledge_base, namespaces)
         for knowledge_base in knowledge_bases:
@@ -724,6 +741,7 @@ def update_record(
         # Nothing to change (an empty PATCH): no write, no new updated_at, no observation.
         return RecordResult(str(record.pk), record.key, record.status, False, knowledge_base.name)
     with transaction.atomic(), tenant_scope(scope):
+        lock_domain(scope)
         lock_namespaces(knowledge_base, [record.namespace])
         if (
             item.key is not None

@@ -261,6 +261,11 @@ SPECTACULAR_SETTINGS = {
 
 # --- memoryhub ----------------------------------------------------------------------
 MEMORYHUB: dict[str, object] = {}
+if not REDIS_URL and not DEBUG:
+    # Production processes (gunicorn workers) without a shared cache would each keep
+    # their own query cache, and one could answer from before another's write for up to
+    # CACHE_TTL seconds: without REDIS_URL, no query cache.
+    MEMORYHUB["CACHE_TTL"] = 0
 if os.environ.get("MEMORYHUB_ERASURE_RECEIPT_KEY"):
     MEMORYHUB["ERASURE_RECEIPT_KEY"] = os.environ["MEMORYHUB_ERASURE_RECEIPT_KEY"]
 

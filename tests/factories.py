@@ -82,3 +82,13 @@ def create_api_key(**kwargs: object) -> tuple[ApiKey, str]:
         kwargs["org"] = OrgFactory()
     kwargs.setdefault("name", "test key")
     return ApiKey.objects.create_key(**kwargs)
+
+
+def key_client(tenant, **permissions: object):  # type: ignore[no-untyped-def]
+    """A DRF test client that sends a new API key of ``tenant``'s org."""
+    from rest_framework.test import APIClient
+
+    _, key = create_api_key(org=tenant.org, **permissions)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Api-Key {key}")
+    return client

@@ -8,22 +8,14 @@ from datetime import timedelta
 import pytest
 from django.test import Client
 from django.utils import timezone
-from rest_framework.test import APIClient
 
 from memoryhub.models import ErasureReceipt, Observation
 from memoryhub.services import indexing, write
 from memoryhub.services.forget import ForgetRequest, forget, salted_hash
 
-from .factories import MembershipFactory, create_api_key
+from .factories import MembershipFactory, key_client
 
 pytestmark = pytest.mark.django_db
-
-
-def key_client(tenant, **permissions) -> APIClient:  # type: ignore[no-untyped-def]
-    _, key = create_api_key(org=tenant.org, **permissions)
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Api-Key {key}")
-    return client
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from memoryhub.services import write
 from memoryhub.sources import DjangoMemoryStore
 
 from .conftest import without_receipt
-from .factories import MembershipFactory, create_api_key
+from .factories import MembershipFactory, create_api_key, key_client
 from .test_sources_seeds import run
 
 pytestmark = pytest.mark.django_db
@@ -52,13 +52,6 @@ def curated(tenant):  # type: ignore[no-untyped-def]
 
 def handbook_count() -> int:
     return MemoryRecord.unscoped.filter(knowledge_base__name="handbook").count()
-
-
-def key_client(tenant, **permissions) -> APIClient:  # type: ignore[no-untyped-def]
-    _, key = create_api_key(org=tenant.org, **permissions)
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Api-Key {key}")
-    return client
 
 
 @pytest.fixture

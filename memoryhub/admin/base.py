@@ -93,6 +93,20 @@ class OperatorAdmin(OrgRestrictedAdmin):
         return Scope(obj.org_id, obj.domain_id)
 
 
+class AuditAdmin(OperatorAdmin):
+    """An append-only audit model in the admin: seen by those its ``view_action`` lets,
+    never added, changed or deleted here."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
 def admin_context(model_admin: admin.ModelAdmin, request: HttpRequest, **extra: Any) -> dict:
     """What admin templates need for breadcrumbs and the sidebar."""
     return {

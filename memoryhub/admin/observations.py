@@ -12,7 +12,7 @@ from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 
 from ..models import Observation
-from .base import OperatorAdmin
+from .base import AuditAdmin
 
 SUMMARY_KINDS = (
     Observation.Kind.MEMORY_WRITE_REFUSED,
@@ -77,7 +77,7 @@ def summarize(observations: QuerySet[Observation], days: int = 30) -> dict[str, 
 
 
 @admin.register(Observation)
-class ObservationAdmin(OperatorAdmin):
+class ObservationAdmin(AuditAdmin):
     list_display = ["created_at", "kind", "org", "domain", "source", "count", "actor"]
     list_filter = [
         "kind",
@@ -90,15 +90,6 @@ class ObservationAdmin(OperatorAdmin):
     date_hierarchy = "created_at"
     change_list_template = "admin/memoryhub/observation/change_list.html"
     readonly_fields = ["created_at", "kind", "org", "domain", "source", "count", "payload", "actor"]
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         extra_context = extra_context or {}

@@ -25,7 +25,7 @@ from tenants.models import Domain
 from ..models import ErasureReceipt
 from ..policy import Action
 from ..services import forget as forget_service
-from .base import OperatorAdmin, actor, admin_context
+from .base import AuditAdmin, actor, admin_context
 
 
 def batch_url(batch: uuid.UUID) -> str:
@@ -39,7 +39,7 @@ class LookupForm(forms.Form):
 
 
 @admin.register(ErasureReceipt)
-class ErasureReceiptAdmin(OperatorAdmin):
+class ErasureReceiptAdmin(AuditAdmin):
     org_field = "org_id"
     # Who may erase may see the receipts (as the API's forget permission does).
     view_action = Action.FORGET
@@ -81,15 +81,6 @@ class ErasureReceiptAdmin(OperatorAdmin):
         return receipts.filter(
             Q(org_id__in=self.visible_orgs(request).values("pk")) | Q(actor=actor(request))
         )
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     @admin.display(description=_("JSON"))
     def download(self, obj: ErasureReceipt) -> str:

@@ -177,11 +177,6 @@ class ErasureReceiptSerializer(serializers.Serializer):
     cancelled_imports = serializers.IntegerField()
 
 
-class UpdateResultSerializer(serializers.Serializer):
-    id = serializers.UUIDField()
-    status = serializers.ChoiceField(choices=MemoryRecord.Status.choices)
-
-
 class SourceSerializer(serializers.Serializer):
     name = serializers.CharField()
     description = serializers.CharField(allow_blank=True)

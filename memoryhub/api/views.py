@@ -56,7 +56,7 @@ DOMAIN = OpenApiParameter(
 UPDATED = OpenApiResponse(
     s.RecordSerializer,
     description="The updated record. A key without the read permission gets only "
-    "{id, status} (UpdateResult): it never receives content.",
+    "{id, status}: it never receives content.",
 )
 
 

@@ -11,6 +11,7 @@ from typing import Any
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
@@ -126,7 +127,14 @@ class OrgRestrictedAdmin(PolicyAdminMixin, admin.ModelAdmin):
 
 
 class OrgInline(PolicyAdminMixin, admin.TabularInline):
-    """An inline on the org page: permissions from the role in that org."""
+    """An inline on the org page: permissions from the role in that org.
+
+    Shown while the org has at most ``max_rows`` of them: an inline form holds every
+    row (thousands of rows are a page no one can save); past that the org page links to
+    their own change list instead.
+    """
+
+    max_rows = 100
 
     def org_id_of(self, obj: Any) -> int | None:
         return getattr(obj, "pk", None)
@@ -167,6 +175,28 @@ class OrgAdmin(OrgRestrictedAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Org]:
         return self.visible_orgs(request)
+
+    def get_inlines(self, request: HttpRequest, obj: Any) -> list[type[OrgInline]]:
+        """The inlines small enough to edit on this page (``OrgInline.max_rows``)."""
+        return [inline for inline in self.inlines if obj is None or not self._too_many(inline, obj)]
+
+    @staticmethod
+    def _too_many(inline: type[OrgInline], org: Org) -> bool:
+        rows = inline.model._default_manager.filter(org=org)
+        return rows[: inline.max_rows + 1].count() > inline.max_rows
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: Any = None
+    ) -> Any:
+        org = self.get_object(request, object_id)
+        listed = []
+        for inline in self.inlines if org is not None else []:
+            if self._too_many(inline, org):
+                opts = inline.model._meta
+                url = reverse(f"admin:{opts.app_label}_{opts.model_name}_changelist")
+                listed.append((opts.verbose_name_plural, f"{url}?org__id__exact={org.pk}"))
+        extra_context = {**(extra_context or {}), "listed_elsewhere": listed}
+        return super().change_view(request, object_id, form_url, extra_context)
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         fields = list(super().get_readonly_fields(request, obj))

@@ -8,17 +8,16 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
 from django.db.models import Count, QuerySet
-from django.forms.models import BaseInlineFormSet
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
+from django.utils.http import urlencode
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
-
-from tenants.admin import OrgInline
 
 from ..cache import bump_generation_on_commit
 from ..models import ImportJob, KnowledgeBase, MemoryRecord
@@ -26,6 +25,7 @@ from ..policy import Action
 from ..scope import Scope
 from ..services import forget as forget_service
 from ..services import imports
+from ..services import records as record_service
 from ..services import write as write_service
 from ..services.errors import ValidationFailed
 from .base import OperatorAdmin, actor, admin_context, deletion_summary, operator_view
@@ -68,45 +68,6 @@ class RecordForm(forms.ModelForm):
                 field = path_.removeprefix("items[0].").split(".")[0].split("[")[0]
                 self.add_error(field if field in self.fields else None, messages_)
         return cleaned
-
-
-class RecordInlineFormSet(BaseInlineFormSet):
-    """The knowledge base's records; a row may only name a record of this knowledge
-    base (a tampered or stale id is a form error, never another record)."""
-
-    def add_fields(self, form: Any, index: Any) -> None:
-        super().add_fields(form, index)
-        pk_field = form.fields.get(MemoryRecord._meta.pk.name)
-        if pk_field is not None:
-            pk_field.queryset = self.queryset
-
-    def clean(self) -> None:
-        super().clean()
-        # Django skips the errors of rows marked for deletion; a row that names a record
-        # this knowledge base does not have must still be refused, not silently dropped.
-        for form in self.forms[: self.initial_form_count()]:
-            if self._should_delete_form(form) and form.instance._state.adding:  # type: ignore[attr-defined]
-                raise forms.ValidationError(
-                    _("A row to delete names a record that is not in this knowledge base."),
-                    code="foreign_record",
-                )
-
-
-class RecordInline(OrgInline):
-    model = MemoryRecord
-    form = RecordForm
-    formset = RecordInlineFormSet
-    fields = ["content", "key", "namespace", "kind", "tags", "status"]
-    readonly_fields = ["status"]
-    extra = 1
-    show_change_link = True
-    change_action = Action.CURATE
-
-    def org_id_of(self, obj: Any) -> int | None:
-        return getattr(obj, "org_id", None)  # the knowledge base's org
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet[MemoryRecord]:
-        return MemoryRecord.unscoped.order_by("-created_at")
 
 
 class KnowledgeBaseForm(forms.ModelForm):
@@ -171,11 +132,21 @@ class KnowledgeBaseAdmin(OperatorAdmin):
     list_select_related = ["domain__org"]
     search_fields = ["name", "description", "domain__slug", "org__slug"]
     readonly_fields = ["refused_writes", "created_at", "updated_at"]
-    inlines = [RecordInline]
     change_form_template = "admin/memoryhub/knowledgebase/change_form.html"
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[KnowledgeBase]:
         return super().get_queryset(request).annotate(record_count=Count("records"))
+
+    def get_object(
+        self, request: HttpRequest, object_id: str, from_field: str | None = None
+    ) -> KnowledgeBase | None:
+        """One knowledge base, without the change list's record count (a count over a
+        million records on every page view; the page shows its own, bounded, stats)."""
+        try:
+            pk = KnowledgeBase._meta.pk.to_python(object_id)  # type: ignore[union-attr]
+            return super().get_queryset(request).select_related("domain__org").get(pk=pk)
+        except (KnowledgeBase.DoesNotExist, ValidationError, ValueError):
+            return None
 
     @admin.display(description=_("records"), ordering="record_count")
     def record_count(self, obj: KnowledgeBase) -> int:
@@ -218,43 +189,6 @@ class KnowledgeBaseAdmin(OperatorAdmin):
         super().save_model(request, obj, form, change)
         # A rename changes what a query's ``sources`` select: cached plans and results go.
         bump_generation_on_commit(Scope(obj.org_id, obj.domain_id))
-
-    def save_formset(self, request: HttpRequest, form: Any, formset: Any, change: bool) -> None:
-        """Inline records go through the write service (operator path), never raw saves."""
-        if formset.model is not MemoryRecord:
-            return super().save_formset(request, form, formset, change)
-        knowledge_base: KnowledgeBase = form.instance
-        scope = Scope(knowledge_base.org_id, knowledge_base.domain_id)
-        # What the admin's change message reads (normally set by formset.save()).
-        formset.new_objects, formset.changed_objects, formset.deleted_objects = [], [], []
-        for deleted in formset.deleted_forms:
-            if deleted.instance.pk is not None and not deleted.instance._state.adding:
-                forget_service.forget_record(
-                    scope, deleted.instance.pk, actor=actor(request), operator=True
-                )
-        for inline in formset.forms:
-            if inline in formset.deleted_forms or not inline.has_changed():
-                continue
-            item = _item_from(inline.cleaned_data)
-            if inline.instance.pk is None or inline.instance._state.adding:
-                write_service.write(
-                    scope,
-                    [item],
-                    sources=[knowledge_base.name],
-                    actor=actor(request),
-                    operator=True,
-                )
-            else:
-                item.pop("namespace", None)
-                write_service.update_record(
-                    scope,
-                    inline.instance.pk,
-                    item,
-                    partial=True,
-                    actor=actor(request),
-                    operator=True,
-                )
-        return None
 
     def delete_model(self, request: HttpRequest, obj: KnowledgeBase) -> None:
         forget_service.forget_knowledge_base(
@@ -401,4 +335,18 @@ class KnowledgeBaseAdmin(OperatorAdmin):
         extra_context["can_import"] = knowledge_base is not None and self.allows(
             request, Action.IMPORT, knowledge_base
         )
+        if knowledge_base is not None:
+            records_url = reverse("admin:memoryhub_memoryrecord_changelist")
+            kb_filter = f"knowledge_base__id__exact={knowledge_base.pk}"
+            stats = record_service.knowledge_base_stats(knowledge_base)
+            extra_context["stats"] = stats
+            extra_context["records_url"] = f"{records_url}?{kb_filter}"
+            extra_context["status_urls"] = {
+                status: f"{records_url}?{kb_filter}&status__exact={status}"
+                for status in MemoryRecord.Status.values
+            }
+            extra_context["namespace_links"] = [
+                (ns, n, f"{records_url}?{kb_filter}&{urlencode({'namespace__exact': ns})}")
+                for ns, n in stats["namespaces"]
+            ]
         return super().change_view(request, object_id, form_url, extra_context)

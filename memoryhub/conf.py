@@ -75,6 +75,8 @@ DEFAULTS: dict[str, Any] = {
     "WORKER_HEARTBEAT_INTERVAL": 15,
     # Largest JSON body the API reads (bytes); larger ones get a JSON 413.
     "MAX_BODY_BYTES": 4 * 1024 * 1024,
+    # Largest file the admin imports (bytes); it is streamed, never held in memory.
+    "IMPORT_MAX_BYTES": 1024**3,
 }
 
 INTEGER_SETTINGS = {
@@ -100,6 +102,7 @@ INTEGER_SETTINGS = {
     "OBSERVATION_RETENTION_DAYS": 1,
     "MAX_WAIT_SECONDS": 0,
     "MAX_BODY_BYTES": 1024,
+    "IMPORT_MAX_BYTES": 1,
     "WORKER_STALE_AFTER": 1,
     "WORKER_HEARTBEAT_INTERVAL": 1,
 }

@@ -204,6 +204,17 @@ class MemoryRecord(models.Model):
     updated_at = models.DateTimeField(_("updated"), auto_now=True)
     indexed_at = models.DateTimeField(_("indexed"), null=True, blank=True, editable=False)
     expires_at = models.DateTimeField(_("expires"), null=True, blank=True)
+    #: The import that created the record (what undoing that import erases).
+    import_job = models.ForeignKey(
+        "ImportJob",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        editable=False,
+        related_name="+",
+        db_index=False,
+        verbose_name=_("import"),
+    )
 
     objects = ScopedManager(org="org_id", domain="domain_id", _manager_class=MemoryRecordManager)
     unscoped = MemoryRecordManager()
@@ -248,6 +259,11 @@ class MemoryRecord(models.Model):
                 fields=["expires_at"],
                 condition=Q(expires_at__isnull=False),
                 name="memoryhub_record_expiry_idx",
+            ),
+            models.Index(
+                fields=["import_job", "status"],
+                condition=Q(import_job__isnull=False),
+                name="memoryhub_record_import_idx",
             ),
             GinIndex(fields=["search_vector"], name="memoryhub_record_fts_idx"),
             GinIndex(fields=["tags"], name="memoryhub_record_tags_idx"),
@@ -318,8 +334,11 @@ class Observation(models.Model):
 class ImportJob(models.Model):
     """A file imported into a knowledge base by an operator, run by a Celery task.
 
-    The file's text is kept until the job ends; progress lives in the cache while the
-    import transaction is open (it is not visible in this row until the end).
+    The file is kept in :class:`ImportChunk` rows until the job ends. A worker validates
+    every line first (``parsed``), then writes in batches that each commit with the job's
+    progress (``imported``): progress is live, a cancel stops at the next batch, a worker
+    that dies resumes where the last batch ended, and an undo erases exactly the records
+    this job created (``MemoryRecord.import_job``).
     """
 
     class Status(models.TextChoices):
@@ -327,6 +346,9 @@ class ImportJob(models.Model):
         RUNNING = "running", _("Running")
         DONE = "done", _("Done")
         FAILED = "failed", _("Failed")
+        CANCELLED = "cancelled", _("Cancelled")
+        UNDOING = "undoing", _("Being undone")
+        UNDONE = "undone", _("Undone")
 
     class Format(models.TextChoices):
         JSONL = "jsonl", _("JSON Lines")
@@ -348,17 +370,29 @@ class ImportJob(models.Model):
     filename = models.CharField(_("file name"), max_length=255)
     format = models.CharField(_("format"), max_length=8, choices=Format)
     namespace = models.CharField(_("namespace"), max_length=200, blank=True, default="")
-    text = models.TextField(_("file text"), blank=True, default="", editable=False)
-    status = models.CharField(_("status"), max_length=8, choices=Status, default=Status.QUEUED)
+    status = models.CharField(_("status"), max_length=16, choices=Status, default=Status.QUEUED)
+    size = models.PositiveBigIntegerField(_("bytes"), default=0)
+    #: Lines validated so far; ``total`` is known once they all are (``validated``).
+    parsed = models.PositiveIntegerField(_("validated"), default=0)
+    validated = models.BooleanField(_("validated"), default=False)
     total = models.PositiveIntegerField(_("items"), default=0)
     imported = models.PositiveIntegerField(_("imported"), default=0)
+    #: The namespaces the file writes (from validation; null: not known yet, or too many).
+    namespaces = models.JSONField(_("namespaces"), null=True, blank=True, editable=False)
+    #: The erasure receipt of the job's undo.
+    receipt = models.CharField(_("undo receipt"), max_length=36, blank=True, default="")
     errors = models.JSONField(_("errors"), default=dict, blank=True)
     actor = models.CharField(_("actor"), max_length=150, blank=True, default="")
     created_at = models.DateTimeField(_("created"), auto_now_add=True)
+    started_at = models.DateTimeField(_("started"), null=True, blank=True)
+    #: When a worker last moved the job on (the sweeper re-sends jobs that stopped).
+    updated_at = models.DateTimeField(_("updated"), null=True, blank=True)
     finished_at = models.DateTimeField(_("finished"), null=True, blank=True)
 
     objects = ScopedManager(org="org_id", domain="domain_id")
     unscoped = models.Manager()  # noqa: DJ012 (ScopedManager() is a manager, not a field)
+
+    FINISHED = (Status.DONE, Status.FAILED, Status.CANCELLED, Status.UNDONE)
 
     class Meta:
         verbose_name = _("import")
@@ -369,6 +403,28 @@ class ImportJob(models.Model):
 
     def __str__(self) -> str:
         return f"{self.filename} → {self.knowledge_base_id} ({self.status})"
+
+
+class ImportChunk(models.Model):
+    """A piece (about a megabyte, whole lines) of an import's file, in file order.
+
+    The file lives in the database rather than on a disk the web server and the workers
+    would have to share; a worker streams it chunk by chunk, so memory stays bounded
+    whatever the file's size. Deleted when the job ends.
+    """
+
+    job = models.ForeignKey(ImportJob, on_delete=models.CASCADE, related_name="chunks")
+    seq = models.PositiveIntegerField()
+    text = models.TextField()
+
+    class Meta:
+        verbose_name = _("import chunk")
+        constraints = [
+            models.UniqueConstraint(fields=["job", "seq"], name="memoryhub_import_chunk_seq")
+        ]
+
+    def __str__(self) -> str:
+        return f"chunk {self.seq} of import {self.job_id}"
 
 
 class WorkerHeartbeat(models.Model):

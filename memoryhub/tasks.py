@@ -61,6 +61,8 @@ def sweep() -> dict[str, int]:
     jobs = imports.queued_for_sweep()
     for job_id in jobs:
         imports.enqueue_job(job_id)
+    for job_id in imports.undoing_for_sweep():
+        imports.enqueue_undo(job_id, "")
     purged = indexing.purge_expired()
     if memoryhub_settings.TENANT_INDEX_MIN_RECORDS or indexing.has_tenant_indexes():
         # Its own task: a build takes minutes on a large domain; the sweep stays quick.
@@ -83,10 +85,19 @@ def vacuum_erased() -> list[str]:
     return vacuum_erased_tables()
 
 
-@shared_task(acks_late=True)
+@shared_task(acks_late=True, reject_on_worker_lost=True)
 def import_file(job_id: int) -> str:
-    """Run an operator's import job (all or nothing)."""
+    """Run an operator's import job: validate every line, then write in batches."""
     from .services.imports import run_job
 
     job = run_job(job_id)
+    return job.status if job is not None else "missing"
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True)
+def undo_import(job_id: int, actor: str = "") -> str:
+    """Erase the records an import created (with an erasure receipt)."""
+    from .services.imports import finish_undo
+
+    job = finish_undo(job_id, actor)
     return job.status if job is not None else "missing"

@@ -188,18 +188,20 @@ def upload(name: str, text: str) -> SimpleUploadedFile:
     return SimpleUploadedFile(name, text.encode(), content_type="text/plain")
 
 
-def test_jsonl_import_and_export_round_trip(operator, data):
+def test_jsonl_import_and_export_round_trip(operator, data, committed):
     kb = data["acme_kb"]
     lines = "\n".join(
         json.dumps({"content": f"fact {n}", "key": f"k{n}", "metadata": {"n": n}}) for n in range(3)
     )
-    response = operator.post(
-        f"/admin/memoryhub/knowledgebase/{kb.pk}/import/", {"file": upload("facts.jsonl", lines)}
+    response = committed(
+        operator.post,
+        f"/admin/memoryhub/knowledgebase/{kb.pk}/import/",
+        {"file": upload("facts.jsonl", lines)},
     )
     assert response.status_code == 302
     assert MemoryRecord.unscoped.filter(knowledge_base=kb, key__startswith="k").count() == 3
     job = ImportJob.unscoped.get()
-    assert (job.status, job.imported, job.text) == ("done", 3, "")
+    assert (job.status, job.imported, job.chunks.count()) == ("done", 3, 0)
     exported = b"".join(
         operator.get(f"/admin/memoryhub/knowledgebase/{kb.pk}/export/").streaming_content
     ).decode()
@@ -214,23 +216,45 @@ def test_jsonl_import_and_export_round_trip(operator, data):
     } in rows
 
 
-def test_a_bad_row_is_reported_with_its_line_and_nothing_is_imported(operator, data):
+def test_a_bad_row_is_reported_with_its_line_and_nothing_is_imported(operator, data, committed):
     kb = data["acme_kb"]
     before = MemoryRecord.unscoped.filter(knowledge_base=kb).count()
     text = '{"content": "ok"}\n{"content": "also ok"}\n{"content": ""}\n'
-    response = operator.post(
-        f"/admin/memoryhub/knowledgebase/{kb.pk}/import/", {"file": upload("bad.jsonl", text)}
+    response = committed(
+        operator.post,
+        f"/admin/memoryhub/knowledgebase/{kb.pk}/import/",
+        {"file": upload("bad.jsonl", text)},
     )
-    assert response.status_code == 200
-    assert "line 3: content: may not be blank." in response.content.decode()
+    assert response.status_code == 302
+    page = operator.get(f"/admin/memoryhub/knowledgebase/{kb.pk}/change/").content.decode()
+    assert "line 3: content: may not be blank." in page
     assert MemoryRecord.unscoped.filter(knowledge_base=kb).count() == before
+    assert ImportJob.unscoped.get().status == "failed"
 
 
-def test_csv_import(operator, data):
+def test_a_file_that_is_not_text_is_refused_on_the_form(operator, data):
+    kb = data["acme_kb"]
+    for name, content, problem in [
+        ("bad.jsonl", b"\xff\xfe not utf-8", "is not UTF-8 text."),
+        ("nul.jsonl", b'{"content": "a\x00"}', "contains NUL characters"),
+        ("empty.jsonl", b"  \n\n", "has nothing to import."),
+    ]:
+        response = operator.post(
+            f"/admin/memoryhub/knowledgebase/{kb.pk}/import/",
+            {"file": SimpleUploadedFile(name, content)},
+        )
+        assert response.status_code == 200
+        assert problem in response.content.decode()
+    assert not ImportJob.unscoped.exists()
+
+
+def test_csv_import(operator, data, committed):
     kb = data["acme_kb"]
     text = 'content,key,tags,team\nRefunds take 5 days.,refunds,"billing,policy",support\n'
-    operator.post(
-        f"/admin/memoryhub/knowledgebase/{kb.pk}/import/", {"file": upload("faq.csv", text)}
+    committed(
+        operator.post,
+        f"/admin/memoryhub/knowledgebase/{kb.pk}/import/",
+        {"file": upload("faq.csv", text)},
     )
     record = MemoryRecord.unscoped.get(key="refunds")
     assert (record.tags, record.metadata) == (["billing", "policy"], {"team": "support"})
@@ -264,9 +288,8 @@ def test_large_import_runs_as_a_job_with_progress(operator, data, settings, comm
     from memoryhub.services import imports
 
     kb = data["acme_kb"]
-    lines = "\n".join(
-        json.dumps({"content": f"bulk fact {n}"}) for n in range(imports.INLINE_LIMIT + 50)
-    )
+    n = imports.BATCH_ITEMS * 2 + 50
+    lines = "\n".join(json.dumps({"content": f"bulk fact {i}"}) for i in range(n))
     response = committed(
         operator.post,
         f"/admin/memoryhub/knowledgebase/{kb.pk}/import/",
@@ -278,7 +301,8 @@ def test_large_import_runs_as_a_job_with_progress(operator, data, settings, comm
         f"/admin/memoryhub/knowledgebase/{kb.pk}/import/{job.pk}/progress/"
     ).json()
     assert progress["status"] == "done"
-    assert progress["done"] == progress["total"] == imports.INLINE_LIMIT + 50
+    assert progress["imported"] == progress["total"] == progress["parsed"] == n
+    assert progress["created"] == progress["indexed"] == n
     page = operator.get(f"/admin/memoryhub/knowledgebase/{kb.pk}/change/").content.decode()
     assert "bulk.jsonl" in page
     assert "<progress" in page

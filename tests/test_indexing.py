@@ -183,24 +183,29 @@ def test_reembed_command_embeds_what_the_current_model_lacks(tenant, settings):
 def test_an_import_job_never_runs_twice_at_once(tenant):
     import threading
 
-    from django.db import connections, transaction
+    from celery import current_app
+    from django.db import connections
 
     from memoryhub.models import ImportJob, MemoryRecord
     from memoryhub.services import imports, write
 
     knowledge_base = write.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
     text = "\n".join(f'{{"content": "Imported line {n}."}}' for n in range(3))
-    job = imports.create_job(
-        tenant.scope, knowledge_base, text=text, format="jsonl", filename="a.jsonl"
-    )
+    current_app.conf.task_always_eager = False  # queued on the in-memory broker, not run
+    try:
+        job = imports.create_job(
+            tenant.scope, knowledge_base, text=text, format="jsonl", filename="a.jsonl"
+        )
+    finally:
+        current_app.conf.task_always_eager = True
     locked, release = threading.Event(), threading.Event()
 
-    def another_worker_runs_it() -> None:  # holds the job's row as run_job would
+    def another_worker_runs_it() -> None:  # holds the job's claim as run_job would
         try:
-            with transaction.atomic():
-                ImportJob.unscoped.select_for_update().get(pk=job.pk)
-                locked.set()
-                release.wait(timeout=30)
+            assert imports._claim(job.pk)
+            locked.set()
+            release.wait(timeout=30)
+            imports._release(job.pk)
         finally:
             connections.close_all()
 

@@ -23,9 +23,9 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from rest_framework.test import APIClient
 
-from memoryhub.models import KnowledgeBase, MemoryRecord
+from memoryhub.models import ImportJob, KnowledgeBase, MemoryRecord
 from memoryhub.scope import Scope
-from memoryhub.services import write
+from memoryhub.services import imports, write
 from tenants.models import ApiKey, Domain, Membership, Org
 
 from .factories import DomainFactory, MembershipFactory, OrgFactory, UserFactory, create_api_key
@@ -211,6 +211,8 @@ def import_file(client: Client, data: OrgData) -> bool:
         {"file": SimpleUploadedFile("facts.jsonl", text.encode())},
     )
     assert response.status_code in (200, 302, 403, 404)
+    for job in ImportJob.unscoped.filter(status=ImportJob.Status.QUEUED):
+        imports.run_job(job.pk)  # the worker's side
     return MemoryRecord.unscoped.filter(knowledge_base=data.handbook, key="imported").exists()
 
 

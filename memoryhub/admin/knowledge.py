@@ -10,16 +10,23 @@ from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.db.models import Count, QuerySet
-from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseNotAllowed,
+    JsonResponse,
+    StreamingHttpResponse,
+)
 from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.translation import gettext_lazy as _
-from django.utils.translation import ngettext
 
 from ..cache import bump_generation_on_commit
+from ..conf import memoryhub_settings
 from ..models import ImportJob, KnowledgeBase, MemoryRecord
 from ..policy import Action
 from ..scope import Scope
@@ -78,7 +85,11 @@ class KnowledgeBaseForm(forms.ModelForm):
 
 class ImportForm(forms.Form):
     file = forms.FileField(
-        help_text=_("JSON Lines (one item per line), CSV with a content column, or Markdown.")
+        help_text=_(
+            "JSON Lines (one item per line), CSV with a content column, or Markdown. "
+            "The file is checked and imported by a worker; progress shows on the "
+            "knowledge base's page."
+        )
     )
     format = forms.ChoiceField(
         choices=[("", _("From the file name"))] + list(ImportJob.Format.choices), required=False
@@ -87,15 +98,16 @@ class ImportForm(forms.Form):
         required=False, max_length=200, help_text=_("Optional, for every item.")
     )
 
-    MAX_BYTES = 20 * 1024 * 1024
-
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
         upload = cleaned.get("file")
         if upload is None:
             return cleaned
-        if upload.size > self.MAX_BYTES:
-            raise forms.ValidationError(_("The file is larger than 20 MB."))
+        limit = memoryhub_settings.IMPORT_MAX_BYTES
+        if upload.size > limit:
+            raise forms.ValidationError(
+                _("The file is larger than %(mb)d MB.") % {"mb": limit // 1024**2}
+            )
         name = upload.name.lower()
         format_ = cleaned.get("format") or (
             "jsonl"
@@ -108,10 +120,6 @@ class ImportForm(forms.Form):
         )
         if not format_:
             self.add_error("format", _("Choose a format: the file name does not tell."))
-        try:
-            cleaned["text"] = upload.read().decode("utf-8-sig")
-        except UnicodeDecodeError:
-            self.add_error("file", _("The file is not UTF-8 text."))
         cleaned["format"] = format_
         return cleaned
 
@@ -215,6 +223,11 @@ class KnowledgeBaseAdmin(OperatorAdmin):
                 name="memoryhub_knowledgebase_import_progress",
             ),
             path(
+                "<int:pk>/import/<int:job_id>/<slug:what>/",
+                self.admin_site.admin_view(operator_view(self.import_action_view)),
+                name="memoryhub_knowledgebase_import_action",
+            ),
+            path(
                 "<int:pk>/export/",
                 self.admin_site.admin_view(operator_view(self.export_view)),
                 name="memoryhub_knowledgebase_export",
@@ -229,8 +242,7 @@ class KnowledgeBaseAdmin(OperatorAdmin):
         return knowledge_base
 
     def import_view(self, request: HttpRequest, pk: int) -> HttpResponse:
-        from celery import current_app
-
+        """Store the file and queue the job; a worker imports it (never this request)."""
         knowledge_base = self._knowledge_base(request, pk, Action.IMPORT)
         scope = Scope(knowledge_base.org_id, knowledge_base.domain_id)
         form = ImportForm(request.POST or None, request.FILES or None)
@@ -240,7 +252,7 @@ class KnowledgeBaseAdmin(OperatorAdmin):
                 job = imports.create_job(
                     scope,
                     knowledge_base,
-                    text=data["text"],
+                    file=data["file"],
                     format=data["format"],
                     filename=data["file"].name,
                     namespace=data.get("namespace") or "",
@@ -250,32 +262,14 @@ class KnowledgeBaseAdmin(OperatorAdmin):
                 for where, problems in exc.errors.items():
                     form.add_error(None, f"{where}: {'; '.join(problems)}")
             else:
-                if job.total <= imports.INLINE_LIMIT or current_app.conf.task_always_eager:
-                    job = imports.run_job(job.pk) or job
-                    if job.status == ImportJob.Status.DONE:
-                        self.message_user(
-                            request,
-                            ngettext(
-                                "Imported %(n)d item from %(file)s.",
-                                "Imported %(n)d items from %(file)s.",
-                                job.imported,
-                            )
-                            % {"n": job.imported, "file": job.filename},
-                            messages.SUCCESS,
-                        )
-                    else:
-                        self.message_user(
-                            request, f"Import failed: {json.dumps(job.errors)}", messages.ERROR
-                        )
-                    return redirect(reverse("admin:memoryhub_knowledgebase_change", args=[pk]))
-                imports.schedule_job(job)
                 self.message_user(
                     request,
-                    _("The import runs in the background; its progress is below."),
+                    _("%(file)s is queued for import; its progress is below.")
+                    % {"file": job.filename},
                     messages.INFO,
                 )
                 return redirect(
-                    reverse("admin:memoryhub_knowledgebase_change", args=[pk]) + f"?import={job.pk}"
+                    reverse("admin:memoryhub_knowledgebase_change", args=[pk]) + f"#import-{job.pk}"
                 )
         context = admin_context(
             self,
@@ -287,10 +281,49 @@ class KnowledgeBaseAdmin(OperatorAdmin):
         )
         return TemplateResponse(request, "admin/memoryhub/knowledgebase/import.html", context)
 
+    def _import_job(self, request: HttpRequest, pk: int, job_id: int, action: Action) -> ImportJob:
+        knowledge_base = self._knowledge_base(request, pk, action)
+        return get_object_or_404(ImportJob.unscoped, pk=job_id, knowledge_base=knowledge_base)
+
     def import_progress_view(self, request: HttpRequest, pk: int, job_id: int) -> JsonResponse:
-        knowledge_base = self._knowledge_base(request, pk, Action.READ)
-        job = get_object_or_404(ImportJob.unscoped, pk=job_id, knowledge_base=knowledge_base)
-        return JsonResponse(imports.progress(job))
+        return JsonResponse(imports.progress(self._import_job(request, pk, job_id, Action.READ)))
+
+    #: The buttons of an import: the action they need, and the service that does it.
+    JOB_ACTIONS = {"cancel": Action.IMPORT, "rerun": Action.IMPORT, "undo": Action.FORGET}
+
+    def import_action_view(
+        self, request: HttpRequest, pk: int, job_id: int, what: str
+    ) -> HttpResponse:
+        """Cancel, re-run or undo an import (POST; the KB page's buttons)."""
+        if what not in self.JOB_ACTIONS:
+            raise Http404
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        job = self._import_job(request, pk, job_id, self.JOB_ACTIONS[what])
+        if what == "undo":
+            self.require(request, Action.IMPORT, job.knowledge_base)
+        scope = Scope(job.org_id, job.domain_id)
+        try:
+            if what == "cancel":
+                imports.cancel_job(scope, job.pk, actor=actor(request))
+                message = _(
+                    "The import of %(file)s is cancelled; what it wrote stays until undone."
+                )
+            elif what == "rerun":
+                imports.rerun_job(scope, job.pk)
+                message = _("The import of %(file)s is queued again; it resumes where it stopped.")
+            else:
+                imports.undo_job(scope, job.pk, actor=actor(request))
+                message = _(
+                    "The records %(file)s created are being erased; the receipt shows below."
+                )
+            self.message_user(request, message % {"file": job.filename}, messages.SUCCESS)
+        except ValidationFailed as exc:
+            problems = [m for messages_ in exc.errors.values() for m in messages_]
+            self.message_user(request, "; ".join(problems), messages.ERROR)
+        return redirect(
+            reverse("admin:memoryhub_knowledgebase_change", args=[pk]) + f"#import-{job.pk}"
+        )
 
     def export_view(self, request: HttpRequest, pk: int) -> StreamingHttpResponse:
         knowledge_base = self._knowledge_base(request, pk, Action.READ)
@@ -325,15 +358,16 @@ class KnowledgeBaseAdmin(OperatorAdmin):
         extra_context = extra_context or {}
         knowledge_base = self.get_object(request, object_id)  # None: not found, or not theirs
         jobs = (
-            ImportJob.unscoped.filter(knowledge_base=knowledge_base).order_by("-created_at")[:5]
+            ImportJob.unscoped.filter(knowledge_base=knowledge_base).order_by("-created_at")[:10]
             if knowledge_base is not None
             else []
         )
-        extra_context["import_jobs"] = [
-            imports.progress(job) | {"filename": job.filename} for job in jobs
-        ]
+        extra_context["import_jobs"] = [imports.progress(job) for job in jobs]
         extra_context["can_import"] = knowledge_base is not None and self.allows(
             request, Action.IMPORT, knowledge_base
+        )
+        extra_context["can_undo"] = extra_context["can_import"] and self.allows(
+            request, Action.FORGET, knowledge_base
         )
         if knowledge_base is not None:
             records_url = reverse("admin:memoryhub_memoryrecord_changelist")

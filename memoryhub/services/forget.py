@@ -20,14 +20,21 @@ from typing import Any
 from django.conf import settings
 from django.core.cache import caches
 from django.db import transaction
-from django.db.models import Count, QuerySet, TextField
+from django.db.models import Count, Q, QuerySet, TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
 
 from .. import observe, policy
 from ..cache import erase_on_commit
 from ..conf import memoryhub_settings
-from ..models import ErasureReceipt, ImportJob, KnowledgeBase, MemoryRecord, Observation
+from ..models import (
+    ErasureReceipt,
+    ImportChunk,
+    ImportJob,
+    KnowledgeBase,
+    MemoryRecord,
+    Observation,
+)
 from ..scope import Scope, tenant_scope
 from . import write
 from .errors import UnknownSource, ValidationFailed, WriteRefused
@@ -77,6 +84,8 @@ class ForgetRequest:
     source: str | None = None
     all: bool = False
     sources: tuple[str, ...] | None = None
+    #: The records an import job created (undoing the import).
+    import_job: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("namespace", "key", "source"):
@@ -102,7 +111,17 @@ class ForgetRequest:
             object.__setattr__(self, "sources", tuple(dict.fromkeys(self.sources)))
         elif self.source is not None:
             object.__setattr__(self, "sources", (self.source,))
-        if not self.all and self.namespace is None and self.key is None and self.sources is None:
+        if self.import_job is not None and (
+            isinstance(self.import_job, bool) or not isinstance(self.import_job, int)
+        ):
+            raise NothingToForget("must be an import job's id.", "import_job")
+        if (
+            not self.all
+            and self.namespace is None
+            and self.key is None
+            and self.sources is None
+            and self.import_job is None
+        ):
             raise NothingToForget()
         if self.namespace == "" and self.key is None and self.sources is None:
             raise NothingToForget(
@@ -147,6 +166,8 @@ def _selected(request: ForgetRequest) -> QuerySet[MemoryRecord]:
         records = records.filter(key=request.key)
     if request.sources is not None:
         records = records.filter(knowledge_base__name__in=request.sources)
+    if request.import_job is not None:
+        records = records.filter(import_job_id=request.import_job)
     return records
 
 
@@ -236,8 +257,14 @@ def _delete(records: QuerySet[MemoryRecord]) -> None:
     MemoryRecord.objects.filter(pk__in=records.values("pk")).delete()
 
 
-#: What an erasure leaves of an import job it touched: no text, file name or namespace.
-ERASED_JOB = {"text": "", "filename": "(erased)", "namespace": ""}
+#: What an erasure leaves of an import job it touched: no file name or namespaces (and
+#: no file: ``_erase_jobs`` deletes its chunks).
+ERASED_JOB = {"filename": "(erased)", "namespace": "", "namespaces": None}
+
+
+def _erase_jobs(jobs: QuerySet[ImportJob]) -> None:
+    ImportChunk.objects.filter(job__in=jobs.values("pk")).delete()
+    jobs.update(**ERASED_JOB)
 
 
 def _import_jobs(request: ForgetRequest) -> QuerySet[ImportJob]:
@@ -281,36 +308,30 @@ def _cancel_imports(jobs: list[ImportJob], request: ForgetRequest, operator: boo
             continue
         if not _job_writes(job, request):
             continue
+        _erase_jobs(ImportJob.objects.filter(pk=job.pk))
         ImportJob.objects.filter(pk=job.pk).update(
-            status=ImportJob.Status.FAILED,
+            status=ImportJob.Status.CANCELLED,
             errors={"file": ["cancelled: an erasure removed the data it was importing."]},
             finished_at=timezone.now(),
-            **ERASED_JOB,
         )
         cancelled += 1
     if request.namespace and request.key is None:
-        _import_jobs(request).filter(namespace=request.namespace).update(**ERASED_JOB)
+        jobs_of_subject = Q(namespace=request.namespace) | Q(
+            namespaces__contains=[request.namespace]
+        )
+        _erase_jobs(_import_jobs(request).filter(jobs_of_subject))
     return cancelled
 
 
 def _job_writes(job: ImportJob, request: ForgetRequest) -> bool:
     """Whether the job would write a record ``request`` erases (whole knowledge bases
-    and the domain: any job; a namespace and/or a key: a line for it)."""
-    if request.namespace is None and request.key is None:
-        return True
-    if request.key is None and job.namespace == request.namespace:
-        return True
-    from .imports import parse
+    and the domain: any job; a namespace and/or a key: a line for it, or when that
+    cannot be told cheaply, yes). Undoing an import concerns no other job."""
+    if request.import_job is not None:
+        return False
+    from .imports import may_write
 
-    try:
-        rows = parse(job.text, job.format, filename=job.filename, namespace=job.namespace)
-    except ValidationFailed:
-        return False  # it would fail and import nothing
-    return any(
-        (request.namespace is None or row.item.get("namespace", job.namespace) == request.namespace)
-        and (request.key is None or row.item.get("key") == request.key)
-        for row in rows
-    )
+    return may_write(job, namespace=request.namespace, key=request.key)
 
 
 def _scrub_admin_log(records: QuerySet[MemoryRecord]) -> None:
@@ -370,6 +391,8 @@ def _selector(request: ForgetRequest) -> dict[str, Any]:
             selector[name] = salted_hash(value)
     if request.sources is not None:
         selector["sources"] = list(request.sources)
+    if request.import_job is not None:
+        selector["import_job"] = request.import_job
     return selector
 
 
@@ -416,8 +439,9 @@ def _record_receipt(
 #: that may hold subject data and no entry here: a new store must say how it is erased.
 ERASURE_REGISTRY: dict[str, str] = {
     "memoryhub.MemoryRecord": "hard-deleted (every knowledge base, read-only ones included)",
-    "memoryhub.ImportJob": "unfinished jobs for the subject cancelled and their text "
-    "dropped; finished ones lose file name and namespace (_cancel_imports)",
+    "memoryhub.ImportJob": "unfinished jobs for the subject cancelled; jobs for the "
+    "subject lose file name and namespaces (_cancel_imports)",
+    "memoryhub.ImportChunk": "the files of jobs for the subject deleted (_erase_jobs)",
     "admin.LogEntry": "entries about erased records deleted (_scrub_admin_log); a record's "
     "str() is its kind and id, never content",
     "memoryhub.Observation": "holds counts, knowledge base names and keyed hashes only",
@@ -428,7 +452,7 @@ ERASURE_REGISTRY: dict[str, str] = {
 
 #: The tables an erasure deletes from or rewrites, vacuumed and analysed after it.
 VACUUM_KEY = "memoryhub:vacuum-scheduled"
-ERASED_TABLES = (MemoryRecord, ImportJob)
+ERASED_TABLES = (MemoryRecord, ImportJob, ImportChunk)
 
 
 def schedule_vacuum() -> None:

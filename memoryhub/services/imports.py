@@ -1,29 +1,43 @@
-"""Importing files into a knowledge base: JSON Lines, CSV and Markdown.
+"""Importing files into a knowledge base: JSON Lines, CSV and Markdown, as jobs.
 
-Parsing validates every item first; a bad row is reported with its line number and
-nothing is written. The import itself runs in one transaction, so a failure half-way
-leaves nothing half-imported. Markdown is split into chunks by headings, then by size
-with overlap; each chunk keeps its heading, position and starting line as metadata.
+A job's life: the request stores the file (streamed into ~1 MB chunks of whole lines in
+the database, checked for UTF-8 and NULs) and queues the job; nothing else happens in a
+request, whatever the file's size. A worker then
+
+1. validates every line (``parsed``; a bad line fails the job with its line number, and
+   nothing is written), learning the total and the namespaces the file writes;
+2. writes the items in batches; each batch commits together with the job's progress
+   (``imported``), so progress is live, a cancel takes effect at the next batch, and a
+   worker that dies resumes after the last committed batch;
+3. ends ``done`` (or ``failed``, with what failed; a re-run resumes where it stopped) and
+   drops the file.
+
+Records the job creates carry its id (``MemoryRecord.import_job``): undoing the job erases
+exactly those, through the erasure service, with a receipt. Memory stays bounded at any
+file size: the worker holds one chunk and one batch at a time.
+
+Markdown is split into chunks by headings, then by size with overlap; each chunk keeps
+its heading, position and starting line as metadata.
 """
 
 from __future__ import annotations
 
+import codecs
 import csv
-import io
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
-from typing import Any
+from typing import IO, Any
 
-from django.core.cache import caches
-from django.db import transaction
+from django.db import connection, transaction
+from django.db.models import Count, F, Q
 from django.utils import timezone
 
 from ..conf import memoryhub_settings
-from ..models import ImportJob, KnowledgeBase
+from ..models import ImportChunk, ImportJob, KnowledgeBase, MemoryRecord
 from ..scope import Scope
 from . import write
 from .errors import ValidationFailed
@@ -31,19 +45,32 @@ from .errors import ValidationFailed
 __all__ = [
     "CHUNK_OVERLAP",
     "CHUNK_SIZE",
-    "INLINE_LIMIT",
     "ImportFailed",
+    "JobStateError",
+    "cancel_job",
     "chunk_markdown",
     "create_job",
+    "iter_rows",
+    "may_write",
     "parse",
     "progress",
+    "rerun_job",
     "run_job",
+    "undo_job",
 ]
 
 CHUNK_SIZE = 1200
 CHUNK_OVERLAP = 200
-#: Imports up to this many items run inside the request; larger ones go to a worker.
-INLINE_LIMIT = 200
+#: Bytes of file text per stored chunk (cut at a line end).
+STORED_CHUNK_BYTES = 1024 * 1024
+#: Items written (and committed with the job's progress) per batch.
+BATCH_ITEMS = 500
+#: Namespaces remembered per job (for erasures to know what it writes); past it: unknown.
+MAX_NAMESPACES = 1000
+#: Files up to this size are scanned line by line when an erasure asks whether an
+#: unvalidated job writes a subject's data; larger ones are cancelled to be safe.
+SCAN_LIMIT = 1024 * 1024
+MAX_ERRORS = 20
 ITEM_KEYS = ("content", "key", "kind", "namespace", "tags", "metadata", "expires_at", "ttl_seconds")
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 
@@ -54,14 +81,27 @@ class ImportFailed(ValidationFailed):
     code = "import_failed"
 
 
+class JobStateError(ValidationFailed):
+    """The job is not in a state that allows this (cancel a finished job, undo a running
+    one, ...)."""
+
+    code = "import_state"
+
+    def __init__(self, message: str) -> None:
+        super().__init__({"status": [message]})
+
+
 @dataclass(frozen=True)
 class Row:
     line: int
     item: dict[str, Any]
 
 
-def _rows_jsonl(text: str) -> Iterator[Row]:
-    for number, line in enumerate(text.splitlines(), start=1):
+# --- parsing (streaming) -------------------------------------------------------------
+
+
+def _rows_jsonl(lines: Iterable[str]) -> Iterator[Row]:
+    for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
@@ -73,8 +113,8 @@ def _rows_jsonl(text: str) -> Iterator[Row]:
         yield Row(number, value)
 
 
-def _rows_csv(text: str) -> Iterator[Row]:
-    reader = csv.DictReader(io.StringIO(text))
+def _rows_csv(lines: Iterable[str]) -> Iterator[Row]:
+    reader = csv.DictReader(lines)
     if not reader.fieldnames or "content" not in reader.fieldnames:
         raise ImportFailed({"line 1": ["the header must include a content column."]})
     for row in reader:
@@ -96,24 +136,28 @@ def _rows_csv(text: str) -> Iterator[Row]:
         yield Row(reader.line_num, item)
 
 
-def chunk_markdown(
-    text: str, *, filename: str = "", size: int = CHUNK_SIZE, overlap: int = CHUNK_OVERLAP
-) -> list[Row]:
-    """Split Markdown by headings, then long sections by size with ``overlap``."""
-    sections: list[tuple[int, str, list[str]]] = []
-    heading, start, lines = "", 1, list[str]()
-    for number, line in enumerate(text.splitlines(), start=1):
-        match = _HEADING.match(line)
+def _sections(lines: Iterable[str]) -> Iterator[tuple[int, str, list[str]]]:
+    heading, start, body = "", 1, list[str]()
+    for number, line in enumerate(lines, start=1):
+        match = _HEADING.match(line.rstrip("\r\n"))
         if match:
-            if any(part.strip() for part in lines):
-                sections.append((start, heading, lines))
-            heading, start, lines = match.group(2), number, []
+            if any(part.strip() for part in body):
+                yield start, heading, body
+            heading, start, body = match.group(2), number, []
         else:
-            lines.append(line)
-    if any(part.strip() for part in lines):
-        sections.append((start, heading, lines))
-    rows: list[Row] = []
-    for start, heading, body_lines in sections:
+            body.append(line.rstrip("\r\n"))
+    if any(part.strip() for part in body):
+        yield start, heading, body
+
+
+def _rows_markdown(
+    lines: Iterable[str],
+    *,
+    filename: str = "",
+    size: int = CHUNK_SIZE,
+    overlap: int = CHUNK_OVERLAP,
+) -> Iterator[Row]:
+    for start, heading, body_lines in _sections(lines):
         body = "\n".join(body_lines).strip()
         pieces = [body]
         if len(body) > size:
@@ -128,91 +172,190 @@ def chunk_markdown(
             if filename:
                 metadata["file"] = filename
             content = f"{heading}\n\n{piece}" if heading else piece
-            rows.append(Row(start, {"content": content, "metadata": metadata}))
-    return rows
+            yield Row(start, {"content": content, "metadata": metadata})
+
+
+def chunk_markdown(
+    text: str, *, filename: str = "", size: int = CHUNK_SIZE, overlap: int = CHUNK_OVERLAP
+) -> list[Row]:
+    """Split Markdown by headings, then long sections by size with ``overlap``."""
+    return list(_rows_markdown(text.splitlines(), filename=filename, size=size, overlap=overlap))
+
+
+def iter_rows(
+    lines: Iterable[str], format: str, *, filename: str = "", namespace: str = ""
+) -> Iterator[Row]:
+    """The file's items, one at a time, with the job's namespace filled in (not validated;
+    :func:`check_row` does that)."""
+    if format == ImportJob.Format.JSONL:
+        rows = _rows_jsonl(lines)
+    elif format == ImportJob.Format.CSV:
+        rows = _rows_csv(lines)
+    elif format == ImportJob.Format.MARKDOWN:
+        rows = _rows_markdown(lines, filename=filename)
+    else:
+        raise ImportFailed({"format": [f"unknown format {format!r}."]})
+    for row in rows:
+        if namespace and "namespace" not in row.item:
+            row.item["namespace"] = namespace
+        yield row
+
+
+def check_row(row: Row) -> list[str]:
+    """What is wrong with one row, as ``field: message`` strings (empty: nothing)."""
+    try:
+        write.validate_items([row.item])
+    except ValidationFailed as exc:
+        return [
+            f"{path.removeprefix('items[0]').lstrip('.') or 'item'}: {message}"
+            for path, messages in exc.errors.items()
+            for message in messages
+        ]
+    return []
 
 
 def parse(text: str, format: str, *, filename: str = "", namespace: str = "") -> list[Row]:
-    """Parse and validate a whole file; :class:`ImportFailed` names the first bad lines."""
+    """Parse and validate a whole (small) file; :class:`ImportFailed` names the first bad
+    lines. Jobs stream instead (:func:`run_job`)."""
     if "\x00" in text:
         raise ImportFailed({"file": ["contains NUL characters; is it a text file?"]})
-    if format == ImportJob.Format.JSONL:
-        rows = list(_rows_jsonl(text))
-    elif format == ImportJob.Format.CSV:
-        rows = list(_rows_csv(text))
-    elif format == ImportJob.Format.MARKDOWN:
-        rows = chunk_markdown(text, filename=filename)
-    else:
-        raise ImportFailed({"format": [f"unknown format {format!r}."]})
+    rows = list(iter_rows(_lines(text), format, filename=filename, namespace=namespace))
     if not rows:
         raise ImportFailed({"file": ["has nothing to import."]})
     errors: dict[str, list[str]] = {}
     for row in rows:
-        if namespace and "namespace" not in row.item:
-            row.item["namespace"] = namespace
-        try:
-            write.validate_items([row.item])
-        except ValidationFailed as exc:
-            for path, messages in exc.errors.items():
-                field = path.removeprefix("items[0]").lstrip(".") or "item"
-                errors.setdefault(f"line {row.line}", []).extend(f"{field}: {m}" for m in messages)
-        if len(errors) >= 20:
+        problems = check_row(row)
+        if problems:
+            errors.setdefault(f"line {row.line}", []).extend(problems)
+        if len(errors) >= MAX_ERRORS:
             break
     if errors:
         raise ImportFailed(errors)
     return rows
 
 
-def _progress_key(job_id: int) -> str:
-    return f"memoryhub:import:{job_id}"
+def _lines(text: str) -> Iterator[str]:
+    """Lines with their ends (what ``csv`` needs for quoted newlines)."""
+    return iter(text.splitlines(keepends=True))
 
 
-def progress(job: ImportJob) -> dict[str, Any]:
-    """What the KB page shows: status, items done and total."""
-    cached = caches[memoryhub_settings.CACHE_ALIAS].get(_progress_key(job.pk))
-    finished = job.status in (ImportJob.Status.DONE, ImportJob.Status.FAILED)
-    done = job.imported if cached is None or finished else cached
-    running = not finished and cached is not None
-    return {
-        "id": job.pk,
-        "status": ImportJob.Status.RUNNING if running else job.status,
-        "done": done,
-        "total": job.total,
-        "errors": job.errors,
-    }
+# --- storing the file ------------------------------------------------------------------
+
+
+def _store(job: ImportJob, pieces: Iterable[bytes]) -> int:
+    """Decode ``pieces`` as UTF-8 and store the text in chunks of whole lines.
+
+    Returns the byte count. :class:`ImportFailed` for text that is not UTF-8 or holds
+    NULs (nothing is stored then: the caller's transaction rolls back).
+    """
+    decoder = codecs.getincrementaldecoder("utf-8-sig")()
+    buffer, size, seq, seen_text = "", 0, 0, False
+    chunks: list[ImportChunk] = []
+
+    def flush(text: str) -> None:
+        nonlocal seq
+        chunks.append(ImportChunk(job=job, seq=seq, text=text))
+        seq += 1
+        if len(chunks) >= 8:
+            ImportChunk.objects.bulk_create(chunks)
+            chunks.clear()
+
+    try:
+        for piece in pieces:
+            size += len(piece)
+            buffer += decoder.decode(piece)
+            while len(buffer) >= STORED_CHUNK_BYTES:
+                # Whole lines: up to the last line end within the limit (or the first
+                # after it, for a longer line).
+                cut = buffer.rfind("\n", 0, STORED_CHUNK_BYTES) + 1 or buffer.find("\n") + 1
+                if not cut:
+                    break  # one long line so far: wait for its end
+                head, buffer = buffer[:cut], buffer[cut:]
+                _check_text(head)
+                seen_text = seen_text or bool(head.strip())
+                flush(head)
+        buffer += decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        raise ImportFailed({"file": ["is not UTF-8 text."]}) from None
+    if buffer:
+        _check_text(buffer)
+        seen_text = seen_text or bool(buffer.strip())
+        flush(buffer)
+    if not seen_text:
+        raise ImportFailed({"file": ["has nothing to import."]})
+    ImportChunk.objects.bulk_create(chunks)
+    return size
+
+
+def _check_text(text: str) -> None:
+    if "\x00" in text:
+        raise ImportFailed({"file": ["contains NUL characters; is it a text file?"]})
+
+
+def job_lines(job: ImportJob) -> Iterator[str]:
+    """The job's file, line by line, reading one stored chunk at a time."""
+    seq = -1
+    while True:
+        chunk = (
+            ImportChunk.objects.filter(job=job, seq__gt=seq)
+            .order_by("seq")
+            .values_list("seq", "text")
+            .first()
+        )
+        if chunk is None:
+            return
+        seq, text = chunk
+        yield from text.splitlines(keepends=True)
 
 
 def create_job(
     scope: Scope,
     knowledge_base: KnowledgeBase,
     *,
-    text: str,
     format: str,
     filename: str,
+    text: str | None = None,
+    file: IO[bytes] | None = None,
     namespace: str = "",
     actor: str = "",
 ) -> ImportJob:
-    """Validate the file and record the job; the caller runs it inline or enqueues it."""
-    rows = parse(text, format, filename=filename, namespace=namespace)
-    return ImportJob.unscoped.create(
-        org_id=scope.org_id,
-        domain_id=scope.domain_id,
-        knowledge_base=knowledge_base,
-        filename=filename[:255],
-        format=format,
-        namespace=namespace,
-        text=text,
-        total=len(rows),
-        actor=actor,
-    )
+    """Store the file (``file``, streamed, or ``text``) and queue the job.
+
+    Only what can be told without reading the items is checked here (format, UTF-8, NULs,
+    emptiness); the worker validates the lines. :class:`ImportFailed` stores nothing.
+    """
+    if format not in ImportJob.Format.values:
+        raise ImportFailed({"format": [f"unknown format {format!r}."]})
+    if "\x00" in namespace or "\x00" in filename:
+        raise ImportFailed({"namespace": ["must not contain NUL characters."]})
+    if file is not None:
+        pieces: Iterable[bytes] = iter(partial(file.read, 64 * 1024), b"")
+    else:
+        pieces = [(text or "").encode("utf-8")]
+    with transaction.atomic():
+        job = ImportJob.unscoped.create(
+            org_id=scope.org_id,
+            domain_id=scope.domain_id,
+            knowledge_base=knowledge_base,
+            filename=filename[:255],
+            format=format,
+            namespace=namespace,
+            actor=actor,
+        )
+        job.size = _store(job, pieces)
+        job.save(update_fields=["size"])
+        schedule_job(job)
+    return job
+
+
+# --- running ---------------------------------------------------------------------------
 
 
 def schedule_job(job: ImportJob) -> None:
     """Run ``job`` on a worker once the transaction commits.
 
     A broker that cannot be reached does not fail the operator's request: the job stays
-    ``queued`` and the sweeper enqueues it again (:func:`queued_for_sweep`). Should it
-    then run twice, the write service's deduplication makes the second run a no-op.
+    ``queued`` and the sweeper enqueues it again (:func:`queued_for_sweep`).
     """
     transaction.on_commit(partial(enqueue_job, job.pk))
 
@@ -224,71 +367,309 @@ def enqueue_job(job_id: int) -> None:
 
 
 def queued_for_sweep(older_than: timedelta | None = None) -> list[int]:
-    """Jobs still ``queued`` after ``SWEEP_PENDING_AFTER``: their message never arrived."""
+    """Jobs whose message never arrived or whose worker stopped moving them on
+    (``queued``/``running`` untouched for ``SWEEP_PENDING_AFTER``)."""
+    if older_than is None:
+        older_than = timedelta(seconds=memoryhub_settings.SWEEP_PENDING_AFTER)
+    cutoff = timezone.now() - older_than
+    waiting = Q(status=ImportJob.Status.QUEUED, created_at__lte=cutoff)
+    stalled = Q(status=ImportJob.Status.RUNNING, updated_at__lte=cutoff)
+    return list(ImportJob.unscoped.filter(waiting | stalled).values_list("pk", flat=True)[:100])
+
+
+def undoing_for_sweep(older_than: timedelta | None = None) -> list[int]:
+    """Undos whose message never arrived."""
     if older_than is None:
         older_than = timedelta(seconds=memoryhub_settings.SWEEP_PENDING_AFTER)
     cutoff = timezone.now() - older_than
     return list(
         ImportJob.unscoped.filter(
-            status=ImportJob.Status.QUEUED, created_at__lte=cutoff
+            status=ImportJob.Status.UNDOING, updated_at__lte=cutoff
         ).values_list("pk", flat=True)[:100]
     )
 
 
-def run_job(job_id: int) -> ImportJob | None:
-    """Import a job's file in one transaction; on any error nothing of it remains.
+def _claim(job_id: int) -> bool:
+    """Whether this process now runs the job (a session lock, released at the end or
+    when the worker's connection dies): a job never runs twice at once."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(hashtext('memoryhub.import'), %s)", [job_id])
+        return bool(cursor.fetchone()[0])
 
-    The job's row stays locked while it runs, so a second message for it (the sweeper
-    re-sends jobs that wait long) finds it taken and returns at once: a job never runs
-    twice at once. A worker that dies mid-run releases the lock with its transaction, and the
-    redelivered message runs the job again from the start.
-    """
-    failure: Exception | None = None
+
+def _release(job_id: int) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_unlock(hashtext('memoryhub.import'), %s)", [job_id])
+
+
+def _touch(job_id: int, **fields: Any) -> None:
+    ImportJob.unscoped.filter(pk=job_id).update(updated_at=timezone.now(), **fields)
+
+
+def run_job(job_id: int) -> ImportJob | None:
+    """Validate, then write, a job's file (the worker's side; see the module's doc)."""
+    if not _claim(job_id):  # another worker runs it right now
+        return ImportJob.unscoped.filter(pk=job_id).first()
+    try:
+        job = ImportJob.unscoped.select_related("knowledge_base").filter(pk=job_id).first()
+        if job is None or job.status not in (ImportJob.Status.QUEUED, ImportJob.Status.RUNNING):
+            return job
+        if job.status == ImportJob.Status.QUEUED:
+            now = timezone.now()
+            updated = ImportJob.unscoped.filter(pk=job_id, status=ImportJob.Status.QUEUED).update(
+                status=ImportJob.Status.RUNNING, started_at=now, updated_at=now
+            )
+            if not updated:  # cancelled (or erased) meanwhile
+                return ImportJob.unscoped.get(pk=job_id)
+            job.status = ImportJob.Status.RUNNING
+        try:
+            if not job.validated and not _validate(job):
+                return ImportJob.unscoped.get(pk=job_id)
+            _write(job)
+        except Exception as exc:
+            _finish(job_id, ImportJob.Status.FAILED, {"file": [f"{type(exc).__name__}: {exc}"]})
+            raise
+        return ImportJob.unscoped.get(pk=job_id)
+    finally:
+        _release(job_id)
+
+
+def _validate(job: ImportJob) -> bool:
+    """Check every line; record the total and namespaces. False: the job failed."""
+    errors: dict[str, list[str]] = {}
+    namespaces: set[str] | None = set()
+    total = 0
+    try:
+        for row in iter_rows(
+            job_lines(job), job.format, filename=job.filename, namespace=job.namespace
+        ):
+            total += 1
+            problems = check_row(row)
+            if problems:
+                errors.setdefault(f"line {row.line}", []).extend(problems)
+                if len(errors) >= MAX_ERRORS:
+                    break
+            if namespaces is not None:
+                namespaces.add(str(row.item.get("namespace") or ""))
+                if len(namespaces) > MAX_NAMESPACES:
+                    namespaces = None
+            if total % BATCH_ITEMS == 0:
+                if _stopped(job.pk):
+                    return False
+                _touch(job.pk, parsed=total)
+    except ImportFailed as exc:
+        errors.update(exc.errors)
+    if not total and not errors:
+        errors = {"file": ["has nothing to import."]}
+    if errors:
+        _finish(job.pk, ImportJob.Status.FAILED, errors, drop_file=True)
+        return False
+    _touch(
+        job.pk,
+        parsed=total,
+        total=total,
+        validated=True,
+        namespaces=sorted(namespaces) if namespaces is not None else None,
+    )
+    job.total, job.validated = total, True
+    return True
+
+
+def _stopped(job_id: int) -> bool:
+    return not ImportJob.unscoped.filter(pk=job_id, status=ImportJob.Status.RUNNING).exists()
+
+
+def _write(job: ImportJob) -> None:
+    """Write the items after ``job.imported`` in batches, each committed with progress."""
+    done = ImportJob.unscoped.values_list("imported", flat=True).get(pk=job.pk)
+    rows = iter_rows(job_lines(job), job.format, filename=job.filename, namespace=job.namespace)
+    for _ in range(done):  # resuming: the committed batches' items
+        next(rows, None)
+    scope = Scope(job.org_id, job.domain_id)
+    batch: list[dict[str, Any]] = []
+    for row in rows:
+        batch.append(row.item)
+        if len(batch) >= BATCH_ITEMS:
+            if not _write_batch(job, scope, batch):
+                return
+            batch = []
+    if batch and not _write_batch(job, scope, batch):
+        return
+    _finish(job.pk, ImportJob.Status.DONE, {}, drop_file=True)
+
+
+def _write_batch(job: ImportJob, scope: Scope, items: list[dict[str, Any]]) -> bool:
+    """One batch and the job's progress, in one transaction; False: the job was stopped
+    (cancelled, or an erasure removed what it imports)."""
     with transaction.atomic():
-        job = (
-            ImportJob.unscoped.select_for_update(skip_locked=True, of=("self",))
-            .select_related("knowledge_base")
-            .filter(pk=job_id)
+        # The job's row first, as erasures take it: an erasure waits for this batch, or
+        # this batch waits for the erasure and then finds the job stopped.
+        status = (
+            ImportJob.unscoped.select_for_update()
+            .filter(pk=job.pk)
+            .values_list("status", flat=True)
             .first()
         )
-        if job is None:  # no such job, or another worker is running it right now
-            return ImportJob.unscoped.filter(pk=job_id).first()
-        if job.status in (ImportJob.Status.DONE, ImportJob.Status.FAILED):
-            return job
-        scope = Scope(job.org_id, job.domain_id)
-        cache = caches[memoryhub_settings.CACHE_ALIAS]
-        batch = memoryhub_settings.MAX_WRITE_ITEMS
-        # The row's status changes with the import's commit; meanwhile the progress in
-        # the cache tells the admin the job is running (progress()).
-        cache.set(_progress_key(job.pk), 0, timeout=3600)
-        try:
-            rows = parse(job.text, job.format, filename=job.filename, namespace=job.namespace)
-            with transaction.atomic():  # a savepoint: on error none of the file remains
-                for start in range(0, len(rows), batch):
-                    write.write(
-                        scope,
-                        [row.item for row in rows[start : start + batch]],
-                        sources=[job.knowledge_base.name],
-                        actor=job.actor,
-                        operator=True,
-                    )
-                    progress = min(start + batch, len(rows))
-                    cache.set(_progress_key(job.pk), progress, timeout=3600)
-        except ValidationFailed as exc:
-            _finish(job, ImportJob.Status.FAILED, 0, exc.errors)
-        except Exception as exc:
-            _finish(job, ImportJob.Status.FAILED, 0, {"file": [f"{type(exc).__name__}: {exc}"]})
-            failure = exc  # raised once the failure is committed
-        else:
-            _finish(job, ImportJob.Status.DONE, len(rows), {})
-    if failure is not None:
-        raise failure
-    job.refresh_from_db()
+        if status != ImportJob.Status.RUNNING:
+            return False
+        step = memoryhub_settings.MAX_WRITE_ITEMS
+        for start in range(0, len(items), step):
+            write.write(
+                scope,
+                items[start : start + step],
+                sources=[job.knowledge_base.name],
+                actor=job.actor,
+                operator=True,
+                import_job=job.pk,
+            )
+        ImportJob.unscoped.filter(pk=job.pk).update(
+            imported=F("imported") + len(items), updated_at=timezone.now()
+        )
+    return True
+
+
+def _finish(job_id: int, status: str, errors: dict[str, Any], *, drop_file: bool = False) -> None:
+    now = timezone.now()
+    ImportJob.unscoped.filter(pk=job_id).update(
+        status=status, errors=errors, finished_at=now, updated_at=now
+    )
+    if drop_file:
+        ImportChunk.objects.filter(job_id=job_id).delete()
+
+
+# --- cancel, re-run, undo --------------------------------------------------------------
+
+
+def _job(scope: Scope, job_id: Any, *, lock: bool = False) -> ImportJob:
+    jobs = ImportJob.unscoped.filter(org_id=scope.org_id, domain_id=scope.domain_id)
+    if lock:
+        jobs = jobs.select_for_update(of=("self",))
+    job = jobs.select_related("knowledge_base").filter(pk=job_id).first()
+    if job is None:
+        raise ImportJob.DoesNotExist(job_id)
     return job
 
 
-def _finish(job: ImportJob, status: str, imported: int, errors: dict[str, Any]) -> None:
-    ImportJob.unscoped.filter(pk=job.pk).update(
-        status=status, imported=imported, errors=errors, text="", finished_at=timezone.now()
+def cancel_job(scope: Scope, job_id: int, *, actor: str = "") -> ImportJob:
+    """Stop a queued or running job; what it wrote so far stays (undo erases it)."""
+    with transaction.atomic():
+        job = _job(scope, job_id, lock=True)  # waits for a batch in flight
+        if job.status not in (ImportJob.Status.QUEUED, ImportJob.Status.RUNNING):
+            raise JobStateError(f"the import is {job.get_status_display().lower()}.")
+        message = f"cancelled by {actor}" if actor else "cancelled"
+        _finish(job.pk, ImportJob.Status.CANCELLED, {"file": [message]}, drop_file=True)
+    return _job(scope, job_id)
+
+
+def rerun_job(scope: Scope, job_id: int) -> ImportJob:
+    """Queue a failed job again; it resumes after the last batch it committed."""
+    with transaction.atomic():
+        job = _job(scope, job_id, lock=True)
+        if job.status != ImportJob.Status.FAILED or not job.chunks.exists():
+            raise JobStateError("only a failed import whose file is kept can run again.")
+        ImportJob.unscoped.filter(pk=job.pk).update(
+            status=ImportJob.Status.QUEUED, errors={}, finished_at=None, updated_at=timezone.now()
+        )
+        schedule_job(job)
+    return _job(scope, job_id)
+
+
+def undo_job(scope: Scope, job_id: int, *, actor: str = "") -> ImportJob:
+    """Queue the erasure of the records this job created (done by a worker: it can be a
+    million records). A running job is cancelled first by the caller."""
+    with transaction.atomic():
+        job = _job(scope, job_id, lock=True)
+        if job.status not in (
+            ImportJob.Status.DONE,
+            ImportJob.Status.FAILED,
+            ImportJob.Status.CANCELLED,
+        ):
+            raise JobStateError(f"the import is {job.get_status_display().lower()}.")
+        ImportJob.unscoped.filter(pk=job.pk).update(
+            status=ImportJob.Status.UNDOING, updated_at=timezone.now()
+        )
+        ImportChunk.objects.filter(job=job).delete()
+        transaction.on_commit(partial(enqueue_undo, job.pk, actor))
+    return _job(scope, job_id)
+
+
+def enqueue_undo(job_id: int, actor: str) -> None:
+    from ..tasks import enqueue, undo_import
+
+    enqueue(undo_import, job_id, actor, what=f"undo of import {job_id}", left="left undoing")
+
+
+def finish_undo(job_id: int, actor: str = "") -> ImportJob | None:
+    """Erase the job's records (the worker's side of :func:`undo_job`), with a receipt."""
+    from . import forget
+
+    job = ImportJob.unscoped.filter(pk=job_id).first()
+    if job is None or job.status != ImportJob.Status.UNDOING:
+        return job
+    scope = Scope(job.org_id, job.domain_id)
+    with transaction.atomic():
+        result = forget.forget(
+            scope, forget.ForgetRequest(import_job=job.pk), actor=actor, operator=True
+        )
+        now = timezone.now()
+        ImportJob.unscoped.filter(pk=job.pk).update(
+            status=ImportJob.Status.UNDONE,
+            receipt=result.receipt or "",
+            finished_at=now,
+            updated_at=now,
+        )
+    return ImportJob.unscoped.get(pk=job_id)
+
+
+# --- what erasures and the admin ask ---------------------------------------------------
+
+
+def may_write(job: ImportJob, *, namespace: str | None, key: str | None) -> bool:
+    """Whether an unfinished job may write a record in ``namespace`` (and/or with
+    ``key``). When it cannot be told cheaply, yes (an erasure cancels it to be safe)."""
+    if namespace is None and key is None:
+        return True
+    if key is None and job.namespace == namespace:
+        return True
+    if key is None and job.namespaces is not None:
+        return namespace in job.namespaces
+    if job.size > SCAN_LIMIT:
+        return True
+    try:
+        rows = iter_rows(job_lines(job), job.format, filename=job.filename, namespace=job.namespace)
+        return any(
+            (namespace is None or row.item.get("namespace", "") == namespace)
+            and (key is None or row.item.get("key") == key)
+            for row in rows
+        )
+    except ImportFailed:
+        return False  # it would fail and import nothing
+
+
+def progress(job: ImportJob) -> dict[str, Any]:
+    """What the KB page shows and polls: status, lines validated, items written, and how
+    many of the records the job created are indexed; what may be done with it now."""
+    counts = MemoryRecord.unscoped.filter(import_job=job).aggregate(
+        created=Count("pk"), indexed=Count("pk", filter=Q(status=MemoryRecord.Status.INDEXED))
     )
-    caches[memoryhub_settings.CACHE_ALIAS].delete(_progress_key(job.pk))
+    status = job.status
+    return {
+        "id": job.pk,
+        "status": status,
+        "status_label": job.get_status_display(),
+        "filename": job.filename,
+        "parsed": job.parsed,
+        "total": job.total if job.validated else None,
+        "imported": job.imported,
+        "created": counts["created"],
+        "indexed": counts["indexed"],
+        "errors": job.errors,
+        "actor": job.actor,
+        "receipt": job.receipt or None,
+        "finished": status in ImportJob.FINISHED,
+        "can_cancel": status in (ImportJob.Status.QUEUED, ImportJob.Status.RUNNING),
+        "can_undo": status
+        in (ImportJob.Status.DONE, ImportJob.Status.FAILED, ImportJob.Status.CANCELLED)
+        and counts["created"] > 0,
+        "can_rerun": status == ImportJob.Status.FAILED and job.chunks.exists(),
+    }

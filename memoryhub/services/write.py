@@ -444,6 +444,7 @@ def _write_to(
     items: Sequence[WriteItem],
     actor: str,
     operator: bool,
+    import_job: int | None = None,
 ) -> list[RecordResult]:
     """Upsert ``items`` into one writable knowledge base; return one result per item."""
     lock_namespaces(knowledge_base, (item.namespace for item in items))
@@ -500,6 +501,7 @@ def _write_to(
             # Distinct, increasing timestamps keep a batch's order in newest-first lists.
             created_at=now + timedelta(microseconds=len(new_records)),
             updated_at=now,
+            import_job_id=import_job,
         )
         new_records.append(record)
         if item.key is not None:
@@ -617,8 +619,12 @@ def write(
     sources: Sequence[str] | None = None,
     actor: str = "",
     operator: bool = False,
+    import_job: int | None = None,
 ) -> WriteResult:
     """Write ``items`` to the knowledge bases ``sources`` (default ``["memory"]``).
+
+    ``import_job`` marks the records this call creates as that import's (what undoing
+    the import erases); records it updates or deduplicates against are not marked.
 
     Raises :class:`ValidationFailed` (nothing written) for invalid input,
     :class:`UnknownSource` for a knowledge base the domain lacks, and
@@ -653,7 +659,7 @@ def write(
             if validated:
                 with transaction.atomic():
                     result.records.extend(
-                        _write_to(scope, knowledge_base, validated, actor, operator)
+                        _write_to(scope, knowledge_base, validated, actor, operator, import_job)
                     )
             result.accepted.append(knowledge_base.name)
         if result.records:

@@ -1,0 +1,195 @@
+"""The admin's lists and forms read as Django admin users expect, and their new filters
+and choices never name another org's knowledge bases, namespaces or actors."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.contrib import admin
+from django.test import RequestFactory
+
+from memoryhub import policy
+from memoryhub.admin.records import preview
+from memoryhub.models import MemoryRecord
+
+from .factories import (
+    DomainFactory,
+    KnowledgeBaseFactory,
+    MembershipFactory,
+    MemoryRecordFactory,
+)
+
+pytestmark = pytest.mark.django_db
+
+RECORDS = "/admin/memoryhub/memoryrecord/"
+
+
+@pytest.fixture
+def acme_user(tenant):  # type: ignore[no-untyped-def]
+    """A staff member of acme only (the default role: an operator)."""
+    return MembershipFactory(org=tenant.org, user__is_staff=True).user
+
+
+@pytest.fixture
+def operator(client, acme_user):  # type: ignore[no-untyped-def]
+    client.force_login(acme_user)
+    return client
+
+
+@pytest.fixture
+def two_orgs(tenant, other_tenant):  # type: ignore[no-untyped-def]
+    """acme/support/handbook with records in three namespaces; globex/support/vault with
+    a namespace and knowledge base whose names must never reach an acme user."""
+    handbook = KnowledgeBaseFactory(domain=tenant.domain, name="handbook")
+    MemoryRecordFactory(knowledge_base=handbook, namespace="", content="shared fact")
+    for n in range(2):
+        MemoryRecordFactory(knowledge_base=handbook, namespace="user:alice", content=f"alice {n}")
+    MemoryRecordFactory(knowledge_base=handbook, namespace="team:ops", content="ops fact")
+    vault = KnowledgeBaseFactory(domain=other_tenant.domain, name="globex-vault")
+    MemoryRecordFactory(knowledge_base=vault, namespace="user:globex-ceo", content="secret")
+    return {"handbook": handbook, "vault": vault}
+
+
+def filter_choices(page: str, parameter: str) -> list[str]:
+    """The values a change-list filter offers (its links' ``parameter=...``)."""
+    return re.findall(rf"[?&amp;]{re.escape(parameter)}=([^&\"]*)", page)
+
+
+# --- 1. the record form's knowledge base choices ------------------------------------------
+
+
+def test_record_form_labels_knowledge_bases_org_domain_name(operator, two_orgs):
+    page = operator.get(RECORDS + "add/").content.decode()
+    assert f'<option value="{two_orgs["handbook"].pk}">acme / support / handbook</option>' in page
+    assert "globex" not in page
+
+
+def test_record_form_knowledge_base_choices_cost_one_query(
+    acme_user, tenant, two_orgs, django_assert_num_queries
+):
+    KnowledgeBaseFactory(domain=DomainFactory(org=tenant.org, slug="sales"), name="pricing")
+    model_admin = admin.site.get_model_admin(MemoryRecord)
+    request = RequestFactory().get(RECORDS + "add/")
+    request.user = acme_user
+    policy.principal_for_user(acme_user).org_ids_allowing(policy.Action.CURATE)  # memberships
+    field = model_admin.get_form(request)().fields["knowledge_base"]
+    with django_assert_num_queries(1):
+        labels = [label for value, label in field.choices if value]
+    assert labels == ["acme / sales / pricing", "acme / support / handbook"]
+
+
+# --- 2. the records change list ------------------------------------------------------------
+
+
+def test_preview_cuts_at_a_word_boundary():
+    text = "word " * 40
+    short = preview(text)
+    assert len(short) <= 120
+    assert short.endswith("word…")
+    assert preview("a\n  short\ttext") == "a short text"
+    assert preview("x" * 200).endswith("x…")  # one long word is cut inside it
+
+
+def test_record_list_shows_key_namespace_tags_source_status_updated(operator, tenant, two_orgs):
+    long_content = "The refund policy " + "applies to every order placed online " * 6
+    MemoryRecordFactory(
+        knowledge_base=two_orgs["handbook"],
+        key="refunds",
+        namespace="team:billing",
+        tags=["billing", "policy"],
+        content=long_content,
+    )
+    page = operator.get(RECORDS).content.decode()
+    for column in ("key", "namespace", "tag_list", "source", "status", "updated_at"):
+        assert f'class="sortable column-{column}' in page or f'class="column-{column}' in page
+    assert '<td class="field-key">refunds</td>' in page
+    assert "billing, policy" in page
+    assert '<td class="field-source">handbook</td>' in page
+    assert f'title="{long_content}"' in page  # the full text on hover
+    shown = re.search(r'title="The refund policy[^"]*">([^<]*)</span>', page)
+    assert shown is not None
+    cut = shown.group(1)
+    assert cut.endswith("…") and len(cut) <= 120
+    assert long_content.startswith(cut[:-1] + " ")  # cut between two words
+
+
+def test_record_list_does_not_count_every_row_twice(operator, two_orgs):
+    page = operator.get(RECORDS + "?namespace=user%3Aalice").content.decode()
+    assert "2 memory records" in page
+    assert "4 total" not in page  # show_full_result_count = False
+
+
+def test_record_list_queries_do_not_grow_with_rows(operator, tenant, two_orgs):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as few:
+        operator.get(RECORDS)
+    for n in range(5):
+        knowledge_base = KnowledgeBaseFactory(domain=tenant.domain, name=f"kb-{n}")
+        MemoryRecordFactory.create_batch(4, knowledge_base=knowledge_base, tags=["t"])
+    with CaptureQueriesContext(connection) as many:
+        operator.get(RECORDS)
+    assert len(many) == len(few)
+
+
+def test_namespace_filter_offers_the_visible_namespaces_most_used_first(operator, two_orgs):
+    page = operator.get(RECORDS).content.decode()
+    offered = filter_choices(page, "namespace")
+    assert offered == ["user%3Aalice", "", "team%3Aops"]  # 2 records, then 1 by name
+    assert "(shared)" in page
+    assert "globex" not in page
+
+
+def test_namespace_filter_filters_including_the_shared_namespace(operator, two_orgs):
+    alice = operator.get(RECORDS + "?namespace=user%3Aalice").content.decode()
+    assert "alice 0" in alice and "alice 1" in alice and "ops fact" not in alice
+    shared = operator.get(RECORDS + "?namespace=").content.decode()
+    assert "shared fact" in shared and "alice 0" not in shared
+
+
+def test_namespace_filter_is_bounded_to_twenty(operator, two_orgs):
+    for n in range(25):
+        MemoryRecordFactory(knowledge_base=two_orgs["handbook"], namespace=f"user:{n:02d}")
+    offered = filter_choices(operator.get(RECORDS).content.decode(), "namespace")
+    assert len(offered) == 20
+    assert offered[0] == "user%3Aalice"
+
+
+def test_namespace_filter_follows_the_domain_and_knowledge_base_filters(operator, tenant, two_orgs):
+    sales = KnowledgeBaseFactory(domain=DomainFactory(org=tenant.org, slug="sales"), name="crm")
+    MemoryRecordFactory(knowledge_base=sales, namespace="team:sales")
+    everywhere = filter_choices(operator.get(RECORDS).content.decode(), "namespace")
+    assert "team%3Asales" in everywhere
+    for query in (
+        f"?domain__id__exact={tenant.domain.pk}",
+        f"?knowledge_base__id__exact={two_orgs['handbook'].pk}",
+    ):
+        offered = filter_choices(operator.get(RECORDS + query).content.decode(), "namespace")
+        assert "team%3Asales" not in offered, query
+        assert "user%3Aalice" in offered, query
+
+
+def test_a_foreign_domain_in_the_url_offers_no_foreign_namespace(operator, other_tenant, two_orgs):
+    page = operator.get(RECORDS + f"?domain__id__exact={other_tenant.domain.pk}").content
+    assert "globex" not in page.decode()
+
+
+def test_knowledge_base_filter_labels_and_visibility(operator, tenant, two_orgs):
+    faq = KnowledgeBaseFactory(domain=tenant.domain, name="faq")
+    sales = KnowledgeBaseFactory(domain=DomainFactory(org=tenant.org, slug="sales"), name="crm")
+    page = operator.get(RECORDS).content.decode()
+    offered = filter_choices(page, "knowledge_base__id__exact")
+    assert offered == [str(kb.pk) for kb in (sales, faq, two_orgs["handbook"])]
+    assert "acme / support / handbook" in page
+    assert "globex" not in page
+    narrowed = operator.get(RECORDS + f"?domain__id__exact={tenant.domain.pk}").content.decode()
+    assert filter_choices(narrowed, "knowledge_base__id__exact") == [
+        str(kb.pk) for kb in (faq, two_orgs["handbook"])
+    ]
+
+
+def test_superuser_sees_every_orgs_namespaces(admin_client, two_orgs):
+    offered = filter_choices(admin_client.get(RECORDS).content.decode(), "namespace")
+    assert "user%3Aglobex-ceo" in offered

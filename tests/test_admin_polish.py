@@ -193,3 +193,71 @@ def test_knowledge_base_filter_labels_and_visibility(operator, tenant, two_orgs)
 def test_superuser_sees_every_orgs_namespaces(admin_client, two_orgs):
     offered = filter_choices(admin_client.get(RECORDS).content.decode(), "namespace")
     assert "user%3Aglobex-ceo" in offered
+
+
+# --- 3. the retrieval playground -----------------------------------------------------------
+
+PLAYGROUND = RECORDS + "playground/"
+
+
+@pytest.fixture
+def indexed(tenant, other_tenant):  # type: ignore[no-untyped-def]
+    """Records written (and indexed) through the write service in both orgs."""
+    from memoryhub.services import write
+
+    write.ensure_knowledge_base(tenant.scope, "handbook")
+    write.write(tenant.scope, [{"content": "refunds take five days"}], sources=["handbook"])
+    write.write(
+        tenant.scope,
+        [{"content": "alice asked about refunds", "namespace": "user:alice"}],
+        sources=["memory"],
+    )
+    write.ensure_knowledge_base(other_tenant.scope, "globex-vault")
+    write.write(
+        other_tenant.scope,
+        [{"content": "globex refunds secret", "namespace": "user:globex-ceo"}],
+        sources=["globex-vault"],
+    )
+
+
+def playground(client, tenant, **params: str) -> str:  # type: ignore[no-untyped-def]
+    from urllib.parse import urlencode
+
+    query = {"domain": tenant.domain.pk, "query": "refunds", "mode": "hybrid", "k": 5, **params}
+    return client.get(PLAYGROUND + "?" + urlencode(query, doseq=True)).content.decode()
+
+
+def test_playground_results_link_to_their_records(operator, tenant, indexed):
+    page = playground(operator, tenant)
+    record = MemoryRecord.unscoped.get(content="refunds take five days")
+    assert f'href="{RECORDS}{record.pk}/change/"' in page
+
+
+def test_playground_offers_the_domains_sources_and_namespaces(operator, tenant, indexed):
+    for page in (operator.get(PLAYGROUND).content.decode(), playground(operator, tenant)):
+        sources = re.search(r'<select name="sources".*?</select>', page, re.S)
+        namespaces = re.search(r'<select name="namespaces".*?</select>', page, re.S)
+        assert sources and namespaces
+        assert re.findall(r'value="([^"]*)"', sources.group()) == ["handbook", "memory"]
+        assert re.findall(r'value="([^"]*)"', namespaces.group()) == ["", "user:alice"]
+        assert "globex" not in page
+
+
+def test_playground_sources_and_namespaces_choices_filter_the_query(operator, tenant, indexed):
+    handbook = playground(operator, tenant, sources=["handbook"])
+    assert "refunds take five days" in handbook
+    alice = playground(operator, tenant, namespaces=["user:alice"])
+    assert "alice asked about refunds" in alice
+    assert "refunds take five days" not in alice
+    typed = playground(operator, tenant, other_namespaces="user:alice, user:bob")
+    assert "alice asked about refunds" in typed
+    refused = playground(operator, tenant, sources=["globex-vault"])
+    assert "Select a valid choice" in refused
+    assert "globex refunds secret" not in refused
+
+
+def test_playground_explains_the_score(operator, tenant, indexed):
+    page = playground(operator, tenant)
+    assert 'id="playground-score-help"' in page
+    assert "reciprocal-rank fusion" in page and "only the order is meaningful" in page
+    assert "cosine similarity" in page and "ts_rank" in page  # the mode's help text

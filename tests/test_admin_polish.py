@@ -261,3 +261,96 @@ def test_playground_explains_the_score(operator, tenant, indexed):
     assert 'id="playground-score-help"' in page
     assert "reciprocal-rank fusion" in page and "only the order is meaningful" in page
     assert "cosine similarity" in page and "ts_rank" in page  # the mode's help text
+
+
+# --- 4. observations ----------------------------------------------------------------------
+
+OBSERVATIONS = "/admin/memoryhub/observation/"
+
+
+def observe(tenant, kind: str = "memory.write_refused", **fields):  # type: ignore[no-untyped-def]
+    from memoryhub.models import Observation
+
+    fields.setdefault("domain", tenant.domain)
+    fields.setdefault("source", "handbook")
+    fields.setdefault("count", 1)
+    return Observation.unscoped.create(org=tenant.org, kind=kind, **fields)
+
+
+def test_observation_summary_honours_the_list_filters(operator, tenant):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    observe(tenant, actor="key:bot", count=2)
+    observe(tenant, actor="admin:alice", count=3)
+    observe(tenant, actor="key:bot", count=5, created_at=timezone.now() - timedelta(days=10))
+    everything = operator.get(OBSERVATIONS).content.decode()
+    assert "write refused (10)" in everything
+    by_actor = operator.get(OBSERVATIONS + "?actor=key%3Abot").content.decode()
+    assert "write refused (7)" in by_actor
+    this_week = operator.get(OBSERVATIONS + "?created_within=7d").content.decode()
+    assert "write refused (5)" in this_week
+    searched = operator.get(OBSERVATIONS + "?q=alice").content.decode()
+    assert "write refused (3)" in searched
+
+
+def test_observation_chart_has_axes_labels_and_a_legend(operator, tenant):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    observe(tenant, count=4)
+    observe(tenant, kind="memory.deduplicated", count=1)
+    page = operator.get(OBSERVATIONS).content.decode()
+    today = timezone.localdate()
+    assert re.search(r'id="chart-y-max"[^>]*>4</text>', page)
+    assert re.search(r'id="chart-y-min"[^>]*>0</text>', page)
+    assert re.search(rf'id="chart-x-end"[^>]*>{today:%Y-%m-%d}</text>', page)
+    start = today - timedelta(days=29)
+    assert re.search(rf'id="chart-x-start"[^>]*>{start:%Y-%m-%d}</text>', page)
+    legend = re.search(r'<g id="chart-legend".*?</g>', page, re.S)
+    assert legend and "write refused (4)" in legend.group()
+    assert "deduplicated on write (1)" in legend.group()
+
+
+def test_observation_actor_filter_offers_visible_actors_only(operator, tenant, other_tenant):
+    observe(tenant, actor="admin:alice")
+    observe(tenant, actor="key:bot")
+    observe(tenant, actor="key:bot")
+    observe(other_tenant, actor="admin:globex-boss")
+    page = operator.get(OBSERVATIONS).content.decode()
+    assert filter_choices(page, "actor") == ["key%3Abot", "admin%3Aalice"]
+    assert "globex" not in page
+
+
+def test_observation_actor_filter_is_bounded_and_follows_the_domain_filter(operator, tenant):
+    for n in range(25):
+        observe(tenant, actor=f"key:bot-{n:02d}")
+    sales = DomainFactory(org=tenant.org, slug="sales")
+    observe(tenant, domain=sales, actor="admin:sales-lead")
+    offered = filter_choices(operator.get(OBSERVATIONS).content.decode(), "actor")
+    assert len(offered) == 20
+    narrowed = operator.get(OBSERVATIONS + f"?domain__id__exact={sales.pk}").content.decode()
+    assert filter_choices(narrowed, "actor") == ["admin%3Asales-lead"]
+
+
+def test_observation_created_within_filter(operator, tenant):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    now = timezone.now()
+    for age, source in ((timedelta(hours=2), "fresh"), (timedelta(days=3), "recent")):
+        observe(tenant, kind="memory.written", source=source, created_at=now - age)
+    observe(tenant, kind="memory.written", source="old", created_at=now - timedelta(days=20))
+    observe(tenant, kind="memory.written", source="ancient", created_at=now - timedelta(days=40))
+
+    def sources(query: str) -> set[str]:
+        page = operator.get(OBSERVATIONS + query).content.decode()
+        return set(re.findall(r'<td class="field-source">([^<]*)</td>', page))
+
+    assert sources("?created_within=24h") == {"fresh"}
+    assert sources("?created_within=7d") == {"fresh", "recent"}
+    assert sources("?created_within=30d") == {"fresh", "recent", "old"}
+    assert sources("") == {"fresh", "recent", "old", "ancient"}

@@ -354,3 +354,59 @@ def test_observation_created_within_filter(operator, tenant):
     assert sources("?created_within=7d") == {"fresh", "recent"}
     assert sources("?created_within=30d") == {"fresh", "recent", "old"}
     assert sources("") == {"fresh", "recent", "old", "ancient"}
+
+
+# --- 5. boolean columns that read naturally -------------------------------------------------
+
+KEYS = "/admin/tenants/apikey/"
+
+
+@pytest.fixture
+def keys(tenant, other_tenant):  # type: ignore[no-untyped-def]
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from .factories import create_api_key
+
+    yesterday = timezone.now() - timedelta(days=1)
+    return {
+        "live": create_api_key(org=tenant.org, name="live-key")[0],
+        "revoked": create_api_key(org=tenant.org, name="revoked-key", revoked=True)[0],
+        "expired": create_api_key(org=tenant.org, name="expired-key", expiry_date=yesterday)[0],
+        "foreign": create_api_key(org=other_tenant.org, name="globex-key")[0],
+    }
+
+
+def key_rows(page: str) -> dict[str, str]:
+    """Each listed key's name and its "active" cell's icon (yes/no)."""
+    rows = re.findall(r"<tr>.*?</tr>", page, re.S)
+    found = {}
+    for row in rows:
+        name = re.search(r'<td class="field-name">([^<]*)</td>', row)
+        active = re.search(r'<td class="field-is_active"><img src="[^"]*icon-(yes|no)', row)
+        if name and active:
+            found[name.group(1)] = active.group(1)
+    return found
+
+
+def test_api_key_list_shows_active_not_revoked(tenant, keys, client):
+    owner = MembershipFactory(org=tenant.org, role="owner", user__is_staff=True).user
+    client.force_login(owner)
+    page = client.get(KEYS).content.decode()
+    assert "column-is_active" in page and "column-revoked" not in page
+    assert key_rows(page) == {"live-key": "yes", "revoked-key": "no", "expired-key": "no"}
+    assert "globex" not in page
+
+
+@pytest.mark.parametrize(
+    ("state", "names"),
+    [
+        ("active", {"live-key", "globex-key"}),
+        ("revoked", {"revoked-key"}),
+        ("expired", {"expired-key"}),
+    ],
+)
+def test_api_key_state_filter(admin_client, keys, state, names):
+    page = admin_client.get(KEYS + f"?state={state}").content.decode()
+    assert set(key_rows(page)) == names

@@ -4,7 +4,9 @@ from an org the user does not see.
 Django's ``RelatedOnlyFieldListFilter`` and ``AllValuesFieldListFilter`` read their
 choices with a ``DISTINCT`` over every visible row: a scan per page view at a million
 records. These read the small tables (orgs, domains, knowledge bases) for related
-choices, and one ``GROUP BY … LIMIT`` for the most frequent values of a column.
+choices, and one ``GROUP BY … LIMIT`` for the most frequent values of a column (it
+still reads the rows, but returns twenty). The records' embedding model filter and the
+observations' source filter are still Django's ``DISTINCT``.
 """
 
 from __future__ import annotations

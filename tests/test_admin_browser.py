@@ -131,8 +131,8 @@ def test_operator_curates_imports_queries_and_erases(
     browser.get(f"{live_server.url}/admin/memoryhub/memoryrecord/playground/")
     Select(browser.find_element(By.NAME, "domain")).select_by_visible_text("acme/support")
     browser.find_element(By.NAME, "query").send_keys("who approves a rollback")
-    browser.find_element(By.NAME, "namespaces").send_keys("team:oncall")
-    browser.find_element(By.NAME, "sources").send_keys("runbook")
+    Select(browser.find_element(By.NAME, "namespaces")).select_by_visible_text("team:oncall")
+    Select(browser.find_element(By.NAME, "sources")).select_by_visible_text("runbook")
     browser.find_element(By.CSS_SELECTOR, "#playground-form input[type=submit]").click()
     grounding = wait(ec.presence_of_element_located((By.ID, "playground-grounding"))).text
     assert "[runbook] Rollbacks" in grounding

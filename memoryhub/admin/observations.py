@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from ..models import Observation
 from .base import AuditAdmin
+from .filters import ActorFilter, CreatedWithinFilter, VisibleRelatedFilter
 
 SUMMARY_KINDS = (
     Observation.Kind.MEMORY_WRITE_REFUSED,
@@ -21,10 +22,17 @@ SUMMARY_KINDS = (
 )
 
 
+#: The chart's size and margins (room for the axis labels and the legend), in pixels.
+CHART_WIDTH, CHART_HEIGHT = 640, 190
+CHART_LEFT, CHART_RIGHT, CHART_TOP, CHART_BOTTOM = 48, 12, 12, 52
+
+
 def summarize(observations: QuerySet[Observation], days: int = 30) -> dict[str, Any]:
     """Counts per source for 7 and 30 days, and a per-day series for the chart."""
     now = timezone.now()
-    recent = observations.filter(kind__in=SUMMARY_KINDS, created_at__gte=now - timedelta(days=days))
+    recent = observations.order_by().filter(
+        kind__in=SUMMARY_KINDS, created_at__gte=now - timedelta(days=days)
+    )
     week = now - timedelta(days=7)
     per_source = (
         recent.values("kind", "source")
@@ -47,32 +55,43 @@ def summarize(observations: QuerySet[Observation], days: int = 30) -> dict[str, 
         index = (row["day"] - start).days
         if 0 <= index < days:
             series[row["kind"]][index] = row["total"] or 0
-    peak = max([1] + [value for values in series.values() for value in values])
-    width, height = 600, 120
-    step = width / days
-
-    def points(values: list[int]) -> str:
-        return " ".join(
-            f"{i * step + step / 2:.1f},{height - (value / peak) * (height - 10):.1f}"
-            for i, value in enumerate(values)
-        )
-
     return {
         "rows": [
             {**row, "week": row["week"] or 0, "label": Observation.Kind(row["kind"]).label}
             for row in per_source
         ],
-        "chart": {
-            "width": width,
-            "height": height,
-            "refused": points(series[SUMMARY_KINDS[0]]),
-            "deduplicated": points(series[SUMMARY_KINDS[1]]),
-            "peak": peak,
-            "start": start,
-            "end": today,
-            "total_refused": sum(series[SUMMARY_KINDS[0]]),
-            "total_deduplicated": sum(series[SUMMARY_KINDS[1]]),
-        },
+        "chart": chart(series[SUMMARY_KINDS[0]], series[SUMMARY_KINDS[1]], start=start, end=today),
+    }
+
+
+def chart(refused: list[int], deduplicated: list[int], *, start: Any, end: Any) -> dict[str, Any]:
+    """The two per-day series as SVG polylines, with the plot area's edges for the axes."""
+    peak = max([1, *refused, *deduplicated])
+    left, top = CHART_LEFT, CHART_TOP
+    right, bottom = CHART_WIDTH - CHART_RIGHT, CHART_HEIGHT - CHART_BOTTOM
+    step = (right - left) / max(len(refused), 1)
+
+    def points(values: list[int]) -> str:
+        return " ".join(
+            f"{left + i * step + step / 2:.1f},{bottom - (value / peak) * (bottom - top):.1f}"
+            for i, value in enumerate(values)
+        )
+
+    return {
+        "width": CHART_WIDTH,
+        "height": CHART_HEIGHT,
+        "left": left,
+        "right": right,
+        "top": top,
+        "bottom": bottom,
+        "middle": (top + bottom) / 2,
+        "refused": points(refused),
+        "deduplicated": points(deduplicated),
+        "peak": peak,
+        "start": start,
+        "end": end,
+        "total_refused": sum(refused),
+        "total_deduplicated": sum(deduplicated),
     }
 
 
@@ -81,17 +100,23 @@ class ObservationAdmin(AuditAdmin):
     list_display = ["created_at", "kind", "org", "domain", "source", "count", "actor"]
     list_filter = [
         "kind",
-        ("org", admin.RelatedOnlyFieldListFilter),
-        ("domain", admin.RelatedOnlyFieldListFilter),
+        CreatedWithinFilter,
+        ("org", VisibleRelatedFilter),
+        ("domain", VisibleRelatedFilter),
         "source",
+        ActorFilter,
     ]
     list_select_related = ["org", "domain"]
     search_fields = ["source", "actor"]
     date_hierarchy = "created_at"
+    show_full_result_count = False  # append-only and large: one COUNT(*) a page is enough
     change_list_template = "admin/memoryhub/observation/change_list.html"
     readonly_fields = ["created_at", "kind", "org", "domain", "source", "count", "payload", "actor"]
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
-        extra_context = extra_context or {}
-        extra_context["summary"] = summarize(self.get_queryset(request))
-        return super().changelist_view(request, extra_context)
+        """The list, and above it the summary of the rows its filters select."""
+        response = super().changelist_view(request, extra_context)
+        context = getattr(response, "context_data", None)
+        if context is not None and "cl" in context:
+            context["summary"] = summarize(context["cl"].queryset)
+        return response

@@ -6,33 +6,97 @@ import json
 from typing import Any
 
 from django import forms
+from django.db.models import Count, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils.translation import gettext_lazy as _
 
 from tenants.models import Domain
 
+from ..models import KnowledgeBase, MemoryRecord
 from ..scope import Scope
 from ..services import query as query_service
 from ..services.errors import UnknownSource, ValidationFailed
 from .base import admin_context
 
+#: How many of a domain's namespaces the form offers (the most used first).
+NAMESPACE_CHOICES = 20
 
-def _names(text: str) -> list[str] | None:
-    names = [part.strip() for part in text.split(",")]
-    return [name for name in names if name] or None
+#: What a result's score means, per mode.
+SCORE_HELP = {
+    "vector": _(
+        "vector: cosine similarity of the query's and the record's embeddings, "
+        "from -1 to 1 (higher is closer)."
+    ),
+    "keyword": _(
+        "keyword: PostgreSQL's full-text rank (ts_rank), normalised to 0–1 (higher "
+        "matches more of the query's words, more often)."
+    ),
+    "hybrid": _(
+        "hybrid: reciprocal-rank fusion of the vector and keyword rankings, at most "
+        "2/61 ≈ 0.033; only the order is meaningful, not the value."
+    ),
+}
+
+
+def source_choices(domains: QuerySet[Domain]) -> list[Any]:
+    """The domains' knowledge base names; grouped by domain when there are several."""
+    knowledge_bases = (
+        KnowledgeBase.unscoped.filter(domain__in=domains)
+        .select_related("domain__org")
+        .order_by("domain__org__slug", "domain__slug", "name")
+    )
+    groups: dict[str, list[tuple[str, str]]] = {}
+    for knowledge_base in knowledge_bases:
+        groups.setdefault(str(knowledge_base.domain), []).append(
+            (knowledge_base.name, knowledge_base.name)
+        )
+    if len(groups) == 1:
+        return next(iter(groups.values()))
+    return list(groups.items())
+
+
+def namespace_choices(domains: QuerySet[Domain]) -> list[tuple[str, str]]:
+    """The shared namespace, then the domains' most used ones: one bounded query."""
+    top = (
+        MemoryRecord.unscoped.filter(domain__in=domains)
+        .order_by()
+        .values_list("namespace", flat=True)
+        .annotate(rows=Count("pk"))
+        .order_by("-rows", "namespace")[:NAMESPACE_CHOICES]
+    )
+    return [("", str(_("(shared)")))] + [(name, name) for name in top if name]
 
 
 class PlaygroundForm(forms.Form):
+    """A query as an agent would send it, in a domain the user can read.
+
+    The source and namespace choices are those of the chosen domain (before one is
+    chosen, of every domain the user can read).
+    """
+
     domain: forms.ModelChoiceField = forms.ModelChoiceField(queryset=Domain.objects.none())
     query = forms.CharField(max_length=4000, widget=forms.TextInput(attrs={"size": 80}))
-    mode = forms.ChoiceField(choices=[(m, m) for m in query_service.MODES], initial="hybrid")
-    k = forms.IntegerField(min_value=1, max_value=100, initial=5)
-    sources = forms.CharField(
-        required=False, help_text=_("Knowledge bases, comma-separated; empty: all.")
+    mode = forms.ChoiceField(
+        choices=[(m, m) for m in query_service.MODES],
+        initial="hybrid",
+        help_text=" ".join(str(SCORE_HELP[mode]) for mode in query_service.MODES),
     )
-    namespaces = forms.CharField(
-        required=False, help_text=_('Comma-separated; empty: the shared namespace ("").')
+    k = forms.IntegerField(min_value=1, max_value=100, initial=5)
+    sources = forms.MultipleChoiceField(
+        required=False,
+        widget=forms.SelectMultiple(attrs={"size": 6}),
+        help_text=_("Knowledge bases; none selected: all."),
+    )
+    namespaces = forms.MultipleChoiceField(
+        required=False,
+        widget=forms.SelectMultiple(attrs={"size": 6}),
+        help_text=_("The most used namespaces; none selected: the shared one."),
+    )
+    other_namespaces = forms.CharField(
+        required=False,
+        max_length=4000,
+        help_text=_("More namespaces, comma-separated (e.g. user:alice)."),
     )
     where = forms.CharField(
         required=False,
@@ -40,9 +104,20 @@ class PlaygroundForm(forms.Form):
         help_text=_('A where filter as JSON, e.g. {"team": "support"}.'),
     )
 
-    def __init__(self, *args: Any, domains: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, domains: QuerySet[Domain], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["domain"].queryset = domains  # type: ignore[attr-defined]
+        chosen = self._chosen_domain(domains)
+        offered = domains if chosen is None else domains.filter(pk=chosen)
+        self.fields["sources"].choices = source_choices(offered)  # type: ignore[attr-defined]
+        self.fields["namespaces"].choices = namespace_choices(offered)  # type: ignore[attr-defined]
+
+    def _chosen_domain(self, domains: QuerySet[Domain]) -> int | None:
+        """The id of the domain in the submitted data, if it is one of ``domains``."""
+        value = str(self.data.get("domain", "")) if self.is_bound else ""
+        if not (value.isascii() and value.isdigit() and len(value) < 19):
+            return None
+        return int(value) if domains.filter(pk=int(value)).exists() else None
 
     def clean_where(self) -> Any:
         text = self.cleaned_data.get("where") or ""
@@ -53,9 +128,12 @@ class PlaygroundForm(forms.Form):
         except json.JSONDecodeError as exc:
             raise forms.ValidationError(_("Not JSON: %s") % exc.msg) from None
 
-    def clean_namespaces(self) -> list[str]:
-        text = self.cleaned_data.get("namespaces") or ""
-        return [part.strip() for part in text.split(",")] if text.strip() else [""]
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        other = [part.strip() for part in cleaned.get("other_namespaces", "").split(",")]
+        namespaces = list(cleaned.get("namespaces") or []) + [name for name in other if name]
+        cleaned["namespaces"] = list(dict.fromkeys(namespaces)) or [""]
+        return cleaned
 
 
 def playground_view(model_admin: Any, request: HttpRequest) -> HttpResponse:
@@ -69,7 +147,7 @@ def playground_view(model_admin: Any, request: HttpRequest) -> HttpResponse:
                 query=data["query"],
                 k=data["k"],
                 mode=data["mode"],
-                sources=_names(data["sources"]),
+                sources=data["sources"] or None,
                 namespaces=data["namespaces"],
                 where=data["where"],
             )
@@ -87,5 +165,6 @@ def playground_view(model_admin: Any, request: HttpRequest) -> HttpResponse:
                 grounding=query_service.render_grounding(result.items),
                 strategy=result.strategy,
                 cached=result.cached,
+                score_help=SCORE_HELP.get(data["mode"], ""),
             )
     return TemplateResponse(request, "admin/memoryhub/playground.html", context)

@@ -12,6 +12,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
 from django.utils import timezone
+from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
@@ -24,7 +25,32 @@ from ..services import forget as forget_service
 from ..services import write as write_service
 from .base import OperatorAdmin, actor, admin_context, operator_view
 from .erasure import erasure_batch, show_receipt
+from .filters import NamespaceFilter, VisibleRelatedFilter, knowledge_base_label
 from .knowledge import RecordForm, _item_from
+
+#: How much of a record's content its change-list row shows (the rest on hover).
+CONTENT_PREVIEW_CHARS = 120
+#: The hover text's limit: a page of long chunks would otherwise weigh megabytes.
+CONTENT_TITLE_CHARS = 2000
+
+
+def preview(text: str, limit: int = CONTENT_PREVIEW_CHARS) -> str:
+    """``text`` on one line, cut at the last word boundary before ``limit`` characters."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    boundary = cut.rfind(" ")
+    if boundary > limit // 2:  # one very long word is cut inside it
+        cut = cut[:boundary]
+    return cut.rstrip(" ,.;:") + "…"
+
+
+class KnowledgeBaseChoiceField(forms.ModelChoiceField):
+    """Knowledge bases labelled ``org / domain / name`` (give it ``domain__org``)."""
+
+    def label_from_instance(self, obj: Any) -> str:
+        return knowledge_base_label(obj)
 
 
 @admin.register(MemoryRecord)
@@ -32,24 +58,30 @@ class MemoryRecordAdmin(OperatorAdmin):
     form = RecordForm
     list_display = [
         "short_content",
-        "knowledge_base",
-        "domain",
+        "key",
         "namespace",
+        "tag_list",
+        "source",
+        "domain",
         "kind",
         "status",
-        "embedding_model",
-        "created_at",
+        "updated_at",
     ]
     list_filter = [
-        "status",
+        ("knowledge_base", VisibleRelatedFilter),
+        NamespaceFilter,
         "kind",
+        "status",
+        ("org", VisibleRelatedFilter),
+        ("domain", VisibleRelatedFilter),
         "embedding_model",
-        ("org", admin.RelatedOnlyFieldListFilter),
-        ("domain", admin.RelatedOnlyFieldListFilter),
-        ("knowledge_base", admin.RelatedOnlyFieldListFilter),
         "created_at",
     ]
     list_select_related = ["knowledge_base", "domain__org"]
+    # At a million records: no second COUNT(*) of everything the user sees, and no
+    # per-choice facet counts (each a scan).
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
     search_fields = ["content", "key", "namespace"]
     readonly_fields = [
         "id",
@@ -104,7 +136,14 @@ class MemoryRecordAdmin(OperatorAdmin):
     ) -> Any:
         form = super().get_form(request, obj, change, **kwargs)
         if "knowledge_base" in form.base_fields:
-            form.base_fields["knowledge_base"].queryset = self.editable_knowledge_bases(request)  # type: ignore[attr-defined]
+            # A new field, not the declared one's queryset changed: RecordForm's declared
+            # field is shared by every form class built from it (and every request).
+            form.base_fields["knowledge_base"] = KnowledgeBaseChoiceField(
+                queryset=self.editable_knowledge_bases(request).order_by(
+                    "domain__org__slug", "domain__slug", "name"
+                ),
+                label=_("knowledge base"),
+            )
         return form
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
@@ -115,7 +154,18 @@ class MemoryRecordAdmin(OperatorAdmin):
 
     @admin.display(description=_("content"))
     def short_content(self, obj: MemoryRecord) -> str:
-        return obj.content if len(obj.content) <= 80 else obj.content[:79] + "…"
+        title = obj.content
+        if len(title) > CONTENT_TITLE_CHARS:
+            title = title[: CONTENT_TITLE_CHARS - 1] + "…"
+        return format_html('<span title="{}">{}</span>', title, preview(obj.content))
+
+    @admin.display(description=_("tags"))
+    def tag_list(self, obj: MemoryRecord) -> str:
+        return ", ".join(obj.tags) or "—"
+
+    @admin.display(description=_("source"), ordering="knowledge_base__name")
+    def source(self, obj: MemoryRecord) -> str:
+        return obj.knowledge_base.name
 
     @admin.display(description=_("embedding"))
     def embedding_summary(self, obj: MemoryRecord) -> str:

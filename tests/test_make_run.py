@@ -122,6 +122,8 @@ def test_make_run_serves_with_a_worker_and_ctrl_c_stops_everything(site: Site) -
 
     wait_for(indexed, timeout=60, what="the worker to index the record")
 
+    _import_through_the_admin(site)
+
     children = site.descendants()
     names = " ".join(" ".join(p.cmdline()) for p in children if p.is_running())
     assert "celery" in names and "runserver" in names
@@ -132,3 +134,50 @@ def test_make_run_serves_with_a_worker_and_ctrl_c_stops_everything(site: Site) -
     assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE], alive
     assert embedded_redis.EmbeddedRedis(site.data / "redis").pid() is None
     assert not embedded.is_running(site.data / "postgres")
+
+
+def _import_through_the_admin(site: Site) -> None:
+    """An operator uploads a file: the request only stores it; the worker imports it while
+    the progress endpoint (what the page polls) moves on."""
+    login = re.search(r"Admin:\s+\S+\s+(\S+) / (\S+)", site.output())
+    assert login is not None, site.output()
+    browser = httpx.Client(base_url=site.url(""), follow_redirects=False, timeout=30)
+    page = browser.get("/admin/login/")
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
+    assert token is not None
+    signed_in = browser.post(
+        "/admin/login/?next=/admin/",
+        data={
+            "username": login.group(1),
+            "password": login.group(2),
+            "csrfmiddlewaretoken": token.group(1),
+        },
+    )
+    assert signed_in.status_code == 302, signed_in.text[:500]
+    listing = browser.get("/admin/memoryhub/knowledgebase/?q=handbook").text
+    kb = re.search(r'/admin/memoryhub/knowledgebase/(\d+)/change/', listing)
+    assert kb is not None
+    form = browser.get(f"/admin/memoryhub/knowledgebase/{kb.group(1)}/import/").text
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form)
+    assert token is not None
+    lines = 3000
+    body = "\n".join(f'{{"content": "imported fact {i}", "key": "f{i}"}}' for i in range(lines))
+    started = browser.post(
+        f"/admin/memoryhub/knowledgebase/{kb.group(1)}/import/",
+        data={"csrfmiddlewaretoken": token.group(1)},
+        files={"file": ("facts.jsonl", body.encode(), "application/x-ndjson")},
+    )
+    assert started.status_code == 302, started.text[:1000]
+    job = re.search(r"#import-(\d+)", started.headers["location"])
+    assert job is not None
+    progress_url = f"/admin/memoryhub/knowledgebase/{kb.group(1)}/import/{job.group(1)}/progress/"
+    seen: list[dict] = []
+
+    def finished() -> bool:
+        seen.append(browser.get(progress_url).json())
+        return seen[-1]["finished"] and seen[-1]["indexed"] == seen[-1]["created"]
+
+    wait_for(finished, timeout=120, what=f"the import on the worker: {seen[-1:]}")
+    assert seen[-1]["status"] == "done", seen[-1]
+    assert seen[-1]["imported"] == seen[-1]["created"] == lines
+    assert seen[0]["finished"] is False  # the request returned before the import ended

@@ -99,3 +99,40 @@ def test_an_org_with_many_members_links_to_them_instead_of_inlining_them(admin_c
     tenant.org.refresh_from_db()
     assert tenant.org.name == "Acme renamed"
     assert Membership.objects.filter(org=tenant.org).count() == MembershipInline.max_rows + 1
+
+
+def test_the_operator_home_shows_their_domains_only_with_counts_and_buttons(
+    client, tenant, other_tenant
+):
+    from memoryhub.models import Observation
+    from memoryhub.services.forget import ForgetRequest, forget
+
+    from .factories import MembershipFactory
+
+    handbook = write.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
+    _bulk(handbook, 40)
+    _bulk(handbook, 2, status=MemoryRecord.Status.PENDING)
+    _bulk(write.ensure_knowledge_base(other_tenant.scope, "handbook"), 5)
+    Observation.unscoped.create(
+        org_id=tenant.org.pk,
+        domain_id=tenant.domain.pk,
+        kind=Observation.Kind.MEMORY_WRITE_REFUSED,
+        source="handbook",
+        count=3,
+    )
+    forget(tenant.scope, ForgetRequest(namespace="user:0"))
+    forget(other_tenant.scope, ForgetRequest(namespace="user:0"))
+    for role, erase_button in (("operator", True), ("viewer", False)):
+        user = MembershipFactory(org=tenant.org, role=role, user__is_staff=True).user
+        client.force_login(user)
+        for url in ("/admin/", "/admin/memoryhub/"):
+            html = client.get(url).content.decode()
+            row = re.search(r'data-domain="acme/support">(.*?)</tr>', html, re.S)
+            assert row is not None, html[:3000]
+            numbers = re.findall(r'<td class="num">(?:<a[^>]*>)?(\d+)', row.group(1))
+            # 42 records less the 7 of user:0 erased (one of them pending); 3 refused today
+            assert numbers[:4] == ["35", "1", "0", "3"], row.group(1)
+            assert "globex" not in html
+            assert ('id="mh-erase"' in html) is erase_button
+            assert ('id="mh-erasures"' in html) is erase_button
+            assert 'id="mh-playground"' in html

@@ -1,0 +1,114 @@
+"""The operator's home: per domain the user may read, what memory holds and what happened
+to it lately. Every count is one grouped query over an index, whatever the volume."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.db.models import Count, Q, Sum
+from django.utils import timezone
+
+from .. import policy
+from ..models import ErasureReceipt, ImportJob, MemoryRecord, Observation
+from ..policy import Action
+
+#: Domains the home page lists (the largest first); the rest are counted, not listed.
+MAX_DOMAINS = 50
+
+
+def overview(principal: policy.Principal) -> dict[str, Any]:
+    """Domains (records, pending, failed, refusals and dedupes in 24 h / 7 d), recent
+    imports and erasures, and the indexing pipeline's status, for ``principal``."""
+    from tenants.models import Domain
+
+    from .indexing import pipeline_status
+
+    orgs = policy.orgs_allowing(principal, Action.READ)
+    domains = list(
+        Domain.objects.filter(org__in=orgs)
+        .select_related("org")
+        .order_by("org__slug", "slug")[: MAX_DOMAINS + 1]
+    )
+    more = len(domains) > MAX_DOMAINS
+    domains = domains[:MAX_DOMAINS]
+    ids = [domain.pk for domain in domains]
+    records = MemoryRecord.unscoped.filter(domain_id__in=ids)
+    totals = {
+        row["domain_id"]: row["n"]
+        for row in records.values("domain_id").annotate(n=Count("pk")).order_by()
+    }
+    unindexed: dict[tuple[int, str], int] = {
+        (row["domain_id"], row["status"]): row["n"]
+        for row in records.exclude(status=MemoryRecord.Status.INDEXED)
+        .values("domain_id", "status")
+        .annotate(n=Count("pk"))
+        .order_by()
+    }
+    now = timezone.now()
+    day, week = now - timedelta(days=1), now - timedelta(days=7)
+    events = {
+        row["domain_id"]: row
+        for row in Observation.unscoped.filter(
+            domain_id__in=ids,
+            created_at__gte=week,
+            kind__in=[
+                Observation.Kind.MEMORY_WRITE_REFUSED,
+                Observation.Kind.MEMORY_DEDUPLICATED,
+            ],
+        )
+        .values("domain_id")
+        .annotate(
+            refused_day=_sum(Observation.Kind.MEMORY_WRITE_REFUSED, day),
+            refused_week=_sum(Observation.Kind.MEMORY_WRITE_REFUSED, week),
+            deduped_day=_sum(Observation.Kind.MEMORY_DEDUPLICATED, day),
+            deduped_week=_sum(Observation.Kind.MEMORY_DEDUPLICATED, week),
+        )
+        .order_by()
+    }
+    rows = []
+    for domain in domains:
+        counts = events.get(domain.pk, {})
+        rows.append(
+            {
+                "domain": domain,
+                "records": totals.get(domain.pk, 0),
+                "pending": unindexed.get((domain.pk, MemoryRecord.Status.PENDING), 0),
+                "failed": unindexed.get((domain.pk, MemoryRecord.Status.FAILED), 0),
+                **{
+                    name: counts.get(name) or 0
+                    for name in ("refused_day", "refused_week", "deduped_day", "deduped_week")
+                },
+            }
+        )
+    imports = (
+        ImportJob.unscoped.filter(domain_id__in=ids)
+        .select_related("knowledge_base", "domain__org")
+        .order_by("-created_at")[:5]
+    )
+    # Receipts are for those who may erase (as in their admin), not for viewers.
+    erasing = policy.orgs_allowing(principal, Action.FORGET)
+    erasures = ErasureReceipt.unscoped.filter(domain_id__in=ids, org_id__in=erasing).order_by(
+        "-created_at"
+    )[:5]
+    try:
+        from celery import current_app
+
+        pipeline = pipeline_status(eager=bool(current_app.conf.task_always_eager))
+    except Exception as exc:  # the page still shows what the database says
+        pipeline = {"ok": False, "error": type(exc).__name__}
+    return {
+        "domains": rows,
+        "more_domains": more,
+        "imports": list(imports),
+        "erasures": list(erasures),
+        "pipeline": pipeline,
+        "can": {
+            action.value: policy.allows_anywhere(principal, action)
+            for action in (Action.READ, Action.IMPORT, Action.ERASE_SUBJECT, Action.FORGET)
+        },
+    }
+
+
+def _sum(kind: str, since: Any) -> Sum:
+    return Sum("count", filter=Q(kind=kind, created_at__gte=since))

@@ -155,7 +155,7 @@ def _import_through_the_admin(site: Site) -> None:
     )
     assert signed_in.status_code == 302, signed_in.text[:500]
     listing = browser.get("/admin/memoryhub/knowledgebase/?q=handbook").text
-    kb = re.search(r'/admin/memoryhub/knowledgebase/(\d+)/change/', listing)
+    kb = re.search(r"/admin/memoryhub/knowledgebase/(\d+)/change/", listing)
     assert kb is not None
     form = browser.get(f"/admin/memoryhub/knowledgebase/{kb.group(1)}/import/").text
     token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form)

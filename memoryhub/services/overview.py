@@ -68,7 +68,7 @@ def overview(principal: policy.Principal) -> dict[str, Any]:
     }
     rows = []
     for domain in domains:
-        counts = events.get(domain.pk, {})
+        counts: dict[str, Any] = events.get(domain.pk, {})
         rows.append(
             {
                 "domain": domain,

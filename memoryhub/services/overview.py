@@ -68,7 +68,7 @@ def overview(principal: policy.Principal) -> dict[str, Any]:
     }
     rows = []
     for domain in domains:
-        counts: dict[str, Any] = events.get(domain.pk, {})
+        counts: dict[str, Any] = dict(events.get(domain.pk) or {})
         rows.append(
             {
                 "domain": domain,

@@ -81,6 +81,9 @@ class KnowledgeBase(models.Model):
         help_text=_("What a write through the API does to a read-only knowledge base."),
     )
     refused_writes = models.PositiveBigIntegerField(_("refused writes"), default=0)
+    #: Set when an operator deleted it: a worker is erasing its records (then the row).
+    #: It takes no writes meanwhile.
+    deleting_since = models.DateTimeField(_("being deleted since"), null=True, blank=True)
     created_at = models.DateTimeField(_("created"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated"), auto_now=True)
 

@@ -63,6 +63,10 @@ def sweep() -> dict[str, int]:
         imports.enqueue_job(job_id)
     for job_id in imports.undoing_for_sweep():
         imports.enqueue_undo(job_id, "")
+    from .services import forget
+
+    for knowledge_base_id in forget.deletions_for_sweep():
+        forget.enqueue_knowledge_base_deletion(knowledge_base_id)
     purged = indexing.purge_expired()
     if memoryhub_settings.TENANT_INDEX_MIN_RECORDS or indexing.has_tenant_indexes():
         # Its own task: a build takes minutes on a large domain; the sweep stays quick.
@@ -101,3 +105,12 @@ def undo_import(job_id: int, actor: str = "") -> str:
 
     job = finish_undo(job_id, actor)
     return job.status if job is not None else "missing"
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True)
+def delete_knowledge_base(knowledge_base_id: int, actor: str = "") -> int:
+    """Erase a knowledge base an operator deleted (with a receipt), then delete it."""
+    from .services.forget import delete_knowledge_base as delete
+
+    result = delete(knowledge_base_id, actor=actor)
+    return result.deleted if result is not None else 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import Permission
@@ -10,6 +11,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 
 from memoryhub.models import ImportJob, KnowledgeBase, MemoryRecord, Observation
 from memoryhub.services import query, write
+from memoryhub.services.errors import UnknownSource
 from memoryhub.services.imports import ImportFailed, chunk_markdown, parse
 
 from .factories import MembershipFactory
@@ -362,12 +364,37 @@ def test_org_and_domain_erasure_actions(admin_client, data, tenant, model, field
     assert MemoryRecord.unscoped.filter(content="globex secret entry").exists()
 
 
-def test_deleting_a_kb_forgets_its_records_through_the_service(admin_client, data, tenant):
+def test_deleting_a_kb_is_a_job_that_forgets_its_records_through_the_service(
+    admin_client, data, tenant, committed
+):
+    from celery import current_app
+
     kb = data["acme_kb"]
-    admin_client.post(f"/admin/memoryhub/knowledgebase/{kb.pk}/delete/", {"post": "yes"})
+    current_app.conf.task_always_eager = False  # a broker whose worker has not run yet
+    try:
+        response = committed(
+            admin_client.post, f"/admin/memoryhub/knowledgebase/{kb.pk}/delete/", {"post": "yes"}
+        )
+    finally:
+        current_app.conf.task_always_eager = True
+    assert response.status_code == 302
+    kb.refresh_from_db()
+    assert kb.deleting_since is not None  # the request only marked it
+    assert MemoryRecord.unscoped.filter(knowledge_base=kb).count() == 1
+    listing = admin_client.get("/admin/memoryhub/knowledgebase/").content.decode()
+    assert "handbook <em>(being deleted)</em>" in listing
+    with pytest.raises(UnknownSource):  # no writes meanwhile
+        write.write(tenant.scope, [{"content": "late"}], sources=["handbook"], operator=True)
+
+    from memoryhub.services.forget import deletions_for_sweep
+    from memoryhub.tasks import delete_knowledge_base
+
+    assert kb.pk in deletions_for_sweep(older_than=timedelta(0))  # if the message was lost
+    delete_knowledge_base(kb.pk, "admin:root")  # the worker
     assert not KnowledgeBase.unscoped.filter(pk=kb.pk).exists()
     audit = Observation.unscoped.get(kind="memory.forgotten", org=tenant.org)
     assert audit.payload["by_source"] == {"handbook": 1}
+    assert MemoryRecord.unscoped.filter(content="globex secret entry").exists()
 
 
 def test_after_erasure_no_trace_remains_anywhere(operator, data, tenant, committed):

@@ -128,7 +128,7 @@ class ImportForm(forms.Form):
 class KnowledgeBaseAdmin(OperatorAdmin):
     form = KnowledgeBaseForm
     list_display = [
-        "name",
+        "name_and_state",
         "domain",
         "read_only",
         "on_write",
@@ -139,7 +139,7 @@ class KnowledgeBaseAdmin(OperatorAdmin):
     list_filter = ["read_only", "on_write", ("org", admin.RelatedOnlyFieldListFilter)]
     list_select_related = ["domain__org"]
     search_fields = ["name", "description", "domain__slug", "org__slug"]
-    readonly_fields = ["refused_writes", "created_at", "updated_at"]
+    readonly_fields = ["refused_writes", "deleting_since", "created_at", "updated_at"]
     change_form_template = "admin/memoryhub/knowledgebase/change_form.html"
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[KnowledgeBase]:
@@ -199,14 +199,30 @@ class KnowledgeBaseAdmin(OperatorAdmin):
         bump_generation_on_commit(Scope(obj.org_id, obj.domain_id))
 
     def delete_model(self, request: HttpRequest, obj: KnowledgeBase) -> None:
-        forget_service.forget_knowledge_base(
-            Scope(obj.org_id, obj.domain_id), obj.name, actor=actor(request)
-        )
-        super().delete_model(request, obj)
+        """A worker erases the records (with a receipt) and then the knowledge base."""
+        forget_service.schedule_knowledge_base_deletion(obj, actor=actor(request))
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[KnowledgeBase]) -> None:
         for knowledge_base in queryset:
             self.delete_model(request, knowledge_base)
+
+    def response_delete(self, request: HttpRequest, obj_display: str, obj_id: Any) -> HttpResponse:
+        self.message_user(
+            request,
+            _(
+                "%(kb)s is being deleted: a worker erases its records (an erasure receipt "
+                "records it), then the knowledge base. It takes no writes meanwhile."
+            )
+            % {"kb": obj_display},
+            messages.SUCCESS,
+        )
+        return redirect(reverse("admin:memoryhub_knowledgebase_changelist"))
+
+    @admin.display(description=_("name"), ordering="name")
+    def name_and_state(self, obj: KnowledgeBase) -> str:
+        if obj.deleting_since is None:
+            return obj.name
+        return format_html("{} <em>({})</em>", obj.name, _("being deleted"))
 
     # --- import and export ---------------------------------------------------------
 

@@ -15,6 +15,8 @@ import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -595,6 +597,55 @@ def receipts_for_namespace(namespace: str) -> QuerySet[ErasureReceipt]:
 def forget_knowledge_base(scope: Scope, name: str, *, actor: str = "") -> ForgetResult:
     """Erase a knowledge base's records (before the knowledge base itself is deleted)."""
     return forget(scope, ForgetRequest(source=name), actor=actor, operator=True)
+
+
+def schedule_knowledge_base_deletion(knowledge_base: KnowledgeBase, *, actor: str = "") -> None:
+    """Mark the knowledge base as being deleted (it takes no writes from now) and let a
+    worker erase its records and then delete it: a million records is minutes of work,
+    never a request's. In eager mode (no broker) it runs when the transaction commits."""
+    KnowledgeBase.unscoped.filter(pk=knowledge_base.pk, deleting_since__isnull=True).update(
+        deleting_since=timezone.now()
+    )
+    transaction.on_commit(partial(enqueue_knowledge_base_deletion, knowledge_base.pk, actor))
+
+
+def enqueue_knowledge_base_deletion(knowledge_base_id: int, actor: str = "") -> None:
+    from ..tasks import delete_knowledge_base, enqueue
+
+    enqueue(
+        delete_knowledge_base,
+        knowledge_base_id,
+        actor,
+        what=f"deletion of knowledge base {knowledge_base_id}",
+        left="left marked for the sweeper",
+    )
+
+
+def delete_knowledge_base(knowledge_base_id: int, *, actor: str = "") -> ForgetResult | None:
+    """Erase a knowledge base marked for deletion (with a receipt), then delete it."""
+    with transaction.atomic():
+        knowledge_base = (
+            KnowledgeBase.unscoped.select_for_update()
+            .filter(pk=knowledge_base_id, deleting_since__isnull=False)
+            .first()
+        )
+        if knowledge_base is None:  # already gone, or not marked
+            return None
+        scope = Scope(knowledge_base.org_id, knowledge_base.domain_id)
+        result = forget_knowledge_base(scope, knowledge_base.name, actor=actor)
+        knowledge_base.delete()
+    return result
+
+
+def deletions_for_sweep(older_than: timedelta | None = None) -> list[int]:
+    """Knowledge bases marked for deletion whose message never arrived."""
+    if older_than is None:
+        older_than = timedelta(seconds=memoryhub_settings.SWEEP_PENDING_AFTER)
+    return list(
+        KnowledgeBase.unscoped.filter(deleting_since__lte=timezone.now() - older_than).values_list(
+            "pk", flat=True
+        )[:100]
+    )
 
 
 def preview_org(org_id: int) -> list[tuple[str, str, int]]:

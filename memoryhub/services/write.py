@@ -341,15 +341,24 @@ def ensure_knowledge_base(
 
 def _resolve_sources(scope: Scope, names: Sequence[str]) -> list[KnowledgeBase]:
     with tenant_scope(scope):
-        found = {kb.name: kb for kb in KnowledgeBase.objects.filter(name__in=names)}
+        # A knowledge base being deleted takes no writes (its records are being erased).
+        found = {
+            kb.name: kb
+            for kb in KnowledgeBase.objects.filter(name__in=names, deleting_since__isnull=True)
+        }
     resolved = []
     for name in names:
         if name not in found:
-            if name != KnowledgeBase.DEFAULT_NAME:
+            if name != KnowledgeBase.DEFAULT_NAME or _being_deleted(scope, name):
                 raise UnknownSource(name)
             found[name] = ensure_knowledge_base(scope, name)
         resolved.append(found[name])
     return resolved
+
+
+def _being_deleted(scope: Scope, name: str) -> bool:
+    with tenant_scope(scope):
+        return KnowledgeBase.objects.filter(name=name, deleting_since__isnull=False).exists()
 
 
 def _validate_source_names(sources: Any) -> list[str]:

@@ -121,7 +121,10 @@ def test_operator_curates_imports_queries_and_erases(
     shot(browser, "04-import-markdown")
     browser.find_element(By.CSS_SELECTOR, "#import-form input[type=submit]").click()
     message = wait(ec.presence_of_element_located((By.CSS_SELECTOR, "ul.messagelist li")))
-    assert "Imported 2 items from runbook.md" in message.text
+    assert "runbook.md is queued for import" in message.text
+    # No broker here: the job ran when the upload committed (eager mode).
+    status = browser.find_element(By.CSS_SELECTOR, "tr.import-job .import-status")
+    assert status.text == "Done"
     shot(browser, "05-imported")
     records = MemoryRecord.unscoped.filter(knowledge_base=knowledge_base)
     assert records.count() == 2
@@ -157,3 +160,101 @@ def test_operator_curates_imports_queries_and_erases(
     assert wait(ec.presence_of_element_located((By.ID, "observation-chart")))
     shot(browser, "09-observations")
     assert domain.pk
+
+
+def test_operator_home_a_large_kb_a_live_import_and_its_undo(
+    browser, live_server, django_user_model, tmp_path
+):
+    """With a real broker and worker: the import runs beside the page, whose progress
+    moves without a reload; the undo erases what it created and links its receipt."""
+    import json
+
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from memoryhub.models import ImportJob, content_hash
+    from memoryhub.scope import Scope
+    from memoryhub.services import write
+
+    from .services import celery_broker, redis_server, start_worker
+
+    def wait(condition, timeout: float = 60):  # type: ignore[no-untyped-def]
+        return WebDriverWait(browser, timeout).until(condition)
+
+    domain = DomainFactory(org=OrgFactory(slug="acme", name="Acme"), slug="support")
+    scope = Scope.for_domain(domain)
+    handbook = write.ensure_knowledge_base(scope, "handbook", read_only=True)
+    MemoryRecord.unscoped.bulk_create(
+        (
+            MemoryRecord(
+                org_id=domain.org_id,
+                domain_id=domain.pk,
+                knowledge_base=handbook,
+                namespace=f"user:{i % 40}",
+                content=f"Handbook passage {i}",
+                content_hash=content_hash(f"Handbook passage {i}"),
+                status=MemoryRecord.Status.INDEXED,
+            )
+            for i in range(50_000)
+        ),
+        batch_size=10_000,
+    )
+    imports_kb = write.ensure_knowledge_base(scope, "imports")
+    django_user_model.objects.create_superuser("operator", "op@example.com", "s3cret-pass")
+    browser.get(f"{live_server.url}/admin/login/")
+    browser.find_element(By.NAME, "username").send_keys("operator")
+    browser.find_element(By.NAME, "password").send_keys("s3cret-pass")
+    browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    home = wait(ec.presence_of_element_located((By.ID, "memoryhub-home")))
+    assert "acme / support" in home.text and "50000" in home.text
+    shot(browser, "10-operator-home")
+
+    browser.get(f"{live_server.url}/admin/memoryhub/knowledgebase/{handbook.pk}/change/")
+    contents = wait(ec.presence_of_element_located((By.ID, "kb-contents")))
+    assert "50000" in contents.text
+    assert len(browser.find_elements(By.CSS_SELECTOR, "input, select, textarea")) < 30
+    shot(browser, "11-kb-with-50k-records")
+
+    lines = tmp_path / "facts.jsonl"
+    lines.write_text(
+        "\n".join(json.dumps({"content": f"imported fact {i}"}) for i in range(4000))
+    )
+    with redis_server(tmp_path) as redis, celery_broker(redis.url()):
+        worker = start_worker(redis.url(), tmp_path / "worker.log")
+        try:
+            browser.get(f"{live_server.url}/admin/memoryhub/knowledgebase/{imports_kb.pk}/import/")
+            browser.find_element(By.NAME, "file").send_keys(str(lines))
+            browser.find_element(By.CSS_SELECTOR, "#import-form input[type=submit]").click()
+            row = wait(ec.presence_of_element_located((By.CSS_SELECTOR, "tr.import-job")))
+            shot(browser, "12-import-progress")
+            # The page polls: the status turns Done without a reload.
+            wait(
+                lambda _: row.find_element(By.CLASS_NAME, "import-status").text == "Done"
+                and row.find_element(By.CLASS_NAME, "index-count").text == "4000/4000",
+                timeout=120,
+            )
+            assert row.find_element(By.CLASS_NAME, "import-count").text == "4000/4000"
+            shot(browser, "13-import-done")
+            row.find_element(By.CSS_SELECTOR, "button.import-undo").click()
+            browser.switch_to.alert.accept()
+            receipt = wait(
+                ec.presence_of_element_located((By.CSS_SELECTOR, ".import-receipt a")),
+                timeout=120,
+            )
+            job = ImportJob.unscoped.get()
+            assert job.status == ImportJob.Status.UNDONE
+            assert not MemoryRecord.unscoped.filter(knowledge_base=imports_kb).exists()
+            row = browser.find_element(By.CSS_SELECTOR, "tr.import-job")  # after the reload
+            assert not [
+                b for b in row.find_elements(By.TAG_NAME, "button") if b.is_displayed()
+            ]  # undone: nothing left to cancel, re-run or undo
+            kb = KnowledgeBase.unscoped.get(pk=imports_kb.pk)
+            assert kb.description == ""  # the KB's own form was not what got submitted
+            shot(browser, "14-import-undone")
+            receipt.click()
+            wait(ec.url_contains("/erasurereceipt/"))
+            assert "4000" in browser.find_element(By.ID, "content").text
+            shot(browser, "15-undo-receipt")
+        finally:
+            worker.stop()

@@ -180,6 +180,12 @@ class KnowledgeBaseAdmin(OperatorAdmin):
             reverse("admin:memoryhub_knowledgebase_export", args=[obj.pk]),
         )
 
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        fields = list(super().get_fields(request, obj))
+        if obj is None or obj.deleting_since is None:
+            fields = [name for name in fields if name != "deleting_since"]
+        return fields
+
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         fields = list(super().get_readonly_fields(request, obj))
         if obj is not None:
@@ -280,7 +286,7 @@ class KnowledgeBaseAdmin(OperatorAdmin):
             else:
                 self.message_user(
                     request,
-                    _("%(file)s is queued for import; its progress is below.")
+                    _("The file %(file)s is queued for import; its progress is below.")
                     % {"file": job.filename},
                     messages.INFO,
                 )

@@ -209,3 +209,13 @@ def test_viewers_and_other_orgs_cannot_cancel_or_undo(client, tenant, other_tena
     assert progress.status_code == (200 if role == "viewer" else 404)
     job.refresh_from_db()
     assert job.status == ImportJob.Status.DONE and created_by(job) == 3
+
+
+def test_a_job_cancelled_during_validation_does_not_record_the_subjects_namespaces(tenant):
+    job = queue(tenant.scope, jsonl(3, namespace="user:carol"))
+    ImportJob.unscoped.filter(pk=job.pk).update(status="running")
+    job.refresh_from_db()
+    forget(tenant.scope, ForgetRequest(namespace="user:carol"))  # cancels it meanwhile
+    assert imports._validate(job) is False
+    job.refresh_from_db()
+    assert (job.status, job.namespaces, job.validated) == ("cancelled", None, False)

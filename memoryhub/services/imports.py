@@ -464,15 +464,16 @@ def _validate(job: ImportJob) -> bool:
     if errors:
         _finish(job.pk, ImportJob.Status.FAILED, errors, drop_file=True)
         return False
-    _touch(
-        job.pk,
+    # Only while it runs: an erasure may have cancelled it and scrubbed its namespaces.
+    validated = ImportJob.unscoped.filter(pk=job.pk, status=ImportJob.Status.RUNNING).update(
         parsed=total,
         total=total,
         validated=True,
         namespaces=sorted(namespaces) if namespaces is not None else None,
+        updated_at=timezone.now(),
     )
     job.total, job.validated = total, True
-    return True
+    return bool(validated)
 
 
 def _stopped(job_id: int) -> bool:
@@ -529,10 +530,11 @@ def _write_batch(job: ImportJob, scope: Scope, items: list[dict[str, Any]]) -> b
 
 
 def _finish(job_id: int, status: str, errors: dict[str, Any], *, drop_file: bool = False) -> None:
+    """End a queued or running job (one an erasure or a cancel ended stays as they left it)."""
     now = timezone.now()
-    ImportJob.unscoped.filter(pk=job_id).update(
-        status=status, errors=errors, finished_at=now, updated_at=now
-    )
+    ImportJob.unscoped.filter(
+        pk=job_id, status__in=(ImportJob.Status.QUEUED, ImportJob.Status.RUNNING)
+    ).update(status=status, errors=errors, finished_at=now, updated_at=now)
     if drop_file:
         ImportChunk.objects.filter(job_id=job_id).delete()
 

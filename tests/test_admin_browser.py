@@ -217,9 +217,7 @@ def test_operator_home_a_large_kb_a_live_import_and_its_undo(
     shot(browser, "11-kb-with-50k-records")
 
     lines = tmp_path / "facts.jsonl"
-    lines.write_text(
-        "\n".join(json.dumps({"content": f"imported fact {i}"}) for i in range(4000))
-    )
+    lines.write_text("\n".join(json.dumps({"content": f"imported fact {i}"}) for i in range(4000)))
     with redis_server(tmp_path) as redis, celery_broker(redis.url()):
         worker = start_worker(redis.url(), tmp_path / "worker.log")
         try:
@@ -230,8 +228,10 @@ def test_operator_home_a_large_kb_a_live_import_and_its_undo(
             shot(browser, "12-import-progress")
             # The page polls: the status turns Done without a reload.
             wait(
-                lambda _: row.find_element(By.CLASS_NAME, "import-status").text == "Done"
-                and row.find_element(By.CLASS_NAME, "index-count").text == "4000/4000",
+                lambda _: (
+                    row.find_element(By.CLASS_NAME, "import-status").text == "Done"
+                    and row.find_element(By.CLASS_NAME, "index-count").text == "4000/4000"
+                ),
                 timeout=120,
             )
             assert row.find_element(By.CLASS_NAME, "import-count").text == "4000/4000"

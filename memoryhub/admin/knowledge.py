@@ -180,7 +180,7 @@ class KnowledgeBaseAdmin(OperatorAdmin):
             reverse("admin:memoryhub_knowledgebase_export", args=[obj.pk]),
         )
 
-    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         fields = list(super().get_fields(request, obj))
         if obj is None or obj.deleting_since is None:
             fields = [name for name in fields if name != "deleting_since"]

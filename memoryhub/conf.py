@@ -75,6 +75,9 @@ DEFAULTS: dict[str, Any] = {
     "WORKER_HEARTBEAT_INTERVAL": 15,
     # Largest JSON body the API reads (bytes); larger ones get a JSON 413.
     "MAX_BODY_BYTES": 4 * 1024 * 1024,
+    # Authentication classes (dotted paths) the API accepts besides API keys and staff
+    # sessions; the host's REST_FRAMEWORK defaults never apply to memoryhub's API.
+    "API_AUTHENTICATION_CLASSES": [],
     # Largest file the admin imports (bytes); it is streamed, never held in memory.
     "IMPORT_MAX_BYTES": 1024**3,
 }

@@ -7,6 +7,7 @@ from typing import Any
 from celery import current_app
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import connection
+from django.utils.module_loading import import_string
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiExample,
@@ -16,8 +17,12 @@ from drf_spectacular.utils import (
     inline_serializer,
 )
 from rest_framework import exceptions, serializers, status
+from rest_framework.authentication import SessionAuthentication
+from rest_framework.metadata import SimpleMetadata
+from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.pagination import CursorPagination
 from rest_framework.permissions import AllowAny
+from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -31,7 +36,8 @@ from ..services import query as query_service
 from ..services import records as records_service
 from ..services import write as write_service
 from . import serializers as s
-from .authentication import request_api_key
+from .authentication import ApiKeyAuthentication, request_api_key
+from .exceptions import exception_handler
 from .parsers import BoundedJSONParser, read_chunked_body
 from .permissions import IsApiKeyOrStaff, actor, request_principal, require, resolve_domain
 from .throttling import ApiKeyRateThrottle
@@ -64,7 +70,26 @@ def errors_except(*codes: int) -> dict[int, OpenApiResponse]:
     return {code: response for code, response in ERRORS.items() if code not in codes}
 
 
-class MemoryAPIView(APIView):
+class PinnedAPIView(APIView):
+    """Every policy of the view is memoryhub's own: a host project's REST_FRAMEWORK
+    defaults (authentication, permissions, renderers, pagination, throttles, versioning,
+    the exception handler) apply to the host's views and never change this contract."""
+
+    authentication_classes: list[type] = []
+    permission_classes = [AllowAny]
+    throttle_classes: list[type] = []
+    parser_classes = [BoundedJSONParser]
+    renderer_classes = [JSONRenderer, BrowsableAPIRenderer]
+    content_negotiation_class = DefaultContentNegotiation
+    metadata_class = SimpleMetadata
+    versioning_class = None
+    pagination_class = None
+
+    def get_exception_handler(self) -> Any:
+        return exception_handler
+
+
+class MemoryAPIView(PinnedAPIView):
     """Base: API key or staff session, per-key throttle, bounded JSON bodies.
 
     Requests with a ``replica_methods`` method read memory from a replica when the site
@@ -72,11 +97,16 @@ class MemoryAPIView(APIView):
     request's log context (``memoryhub.log``).
     """
 
+    # A host adds authentication classes explicitly: MEMORYHUB["API_AUTHENTICATION_CLASSES"].
+    authentication_classes = [ApiKeyAuthentication, SessionAuthentication]
     permission_classes = [IsApiKeyOrStaff]
     throttle_classes = [ApiKeyRateThrottle]
-    parser_classes = [BoundedJSONParser]
     #: Read-only methods: nothing they do needs to read its own writes.
     replica_methods: frozenset[str] = frozenset({"GET", "HEAD"})
+
+    def get_authenticators(self) -> list[Any]:
+        extra = [import_string(path) for path in memoryhub_settings.API_AUTHENTICATION_CLASSES]
+        return [cls() for cls in [*self.authentication_classes, *extra]]
 
     def dispatch(self, request: Any, *args: Any, **kwargs: Any) -> Any:
         if request.method not in self.replica_methods:
@@ -164,7 +194,7 @@ HealthSerializer = inline_serializer(
 )
 
 
-class HealthView(APIView):
+class HealthView(PinnedAPIView):
     """Public liveness and readiness: database, broker, embedder and indexing.
 
     503 when the database, broker or embedder fails (this node cannot serve); 200 with
@@ -613,7 +643,7 @@ class SourcesView(MemoryAPIView):
         return Response(records_service.summarize_sources(scope))
 
 
-class NotFoundView(APIView):
+class NotFoundView(PinnedAPIView):
     """Any other path under the API: a JSON 404 (never Django's HTML page)."""
 
     authentication_classes: list[type] = []
@@ -623,4 +653,4 @@ class NotFoundView(APIView):
     def _not_found(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         raise exceptions.NotFound("No such API endpoint.", code="not_found")
 
-    get = post = put = patch = delete = head = options = _not_found
+    get = post = put = patch = delete = head = options = _not_found  # type: ignore[assignment]

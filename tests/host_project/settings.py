@@ -54,10 +54,18 @@ TEMPLATES = [
 
 DATABASES = {"default": dj_database_url.parse(os.environ["HOST_PROJECT_DATABASE_URL"])}
 
+# The host's own, opinionated DRF defaults, for its own API: none of them may reach
+# memoryhub's API (its views pin their own; the smoke test checks the contract holds).
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["memoryhub.api.authentication.ApiKeyAuthentication"],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "EXCEPTION_HANDLER": "memoryhub.api.exceptions.exception_handler",
+    "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAdminUser"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    "PAGE_SIZE": 2,
+    "DEFAULT_THROTTLE_CLASSES": ["rest_framework.throttling.AnonRateThrottle"],
+    "DEFAULT_THROTTLE_RATES": {"anon": "1/day"},
+    "DEFAULT_VERSIONING_CLASS": "rest_framework.versioning.AcceptHeaderVersioning",
+    "EXCEPTION_HANDLER": "tests.host_project.accounts.exceptions.host_exception_handler",
 }
 
 CELERY_TASK_ALWAYS_EAGER = True

@@ -27,12 +27,14 @@ class MemoryhubConfig(AppConfig):
     def ready(self) -> None:
         from celery.signals import before_task_publish, worker_ready, worker_shutdown
 
-        from .conf import check_deploy_settings, check_settings
+        from .conf import check_broker, check_database, check_deploy_settings, check_settings
         from .log import stamp_task_headers
         from .worker import start_heartbeat, stop_heartbeat
 
         checks.register(check_settings, "memoryhub")
         checks.register(check_deploy_settings, "memoryhub", deploy=True)
+        checks.register(check_database, checks.Tags.database)
+        checks.register(check_broker, "memoryhub")
         post_migrate.connect(ensure_configured_vector_index, sender=self)
         # Task log lines carry the id of the request that enqueued the task.
         before_task_publish.connect(stamp_task_headers, weak=False)

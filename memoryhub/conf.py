@@ -254,6 +254,69 @@ def check_deploy_settings(**kwargs: Any) -> list[CheckMessage]:
     ]
 
 
+def check_database(databases: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """``memoryhub.E009``/``E010`` (database checks: ``migrate`` runs them first): the
+    database must be PostgreSQL with the ``vector`` extension available, which SQLite
+    and a PostgreSQL without pgvector are not (the first migration would fail with a
+    syntax error half-way)."""
+    from django.db import connections
+
+    messages: list[CheckMessage] = []
+    for alias in databases or []:
+        connection = connections[alias]
+        if connection.vendor != "postgresql":
+            messages.append(
+                Error(
+                    f"memoryhub needs PostgreSQL with pgvector; database {alias!r} is "
+                    f"{connection.vendor}.",
+                    hint="Point DATABASES at PostgreSQL with the vector extension "
+                    "(pgvector 0.8; e.g. the pgvector/pgvector Docker image).",
+                    id="memoryhub.E009",
+                )
+            )
+            continue
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'")
+                available = cursor.fetchone() is not None
+        except Exception:  # unreachable: Django's own checks report the connection
+            continue
+        if not available:
+            messages.append(
+                Error(
+                    f"The PostgreSQL of database {alias!r} lacks the vector extension.",
+                    hint="Install pgvector on the server (e.g. the postgresql-NN-pgvector "
+                    "package, or the pgvector/pgvector Docker image).",
+                    id="memoryhub.E010",
+                )
+            )
+    return messages
+
+
+def check_broker(**kwargs: Any) -> list[CheckMessage]:
+    """``memoryhub.W003``: tasks are not eager and no broker is configured, so Celery
+    would publish to its default, ``amqp://localhost``, whatever answers there."""
+    from celery import current_app
+    from django.conf import settings
+
+    conf = current_app.conf
+    # The Celery app, or the Django settings it is configured from (namespace CELERY),
+    # when the app is not imported at check time.
+    eager = conf.task_always_eager or getattr(settings, "CELERY_TASK_ALWAYS_EAGER", False)
+    broker = conf.broker_url or conf.broker_write_url or getattr(settings, "CELERY_BROKER_URL", "")
+    if eager or broker:
+        return []
+    return [
+        Warning(
+            "Celery has no broker configured and tasks are not eager: memoryhub's "
+            "indexing and import tasks would go to amqp://localhost.",
+            hint="Set CELERY_BROKER_URL (with your Celery app configured from Django "
+            "settings), or CELERY_TASK_ALWAYS_EAGER = True to run tasks in-process.",
+            id="memoryhub.W003",
+        )
+    ]
+
+
 def _check_embedder() -> list[CheckMessage]:
     from .embedders import Embedder
 

@@ -6,7 +6,8 @@ query service on PostgreSQL + pgvector). Run it with::
     .venv/bin/python examples/agent_grounding.py
 
 It uses the site's database (the embedded one by default, or ``DATABASE_URL``), works in
-two demo orgs (``acme`` and ``globex``) and erases what it wrote before it exits.
+two orgs of its own (``example-acme-<random>`` and ``example-globex-<random>``), never
+touches anything else, and erases and deletes them before it exits.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +31,7 @@ from asgiref.sync import sync_to_async  # noqa: E402
 
 from memoryhub.scope import Scope  # noqa: E402
 from memoryhub.services import write  # noqa: E402
-from memoryhub.services.forget import ForgetRequest, forget  # noqa: E402
+from memoryhub.services.forget import forget_org  # noqa: E402
 from memoryhub.sources import DjangoMemory, MemoryContext, MemoryItem, as_grounder  # noqa: E402
 from tenants.models import Domain, Org  # noqa: E402
 
@@ -73,12 +75,23 @@ class Agent:
         return await self.llm.complete(system, task)
 
 
-def tenant(slug: str) -> Scope:
-    org, _ = Org.objects.get_or_create(slug=slug, defaults={"name": slug.title()})
-    domain, _ = Domain.objects.get_or_create(org=org, slug="support")
+RUN = uuid.uuid4().hex[:8]
+
+
+def tenant(name: str) -> Scope:
+    """A new org of this run's own (never an existing one)."""
+    org = Org.objects.create(slug=f"example-{name}-{RUN}", name=f"Example {name} ({RUN})")
+    domain = Domain.objects.create(org=org, slug="support")
     scope = Scope.for_domain(domain)
     write.ensure_knowledge_base(scope, "handbook")
     return scope
+
+
+def clean_up(*scopes: Scope) -> None:
+    """Erase the run's orgs through the erasure service, then delete them."""
+    for scope in scopes:
+        forget_org(scope.org_id, actor="example")
+        Org.objects.filter(pk=scope.org_id).delete()
 
 
 async def main() -> None:
@@ -104,7 +117,7 @@ async def main() -> None:
         print("What the model was sent:")
         print(llm.systems[0])
     finally:
-        await sync_to_async(forget)(acme, ForgetRequest(source="handbook"), actor="example")
+        await sync_to_async(clean_up)(acme, globex)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from memoryhub.scope import Scope
+
 from .services import database_url
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -16,6 +18,16 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.mark.django_db(transaction=True)
 def test_agent_grounding_example_reproduces_seed_003():
+    from memoryhub.models import MemoryRecord
+    from memoryhub.services import write
+    from tenants.models import Org
+
+    from .factories import DomainFactory, OrgFactory
+
+    # The site already has an org called acme, with a handbook: the example leaves it be.
+    theirs = Scope.for_domain(DomainFactory(org=OrgFactory(slug="acme"), slug="support"))
+    write.ensure_knowledge_base(theirs, "handbook")
+    write.write(theirs, [{"content": "acme's own handbook"}], sources=["handbook"])
     env = {**os.environ, "DATABASE_URL": database_url()}
     env["DJANGO_SETTINGS_MODULE"] = "config.settings"
     completed = subprocess.run(
@@ -37,6 +49,6 @@ def test_agent_grounding_example_reproduces_seed_003():
         "Relevant context:",
         "[handbook] Refunds are issued to the original payment method within 5 business days.",
     ]
-    from memoryhub.models import MemoryRecord
-
-    assert MemoryRecord.unscoped.count() == 0  # the example cleans up after itself
+    # The example cleans up after itself, and touched nothing else.
+    assert list(MemoryRecord.unscoped.values_list("content", flat=True)) == ["acme's own handbook"]
+    assert list(Org.objects.values_list("slug", flat=True)) == ["acme"]

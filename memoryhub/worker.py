@@ -51,6 +51,10 @@ def start_heartbeat(sender: Any = None, **kwargs: Any) -> None:
     if _thread is not None and _thread.is_alive():
         return
     hostname = getattr(sender, "hostname", None) or "celery"
+    try:  # the first beat before the worker says it is ready (requests may wait on it)
+        beat(hostname)
+    except Exception as exc:
+        logger.warning("worker heartbeat failed: %s: %s", type(exc).__name__, exc)
     _stop.clear()
     _thread = threading.Thread(
         target=_run, args=(hostname,), name="memoryhub-heartbeat", daemon=True

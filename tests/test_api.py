@@ -439,3 +439,27 @@ def test_browsable_api_renders_for_staff(tenant):
     response = client.get(url("sources"), HTTP_ACCEPT="text/html")
     assert response.status_code == 200
     assert b"memoryhub" in response.content or b"Sources" in response.content
+
+
+def test_wait_does_not_hold_the_request_when_no_worker_is_seen(api, tenant):
+    """Tasks go to a broker nobody consumes: ?wait returns at once, saying why."""
+    import time
+
+    from celery import current_app
+
+    from memoryhub.models import WorkerHeartbeat
+
+    WorkerHeartbeat.objects.all().delete()
+    current_app.conf.task_always_eager = False
+    try:
+        started = time.monotonic()
+        response = api.post(
+            url("records") + "?wait=30", {"items": [{"content": "nobody indexes"}]}, format="json"
+        )
+        elapsed = time.monotonic() - started
+    finally:
+        current_app.conf.task_always_eager = True
+    assert response.status_code == 202
+    assert response.json()["pending_reason"] == "no_worker"
+    assert response.json()["records"][0]["status"] == "pending"
+    assert elapsed < 20  # it did not wait the 30 s for a worker that is not there

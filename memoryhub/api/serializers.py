@@ -64,6 +64,12 @@ class WriteResponseSerializer(serializers.Serializer):
     refused = serializers.ListField(child=serializers.CharField())
     failed = serializers.DictField(child=serializers.CharField())
     records = RecordResultSerializer(many=True)
+    pending_reason = serializers.ChoiceField(
+        choices=["no_worker", "timeout"],
+        required=False,
+        help_text="With ?wait, why records are still pending: no_worker (no worker has "
+        "sent a heartbeat lately, so the request did not wait) or timeout.",
+    )
 
 
 class QueryRequestSerializer(serializers.Serializer):

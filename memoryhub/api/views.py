@@ -370,18 +370,25 @@ class RecordsView(MemoryAPIView):
         result = write_service.write(scope, body["items"], sources=sources, actor=actor(request))
         records = [s.record_result(record) for record in result.records]
         code: int = status.HTTP_202_ACCEPTED
+        reason: dict[str, str] = {}
         if wait and result.records:
+            eager = bool(current_app.conf.task_always_eager)
+            # Waiting for a worker nobody has seen would only hold the request.
+            waiting = eager or indexing_service.worker_seen_recently()
             statuses, done = indexing_service.wait_until_indexed(
-                scope, [record["id"] for record in records], wait
+                scope, [record["id"] for record in records], wait if waiting else 0
             )
             records = [{**r, "status": statuses.get(r["id"], r["status"])} for r in records]
             code = status.HTTP_200_OK if done else status.HTTP_202_ACCEPTED
+            if not done:
+                reason = {"pending_reason": "timeout" if waiting else "no_worker"}
         return Response(
             {
                 "accepted": result.accepted,
                 "refused": result.refused,
                 "failed": result.failed,
                 "records": records,
+                **reason,
             },
             status=code,
         )

@@ -179,6 +179,14 @@ def wait_until_indexed(
         delay = min(delay * 2, 0.5)
 
 
+def worker_seen_recently() -> bool:
+    """Whether a worker sent a heartbeat within ``WORKER_STALE_AFTER`` seconds."""
+    from ..models import WorkerHeartbeat
+
+    cutoff = timezone.now() - timedelta(seconds=memoryhub_settings.WORKER_STALE_AFTER)
+    return WorkerHeartbeat.objects.filter(seen_at__gte=cutoff).exists()
+
+
 def pending_for_sweep(older_than: timedelta | None = None) -> list[str]:
     """Ids of records left pending longer than ``SWEEP_PENDING_AFTER`` (a worker died)."""
     if older_than is None:

@@ -54,7 +54,7 @@ worker: install
 	$(VENV)/bin/celery -A config worker --beat --loglevel=info
 
 stop-db: install
-	$(PY) -m config.embedded_postgres stop
+	$(PY) -m memoryhub.contrib.embedded_postgres stop
 
 clean:
 	rm -rf $(VENV) build *.egg-info

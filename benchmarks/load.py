@@ -568,7 +568,7 @@ def _setup_database(name: str) -> None:
         import psycopg
         from psycopg import sql
 
-        from config.embedded_postgres import server as embedded
+        from memoryhub.contrib.embedded_postgres import server as embedded
 
         data_dir = Path(os.environ.get("MEMORYHUB_DATA_DIR") or ROOT / ".memoryhub") / "postgres"
         socket_dir = embedded.socket_dir(embedded.get_server(data_dir))

@@ -70,7 +70,7 @@ def timed(fn: Callable[[], Any], repeat: Iterable[Any]) -> list[float]:
 def setup_django(database: str) -> None:
     """Point the site at a dedicated benchmark database (embedded server by default)."""
     if not os.environ.get("BENCH_DATABASE_URL"):
-        from config.embedded_postgres import server as embedded
+        from memoryhub.contrib.embedded_postgres import server as embedded
 
         data_dir = Path(os.environ.get("MEMORYHUB_DATA_DIR") or ROOT / ".memoryhub") / "postgres"
         srv = embedded.get_server(data_dir)

@@ -86,9 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-seed", action="store_true", help="skip the demo org and key")
     args = parser.parse_args(argv)
 
-    from config.embedded_postgres.server import get_server, stop
     from config.embedded_redis import EmbeddedRedis
     from config.settings import DATA_DIR
+    from memoryhub.contrib.embedded_postgres.server import get_server, stop
 
     env = dict(os.environ)
     supervisor = Supervisor()

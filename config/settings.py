@@ -1,7 +1,7 @@
 """Settings of the runnable memoryhub site, read from the environment.
 
 Every value has a safe default for a developer machine: with no ``DATABASE_URL`` the
-site runs on an embedded PostgreSQL with pgvector (``config.embedded_postgres``), and
+site runs on an embedded PostgreSQL with pgvector (``memoryhub.contrib.embedded_postgres``), and
 with no ``CELERY_BROKER_URL`` Celery runs tasks eagerly when the transaction commits.
 """
 
@@ -142,16 +142,16 @@ if os.environ.get("DATABASE_URL"):
             conn_max_age=60,
             conn_health_checks=True,
             # Django's backend, with a health check that needs no round trip.
-            engine="config.postgresql",
+            engine="memoryhub.contrib.postgresql",
         )
     }
 else:
-    from config.embedded_postgres.server import exit_cleanly_on_sigterm
+    from memoryhub.contrib.embedded_postgres.server import exit_cleanly_on_sigterm
 
     exit_cleanly_on_sigterm()
     DATABASES = {
         "default": {
-            "ENGINE": "config.embedded_postgres",
+            "ENGINE": "memoryhub.contrib.embedded_postgres",
             "NAME": "memoryhub",
             "USER": "postgres",
             "DATA_DIR": str(DATA_DIR / "postgres"),  # type: ignore[typeddict-unknown-key]
@@ -167,7 +167,7 @@ if os.environ.get("REPLICA_DATABASE_URL"):
         os.environ["REPLICA_DATABASE_URL"],
         conn_max_age=60,
         conn_health_checks=True,
-        engine="config.postgresql",
+        engine="memoryhub.contrib.postgresql",
     )
     DATABASES["replica"]["TEST"] = {"MIRROR": "default"}
     DATABASE_ROUTERS = ["config.routers.ReplicaRouter"]

@@ -326,7 +326,7 @@ def start_postgres(data_dir: Path) -> PostgresServer:
 
     The caller shuts it down (``shut_down``): it is not tied to this process's exit.
     """
-    from config.embedded_postgres import server as embedded
+    from memoryhub.contrib.embedded_postgres import server as embedded
 
     try:
         server = embedded.get_server(data_dir, keep_running=True)

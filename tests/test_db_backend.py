@@ -10,7 +10,7 @@ import pytest
 from django.db import connection, connections
 from django.db.backends.postgresql import base as django_postgresql
 
-from config.postgresql.base import DatabaseWrapper
+from memoryhub.contrib.postgresql.base import DatabaseWrapper
 
 from .services import wait_for
 
@@ -24,9 +24,9 @@ def test_the_site_uses_the_backend_for_database_urls(monkeypatch):
     monkeypatch.setenv("REPLICA_DATABASE_URL", "postgres://u:p@replica.example:5432/memoryhub")
     try:
         reloaded = importlib.reload(config.settings)
-        assert reloaded.DATABASES["default"]["ENGINE"] == "config.postgresql"
+        assert reloaded.DATABASES["default"]["ENGINE"] == "memoryhub.contrib.postgresql"
         assert reloaded.DATABASES["default"]["CONN_HEALTH_CHECKS"] is True
-        assert reloaded.DATABASES["replica"]["ENGINE"] == "config.postgresql"
+        assert reloaded.DATABASES["replica"]["ENGINE"] == "memoryhub.contrib.postgresql"
     finally:
         monkeypatch.undo()
         importlib.reload(config.settings)

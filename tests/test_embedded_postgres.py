@@ -10,7 +10,7 @@ import psutil
 import psycopg
 import pytest
 
-from config.embedded_postgres import server as embedded
+from memoryhub.contrib.embedded_postgres import server as embedded
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,7 +29,7 @@ def _run(data_dir: Path, code: str) -> str:
     prelude = (
         "from pathlib import Path\n"
         "import psycopg\n"
-        "from config.embedded_postgres import server as embedded\n"
+        "from memoryhub.contrib.embedded_postgres import server as embedded\n"
         f"data_dir = Path({str(data_dir)!r})\n"
         "srv = embedded.get_server(data_dir)\n"
         "embedded.ensure_database(srv, 'memoryhub')\n"
@@ -165,7 +165,7 @@ def test_a_killed_holder_does_not_keep_the_server_running(tmp_path):
             "-c",
             "import sys, time\n"
             "from pathlib import Path\n"
-            "from config.embedded_postgres import server as embedded\n"
+            "from memoryhub.contrib.embedded_postgres import server as embedded\n"
             f"embedded.get_server(Path({str(data)!r}))\n"
             "print('holding', flush=True)\n"
             "time.sleep(60)\n",

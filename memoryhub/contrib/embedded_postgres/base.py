@@ -40,5 +40,7 @@ class DatabaseWrapper(base.DatabaseWrapper):
                 embedded.ensure_database(server, database)
             self._started[data_dir] = host
         self.settings_dict["HOST"] = self._started[data_dir]
-        self.settings_dict.setdefault("USER", "postgres")
+        # Django fills a missing USER with "" (then libpq would use the OS user's name).
+        if not self.settings_dict.get("USER"):
+            self.settings_dict["USER"] = "postgres"
         return super().get_connection_params()

@@ -1,7 +1,8 @@
-"""``python -m config.embedded_postgres status|start|stop [DATA_DIR]``."""
+"""``python -m memoryhub.contrib.embedded_postgres status|start|stop [DATA_DIR]``."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -12,9 +13,9 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] not in {"status", "start", "stop"}:
         print(__doc__)
         return 2
-    from config.settings import DATA_DIR
-
-    data_dir = Path(argv[1]) if len(argv) > 1 else DATA_DIR / "postgres"
+    # The runnable site's default (config.settings.DATA_DIR), from where make runs.
+    default = Path(os.environ.get("MEMORYHUB_DATA_DIR") or ".memoryhub") / "postgres"
+    data_dir = Path(argv[1]) if len(argv) > 1 else default
     if argv[0] == "stop":
         print("stopped" if stop(data_dir) else "not running")
         return 0

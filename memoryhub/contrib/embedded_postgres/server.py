@@ -101,7 +101,7 @@ def write_settings(data_dir: Path) -> None:
     if settings.exists():
         return  # the operator's now (deleting the include line opts out)
     lines = [
-        "# Written by memoryhub (config/embedded_postgres) when the server was created.",
+        "# Written by memoryhub (memoryhub/contrib/embedded_postgres) when the server was created.",
         "# Edit freely; the server reads it at start.",
         *(f"{name} = '{value}'" for name, value in memory_settings().items()),
     ]

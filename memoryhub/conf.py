@@ -75,6 +75,9 @@ DEFAULTS: dict[str, Any] = {
     "WORKER_HEARTBEAT_INTERVAL": 15,
     # Largest JSON body the API reads (bytes); larger ones get a JSON 413.
     "MAX_BODY_BYTES": 4 * 1024 * 1024,
+    # The namespace of a host user's memory (memoryhub.namespaces.for_user), formatted
+    # with the user's pk and username.
+    "USER_NAMESPACE": "user:{pk}",
     # Authentication classes (dotted paths) the API accepts besides API keys and staff
     # sessions; the host's REST_FRAMEWORK defaults never apply to memoryhub's API.
     "API_AUTHENTICATION_CLASSES": [],

@@ -16,6 +16,30 @@ class OrgQuerySet(models.QuerySet["Org"]):
     def active(self) -> OrgQuerySet:
         return self.filter(is_active=True)
 
+    def get_or_create_for(self, external_ref: str, *, name: str = "") -> tuple[Org, bool]:
+        """The org of the host's tenant ``external_ref`` (its own id for a customer),
+        created with a slug from ``name`` (or the reference) the first time."""
+        from django.db import IntegrityError, transaction
+        from django.utils.text import slugify
+
+        if not external_ref:
+            raise ValueError("external_ref may not be empty.")
+        org = self.filter(external_ref=external_ref).first()
+        if org is not None:
+            return org, False
+        base = slugify(name or external_ref)[:55] or "org"
+        slug, n = base, 1
+        while self.filter(slug=slug).exists():
+            n += 1
+            slug = f"{base}-{n}"
+        try:
+            with transaction.atomic():
+                return self.create(
+                    external_ref=external_ref, slug=slug, name=name or external_ref
+                ), True
+        except IntegrityError:  # created meanwhile by another process
+            return self.get(external_ref=external_ref), False
+
 
 class Org(models.Model):
     """A tenant: a customer organisation. All memory belongs to exactly one org."""

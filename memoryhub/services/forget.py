@@ -26,7 +26,7 @@ from django.db.models import Count, Q, QuerySet, TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
 
-from .. import observe, policy
+from .. import observe, policy, signals
 from ..cache import erase_on_commit
 from ..conf import memoryhub_settings
 from ..models import (
@@ -231,9 +231,23 @@ def forget(
             )
         if refusal is None and (result.deleted or result.cancelled_imports):
             _record_receipt(scope, _selector(request), result, actor, batch)
+            _signal(scope, request, result, actor)
     if refusal is not None:
         raise refusal
     return result
+
+
+def _signal(scope: Scope, request: ForgetRequest, result: ForgetResult, actor: str) -> None:
+    """Tell the host project (``memoryhub.signals``), once this erasure commits."""
+    common = {"scope": scope, "receipt": result.receipt, "deleted": result.deleted, "actor": actor}
+    signals.send_on_commit(
+        signals.records_forgotten,
+        **common,
+        by_source=dict(result.by_source),
+        selector=_selector(request),
+    )
+    if request.is_subject_erasure and request.namespace:
+        signals.send_on_commit(signals.subject_erased, **common, namespace=request.namespace)
 
 
 def _lock_writers(scope: Scope, request: ForgetRequest) -> None:

@@ -25,7 +25,7 @@ from django.db.models import F
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from .. import observe, policy
+from .. import observe, policy, signals
 from ..cache import bump_generation_on_commit
 from ..conf import memoryhub_settings
 from ..models import KnowledgeBase, MemoryRecord, Observation, content_hash
@@ -542,6 +542,15 @@ def _write_to(
             ],
         )
     statuses = {str(record.pk): record.status for record in [*new_records, *changed]}
+    if new_records or changed:
+        signals.send_on_commit(
+            signals.record_written,
+            scope=scope,
+            source=knowledge_base.name,
+            created=[str(record.pk) for record in new_records],
+            updated=[str(record.pk) for record in changed],
+            actor=actor,
+        )
     if deduplicated:
         observe.record_in_scope(
             Observation.Kind.MEMORY_DEDUPLICATED,

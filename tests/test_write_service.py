@@ -321,3 +321,18 @@ def test_rolled_back_write_schedules_nothing(tenant, django_capture_on_commit_ca
     with django_capture_on_commit_callbacks() as callbacks:
         write.write(tenant.scope, [{"content": "committed"}])
     assert len(callbacks) == 2  # the indexing task and the cache generation bump
+
+
+def test_a_keyed_write_finds_existing_keys_through_the_unique_index(tenant):
+    """The lookup of existing keys names the namespaces too, so the (knowledge base,
+    namespace, key) index answers it: by key alone it scanned the whole knowledge base
+    (172 ms per write at 700k records, which made a 1M-line import quadratic)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    write.write(tenant.scope, [{"content": "v1", "key": "k", "namespace": "user:a"}])
+    with CaptureQueriesContext(connection) as queries:
+        write.write(tenant.scope, [{"content": "v2", "key": "k", "namespace": "user:a"}])
+    [lookup] = [q["sql"] for q in queries if "FOR UPDATE" in q["sql"] and '"key" IN' in q["sql"]]
+    assert '"namespace" IN' in lookup, lookup
+    assert MemoryRecord.unscoped.get(key="k").content == "v2"

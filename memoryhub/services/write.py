@@ -462,7 +462,11 @@ def _write_to(
     hashes = {(item.namespace, item.content_hash) for item in items}
     by_key: dict[tuple[str, str], MemoryRecord] = {}
     if keys:
-        for record in records.filter(key__in={key for _, key in keys}).select_for_update():
+        # Namespace and key: the unique index (knowledge base, namespace, key) answers it
+        # (the key alone scanned the whole knowledge base: 172 ms a call at 700k records).
+        for record in records.filter(
+            namespace__in={namespace for namespace, _ in keys}, key__in={key for _, key in keys}
+        ).select_for_update():
             by_key[(record.namespace, record.key or "")] = record
     by_hash: dict[tuple[str, str], str] = {}
     for record_id, namespace, digest in records.filter(

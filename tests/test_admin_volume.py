@@ -136,3 +136,27 @@ def test_the_operator_home_shows_their_domains_only_with_counts_and_buttons(
             assert ('id="mh-erase"' in html) is erase_button
             assert ('id="mh-erasures"' in html) is erase_button
             assert 'id="mh-playground"' in html
+
+
+@pytest.mark.parametrize(
+    "url", ["/admin/memoryhub/memoryrecord/", "/admin/memoryhub/observation/"]
+)
+def test_the_big_lists_read_no_unbounded_group_or_distinct(admin_client, big_kb, url):
+    """At a million rows, the lists' filters and links must not aggregate every row:
+    only the paginator's COUNT(*) may read them all (and the observation summary, over
+    its 30-day window)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as queries:
+        assert admin_client.get(url).status_code == 200
+    table = "memoryhub_memoryrecord" if "memoryrecord" in url else "memoryhub_observation"
+    unbounded = [
+        q["sql"]
+        for q in queries
+        if f'FROM "{table}"' in q["sql"]
+        and ("GROUP BY" in q["sql"] or "DISTINCT" in q["sql"])
+        and "LIMIT" not in q["sql"]
+        and '"created_at" >=' not in q["sql"]
+    ]
+    assert unbounded == []

@@ -25,7 +25,12 @@ from ..services import forget as forget_service
 from ..services import write as write_service
 from .base import OperatorAdmin, actor, admin_context, operator_view
 from .erasure import erasure_batch, show_receipt
-from .filters import NamespaceFilter, VisibleRelatedFilter, knowledge_base_label
+from .filters import (
+    EmbeddingModelFilter,
+    NamespaceFilter,
+    VisibleRelatedFilter,
+    knowledge_base_label,
+)
 from .knowledge import RecordForm, _item_from
 
 #: How much of a record's content its change-list row shows (the rest on hover).
@@ -74,7 +79,7 @@ class MemoryRecordAdmin(OperatorAdmin):
         "status",
         ("org", VisibleRelatedFilter),
         ("domain", VisibleRelatedFilter),
-        "embedding_model",
+        EmbeddingModelFilter,
         "created_at",
     ]
     list_select_related = ["knowledge_base", "domain__org"]
@@ -94,7 +99,7 @@ class MemoryRecordAdmin(OperatorAdmin):
         "updated_at",
         "indexed_at",
     ]
-    date_hierarchy = "created_at"
+    # No date_hierarchy: its year links are a DISTINCT over every record the user sees.
     actions = ["reembed"]
     change_list_template = "admin/memoryhub/memoryrecord/change_list.html"
 

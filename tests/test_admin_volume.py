@@ -138,9 +138,7 @@ def test_the_operator_home_shows_their_domains_only_with_counts_and_buttons(
             assert 'id="mh-playground"' in html
 
 
-@pytest.mark.parametrize(
-    "url", ["/admin/memoryhub/memoryrecord/", "/admin/memoryhub/observation/"]
-)
+@pytest.mark.parametrize("url", ["/admin/memoryhub/memoryrecord/", "/admin/memoryhub/observation/"])
 def test_the_big_lists_read_no_unbounded_group_or_distinct(admin_client, big_kb, url):
     """At a million rows, the lists' filters and links must not aggregate every row:
     only the paginator's COUNT(*) may read them all (and the observation summary, over

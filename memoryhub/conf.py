@@ -20,6 +20,11 @@ DEFAULTS: dict[str, Any] = {
     # Import path of the embedder class and the keyword options it is built with.
     "EMBEDDER": "memoryhub.embedders.HashingEmbedder",
     "EMBEDDER_OPTIONS": {},
+    # Embedders records may still carry vectors of, after a change of EMBEDDER: each a
+    # {"EMBEDDER": path, "EMBEDDER_OPTIONS": {...}}. Queries embed the query with each
+    # model still present in the scope, so old vectors serve until re-embedding is done
+    # (the default HashingEmbedder family is recognised by its name without this).
+    "PREVIOUS_EMBEDDERS": [],
     # Bounds on one write request.
     "MAX_WRITE_ITEMS": 100,
     "MAX_CONTENT_LENGTH": 20_000,
@@ -138,6 +143,7 @@ class MemoryhubSettings:
 
     def __init__(self) -> None:
         self._embedder: Embedder | None = None
+        self._previous: dict[str, Embedder] | None = None
 
     @property
     def user_settings(self) -> dict[str, Any]:
@@ -155,8 +161,28 @@ class MemoryhubSettings:
             self._embedder = embedder_class(**self.EMBEDDER_OPTIONS)
         return self._embedder
 
+    def embedder_for(self, model_name: str) -> Embedder | None:
+        """The embedder whose vectors are stored under ``model_name``: the configured one,
+        one of ``PREVIOUS_EMBEDDERS``, or a default-option ``HashingEmbedder`` recognised
+        by its name; None when none is known (those vectors cannot serve queries)."""
+        current = self.embedder()
+        if model_name == current.name:
+            return current
+        if self._previous is None:
+            previous: dict[str, Embedder] = {}
+            for entry in self.PREVIOUS_EMBEDDERS:
+                embedder = import_string(entry["EMBEDDER"])(**entry.get("EMBEDDER_OPTIONS", {}))
+                previous[embedder.name] = embedder
+            self._previous = previous
+        if model_name in self._previous:
+            return self._previous[model_name]
+        from .embedders.hashing import HashingEmbedder
+
+        return HashingEmbedder.from_name(model_name)
+
     def reload(self) -> None:
         self._embedder = None
+        self._previous = None
 
 
 memoryhub_settings = MemoryhubSettings()
@@ -356,4 +382,24 @@ def _check_embedder() -> list[CheckMessage]:
     dimensions = embedder.dimensions
     if isinstance(dimensions, bool) or not isinstance(dimensions, int) or dimensions < 1:
         return [Error(f"{path!r} reports dimensions={dimensions!r}.", id="memoryhub.E004")]
-    return []
+    return _check_previous_embedders()
+
+
+def _check_previous_embedders() -> list[CheckMessage]:
+    entries = memoryhub_settings.PREVIOUS_EMBEDDERS
+    hint = 'A list like [{"EMBEDDER": "memoryhub.embedders.HashingEmbedder"}].'
+    if not isinstance(entries, list | tuple):
+        message = "MEMORYHUB['PREVIOUS_EMBEDDERS'] must be a list."
+        return [Error(message, hint=hint, id="memoryhub.E011")]
+    errors: list[CheckMessage] = []
+    for index, entry in enumerate(entries):
+        where = f"MEMORYHUB['PREVIOUS_EMBEDDERS'][{index}]"
+        if not isinstance(entry, dict) or not isinstance(entry.get("EMBEDDER"), str):
+            message = f"{where} must be a dict with an EMBEDDER path."
+            errors.append(Error(message, hint=hint, id="memoryhub.E011"))
+            continue
+        try:
+            import_string(entry["EMBEDDER"])(**entry.get("EMBEDDER_OPTIONS", {}))
+        except Exception as exc:
+            errors.append(Error(f"{where} cannot be built: {exc}", id="memoryhub.E011"))
+    return errors

@@ -263,6 +263,11 @@ class MemoryRecord(models.Model):
                 condition=Q(expires_at__isnull=False),
                 name="memoryhub_record_expiry_idx",
             ),
+            # Which models' vectors a domain holds, and how many (a model change is a
+            # migration: old vectors serve until re-embedded; services.indexing).
+            models.Index(
+                fields=["embedding_model", "domain", "status"], name="memoryhub_record_model_idx"
+            ),
             models.Index(
                 fields=["import_job", "status"],
                 condition=Q(import_job__isnull=False),

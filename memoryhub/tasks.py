@@ -33,10 +33,11 @@ def enqueue(task: Any, *args: Any, what: str, left: str, countdown: float = 0) -
 
 
 @shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=None)
-def index_records(self: Any, record_ids: list[str]) -> dict[str, int]:
-    """Embed and index a batch of records; retried with exponential backoff on errors."""
+def index_records(self: Any, record_ids: list[str], force: bool = False) -> dict[str, int]:
+    """Embed and index a batch of records; retried with exponential backoff on errors.
+    ``force`` embeds records already indexed with the configured model again."""
     try:
-        result = indexing.index_records(record_ids)
+        result = indexing.index_records(record_ids, force=force)
     except EmbedderError as exc:
         if self.request.retries + 1 >= memoryhub_settings.INDEX_MAX_ATTEMPTS:
             # The service has marked the records failed and recorded why.

@@ -55,7 +55,7 @@ def test_http_memory_writes_queries_and_grounds(remote, other_tenant):
         return outcome, items, mixed, grounding
 
     outcome, items, mixed, grounding = asyncio.run(main())
-    assert outcome["accepted"] == ["memory"]
+    assert outcome.accepted == ["memory"]
     [item] = items
     assert (item.content, item.source, item.key, item.namespace) == (
         "Alice prefers EUR.",

@@ -486,6 +486,9 @@ def test_seed_003_working_code(tenant, other_tenant):
         ),
     ]
     write.ensure_knowledge_base(tenant.scope, "handbook")
+    # The other tenant runs the same product: its own (empty) handbook. A tenant without
+    # one gets UnknownSource, as over the API (tests/test_sources_truth.py).
+    write.ensure_knowledge_base(other_tenant.scope, "handbook")
     memory = DjangoMemory(sources=["handbook"], write_to="handbook")
     ctx = MemoryContext(tenant.scope)
 

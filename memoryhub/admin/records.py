@@ -11,7 +11,6 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
-from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
@@ -22,6 +21,7 @@ from ..models import MemoryRecord
 from ..policy import Action
 from ..scope import Scope
 from ..services import forget as forget_service
+from ..services import indexing as indexing_service
 from ..services import write as write_service
 from .base import OperatorAdmin, actor, admin_context, operator_view
 from .erasure import erasure_batch, show_receipt
@@ -215,18 +215,31 @@ class MemoryRecordAdmin(OperatorAdmin):
     def has_reembed_permission(self, request: HttpRequest) -> bool:
         return self.allows(request, Action.REEMBED)
 
+    #: A selection larger than this is a job for ``manage.py memoryhub_reembed``: the
+    #: action reads every selected id in the request.
+    REEMBED_MAX = 10_000
+
     @admin.action(description=_("Re-embed selected records"), permissions=["reembed"])
     def reembed(self, request: HttpRequest, queryset: QuerySet[MemoryRecord]) -> None:
         queryset = self.allowed_rows(request, queryset, Action.REEMBED)
-        ids = [str(pk) for pk in queryset.values_list("pk", flat=True)]
-        MemoryRecord.unscoped.filter(pk__in=ids).update(
-            status=MemoryRecord.Status.PENDING, attempts=0, last_error="", updated_at=timezone.now()
-        )
-        write_service.schedule_indexing(ids)
+        if queryset[: self.REEMBED_MAX + 1].count() > self.REEMBED_MAX:
+            self.message_user(
+                request,
+                _(
+                    "More than %(max)d records selected: re-embed a domain or knowledge base "
+                    "with manage.py memoryhub_reembed --org … --domain … [--source …]."
+                )
+                % {"max": self.REEMBED_MAX},
+                messages.ERROR,
+            )
+            return
+        # Forced (the operator asked for these), and never hidden meanwhile: each record
+        # serves queries with its current vector until the new one is stored.
+        count = indexing_service.reembed(queryset, force=True)
         self.message_user(
             request,
-            ngettext("Re-embedding %(n)d record.", "Re-embedding %(n)d records.", len(ids))
-            % {"n": len(ids)},
+            ngettext("Re-embedding %(n)d record.", "Re-embedding %(n)d records.", count)
+            % {"n": count},
             messages.SUCCESS,
         )
 

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 
 _WORD = re.compile(r"\w+", re.UNICODE)
+_NAME = re.compile(r"hashing-(\d{1,5})-c(\d)(\d)")
 
 
 class HashingEmbedder:
@@ -42,6 +43,19 @@ class HashingEmbedder:
 
     def __repr__(self) -> str:
         return f"HashingEmbedder(dimensions={self.dimensions})"
+
+    @classmethod
+    def from_name(cls, name: str) -> HashingEmbedder | None:
+        """The embedder a stored ``hashing-<dimensions>-c<low><high>`` name came from, with
+        the default weights (other weights: list it in ``PREVIOUS_EMBEDDERS``)."""
+        match = _NAME.fullmatch(name)
+        if match is None:
+            return None
+        dimensions, low, high = (int(group) for group in match.groups())
+        try:
+            return cls(dimensions, char_ngrams=(low, high))
+        except ValueError:
+            return None
 
     def _features(self, text: str) -> list[tuple[str, float]]:
         word_weight, bigram_weight, char_weight = self.weights

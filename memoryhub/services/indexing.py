@@ -34,10 +34,14 @@ __all__ = [
     "ensure_tenant_indexes",
     "ensure_vector_index",
     "index_records",
+    "model_change_progress",
+    "models_in_domain",
+    "models_in_use",
     "pending_for_sweep",
     "pipeline_status",
     "purge_expired",
     "records_to_reembed",
+    "reembed",
     "tenant_index_name",
     "tenant_index_share",
     "vector_expression",
@@ -56,8 +60,12 @@ class IndexResult:
     failed: list[str] = field(default_factory=list)
 
 
-def index_records(record_ids: Sequence[str]) -> IndexResult:
+def index_records(record_ids: Sequence[str], *, force: bool = False) -> IndexResult:
     """Embed and store vectors for ``record_ids`` in one embedder call.
+
+    Records already indexed with the configured model are skipped unless ``force``. A
+    record being re-embedded keeps its status and its previous vector until the new one
+    is stored: a change of model never hides it from vector search.
 
     On an embedder error, attempts are counted and :class:`EmbedderError` is raised for
     the caller (the task) to retry; once ``INDEX_MAX_ATTEMPTS`` is reached the records
@@ -71,12 +79,12 @@ def index_records(record_ids: Sequence[str]) -> IndexResult:
         # Rows are locked while they are embedded: a concurrent task (a redelivered
         # message, a sweep) skips them instead of embedding them a second time. If this
         # worker dies, the locks go with its connection and the rows stay pending.
-        rows = list(
-            MemoryRecord.unscoped.filter(pk__in=list(record_ids))
-            .exclude(status=MemoryRecord.Status.INDEXED, embedding_model=embedder.name)
-            .select_for_update(skip_locked=True)
-            .values_list("id", "content")
-        )
+        candidates = MemoryRecord.unscoped.filter(pk__in=list(record_ids))
+        if not force:
+            candidates = candidates.exclude(
+                status=MemoryRecord.Status.INDEXED, embedding_model=embedder.name
+            )
+        rows = list(candidates.select_for_update(skip_locked=True).values_list("id", "content"))
         found = {str(pk) for pk, _ in rows}
         result.skipped = [str(pk) for pk in record_ids if str(pk) not in found]
         if not rows:
@@ -532,6 +540,95 @@ def tenant_index_share(scope: Scope, model_name: str) -> float | None:
     if mine <= 0 or shared <= 0:  # not counted yet (-1): assume the whole index
         return 1.0
     return min(mine / shared, 1.0)
+
+
+def models_in_use() -> list[str]:
+    """Every embedding model some record's vector is stored under: a skip scan of the
+    model index (one probe per model, whatever the number of records)."""
+    from django.db import connection
+
+    table = MemoryRecord._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            WITH RECURSIVE models(name) AS (
+                SELECT min(embedding_model) FROM {table} WHERE embedding_model > ''
+                UNION ALL
+                SELECT (SELECT min(embedding_model) FROM {table}
+                         WHERE embedding_model > models.name)
+                  FROM models WHERE models.name IS NOT NULL
+            )
+            SELECT name FROM models WHERE name IS NOT NULL
+            """
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+def models_in_domain(scope: Scope) -> list[str]:
+    """The models whose vectors serve queries in ``scope``'s domain (indexed records),
+    from the model index: one probe per model in use."""
+    from django.db import connection
+
+    table = MemoryRecord._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            SELECT name FROM unnest(%s::text[]) AS name
+             WHERE EXISTS (SELECT 1 FROM {table}
+                            WHERE embedding_model = name AND domain_id = %s AND status = %s)
+             ORDER BY name
+            """,
+            [models_in_use(), scope.domain_id, MemoryRecord.Status.INDEXED],
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+def model_change_progress(scope: Scope) -> dict[str, Any]:
+    """How far a change of embedder has come in ``scope``'s domain: the configured model
+    and, per previous model still holding indexed records, how many (counted from the
+    model index; they shrink to none as re-embedding goes on), and whether queries can
+    use them (an embedder is known for the model)."""
+    current = memoryhub_settings.embedder().name
+    previous = {}
+    for name in models_in_domain(scope):
+        if name == current:
+            continue
+        count = MemoryRecord.unscoped.filter(
+            embedding_model=name, domain_id=scope.domain_id, status=MemoryRecord.Status.INDEXED
+        ).count()
+        previous[name] = {
+            "records": count,
+            "serves_queries": memoryhub_settings.embedder_for(name) is not None,
+        }
+    return {"model": current, "previous": previous, "migrating": bool(previous)}
+
+
+def reembed(records: QuerySet[MemoryRecord], *, force: bool = False) -> int:
+    """Embed ``records`` again with the configured model, in the workers' batches.
+
+    The one re-embedding path (the ``memoryhub_reembed`` command, the admin action): a
+    record keeps its status and serves queries with its previous vector until the new
+    one is stored. Without ``force`` records already on the configured model are left
+    alone; with it they are embedded again too (e.g. the model's files changed under the
+    same name). Returns how many records were scheduled; ids are read and sent in
+    batches, never all at once.
+    """
+    from .write import schedule_indexing
+
+    embedder = memoryhub_settings.embedder()
+    ensure_vector_index(embedder.name, embedder.dimensions)
+    if not force:
+        records = records.exclude(status=MemoryRecord.Status.INDEXED, embedding_model=embedder.name)
+    size = memoryhub_settings.INDEX_BATCH_SIZE * 50
+    batch: list[str] = []
+    total = 0
+    for pk in records.order_by().values_list("id", flat=True).iterator(chunk_size=size):
+        batch.append(str(pk))
+        if len(batch) >= size:
+            schedule_indexing(batch, force=force)
+            total, batch = total + len(batch), []
+    schedule_indexing(batch, force=force)
+    return total + len(batch)
 
 
 def records_to_reembed(

@@ -39,6 +39,7 @@ from psycopg import ClientCursor
 
 from .. import cache, observe
 from ..conf import memoryhub_settings
+from ..embedders import Embedder
 from ..filters import compile_where
 from ..items import MemoryItem, dedupe_items, sort_by_score
 from ..models import SEARCH_CONFIG, KnowledgeBase, MemoryRecord, Observation
@@ -264,13 +265,23 @@ class _Plan:
     keyword: _Leg | None
     strategy: str
     settings: dict[str, str]
+    #: During a change of embedder: a vector leg per previous model still holding
+    #: vectors in the scope, with its model's name (the query is embedded once per model).
+    previous: tuple[tuple[str, _Leg], ...] = ()
 
 
 def _vector_leg(
-    scope: Scope, request: QueryRequest, records: QuerySet[MemoryRecord], depth: int
+    scope: Scope,
+    request: QueryRequest,
+    records: QuerySet[MemoryRecord],
+    depth: int,
+    embedder: Embedder | None = None,
+    slot: _Slot | None = None,
 ) -> tuple[_Leg | None, str, dict[str, str]]:
-    """The vector leg, the plan it uses, and the settings that plan needs (HNSW)."""
-    embedder = memoryhub_settings.embedder()
+    """The vector leg over ``embedder``'s vectors (default: the configured model's), the
+    plan it uses, and the settings that plan needs (HNSW)."""
+    embedder = embedder or memoryhub_settings.embedder()
+    slot = slot or VECTOR
     scoped = records.filter(embedding_model=embedder.name, status=MemoryRecord.Status.INDEXED)
     threshold = memoryhub_settings.EXACT_SCAN_THRESHOLD
     filters = {**request.canonical(), "query": None, "k": None, "mode": None, "min_score": None}
@@ -299,14 +310,34 @@ def _vector_leg(
             "hnsw.max_scan_tuples": str(int(memoryhub_settings.HNSW_MAX_SCAN_TUPLES)),
             "hnsw.ef_search": str(min(max(ef_search, depth), 1000)),
         }
-    vector = RawSQL("%s", (VECTOR,), output_field=VectorField())
+    vector = RawSQL("%s", (slot,), output_field=VectorField())
     # The distance is computed once per row: ORDER BY reuses the SELECT column.
     ranked = (
         scoped.annotate(distance=CosineDistance(expression, vector))
         .order_by("distance")
         .values_list("id", "distance", *ROW_FIELDS)[:depth]
     )
-    return _Leg.compile(ranked, lambda distance: 1.0 - distance, VECTOR), strategy, settings
+    return _Leg.compile(ranked, lambda distance: 1.0 - distance, slot), strategy, settings
+
+
+#: At most this many previous models serve queries at once (each costs an embedding of
+#: the query and a leg): a migration has one; more means re-embedding is overdue.
+MAX_PREVIOUS_MODELS = 2
+
+
+def _previous_embedders(scope: Scope) -> list[tuple[str, Embedder]]:
+    """The models other than the configured one whose vectors the scope's domain still
+    holds (an embedding-model change in progress), with their embedders; a model no
+    embedder is known for is skipped (``PREVIOUS_EMBEDDERS``)."""
+    current = memoryhub_settings.embedder().name
+    found: list[tuple[str, Embedder]] = []
+    for name in indexing.models_in_domain(scope):
+        if name == current:
+            continue
+        embedder = memoryhub_settings.embedder_for(name)
+        if embedder is not None:
+            found.append((name, embedder))
+    return found[:MAX_PREVIOUS_MODELS]
 
 
 def _keyword_words(text: str) -> str | None:
@@ -355,6 +386,7 @@ def _plan(scope: Scope, request: QueryRequest, gen: int | None = None) -> _Plan:
         "query": None,
         "min_score": None,
         "model": settings.embedder().name,
+        "previous": settings.PREVIOUS_EMBEDDERS,
         "exact": settings.EXACT_SCAN_THRESHOLD,
         "ef": settings.HNSW_EF_SEARCH,
         "tuples": settings.HNSW_MAX_SCAN_TUPLES,
@@ -373,12 +405,22 @@ def _plan(scope: Scope, request: QueryRequest, gen: int | None = None) -> _Plan:
         keyword: _Leg | None = None
         hnsw: dict[str, str] = {}
         strategy = request.mode
+        previous: list[tuple[str, _Leg]] = []
         if request.mode in ("vector", "hybrid"):
             vector, chosen, hnsw = _vector_leg(scope, request, records, depth)
+            for name, embedder in _previous_embedders(scope):
+                leg, _, leg_settings = _vector_leg(
+                    scope, request, records, depth, embedder, _Slot(f"query vector {name}")
+                )
+                if leg is not None:
+                    previous.append((name, leg))
+                    hnsw = hnsw or leg_settings  # an HNSW leg needs its iterative scan
             strategy = chosen if request.mode == "vector" else f"hybrid+{chosen}"
+            if previous:
+                strategy += f"+{len(previous) + 1}models"
         if request.mode in ("keyword", "hybrid"):
             keyword = _keyword_leg(records, depth)
-    plan = _Plan(vector, keyword, strategy, hnsw)
+    plan = _Plan(vector, keyword, strategy, hnsw, tuple(previous))
     with _PLANS_LOCK:
         _PLANS[key] = (now, plan)
         while len(_PLANS) > PLANS_KEPT:
@@ -545,6 +587,32 @@ def _fuse(
     return sorted(scores.items(), key=lambda pair: -pair[1])
 
 
+#: How the vector rankings of two models merge during a model change: "raw" compares
+#: their cosine similarities as they are (scores keep their meaning), "rrf" interleaves
+#: by rank, "normalized" divides each model's similarities by its best one. Measured by
+#: the benchmark's model-change run (benchmarks/REPORT.md): raw, unless it says otherwise.
+MODEL_MERGE = "raw"
+
+
+def merge_models(
+    rankings: Sequence[list[tuple[Any, float]]], how: str | None = None
+) -> list[tuple[Any, float]]:
+    """One vector ranking from disjoint per-model rankings (a record has one vector)."""
+    how = how or MODEL_MERGE
+    merged: list[tuple[Any, float]] = []
+    for ranking in rankings:
+        if not ranking:
+            continue
+        if how == "rrf":
+            merged.extend((pk, 1.0 / (RRF_K + rank)) for rank, (pk, _) in enumerate(ranking, 1))
+        elif how == "normalized" and ranking[0][1] > 0:
+            best = ranking[0][1]
+            merged.extend((pk, score / best) for pk, score in ranking)
+        else:
+            merged.extend(ranking)
+    return sorted(merged, key=lambda pair: -pair[1])
+
+
 def _rank(
     scope: Scope, request: QueryRequest, gen: int
 ) -> tuple[list[tuple[Any, float]], str, dict[Any, dict[str, Any]]]:
@@ -554,9 +622,17 @@ def _rank(
     values: dict[_Slot, Any] = {WORDS: _keyword_words(request.query)}
     if plan.vector is not None:
         values[VECTOR] = Vector(memoryhub_settings.embedder().embed_query(request.query)).to_text()
-    (vector, keyword), rows = _run([plan.vector, plan.keyword], values, plan.settings)
+    for name, leg in plan.previous:
+        embedder = memoryhub_settings.embedder_for(name)
+        assert embedder is not None  # the plan was built with it
+        values[leg.slot] = Vector(embedder.embed_query(request.query)).to_text()
+    legs = [plan.vector, plan.keyword, *(leg for _, leg in plan.previous)]
+    (vector, keyword, *previous), rows = _run(legs, values, plan.settings)
     # relaxed_order may return the vector leg slightly out of order.
-    vector.sort(key=lambda pair: -pair[1])
+    for ranking in (vector, *previous):
+        ranking.sort(key=lambda pair: -pair[1])
+    if previous:
+        vector = merge_models([vector, *previous])
     if request.mode == "vector":
         ranked = vector
     elif request.mode == "keyword":

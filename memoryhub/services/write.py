@@ -40,6 +40,7 @@ __all__ = [
     "WriteItem",
     "WriteRefused",
     "WriteResult",
+    "accepts_writes",
     "count_refusal",
     "ensure_knowledge_base",
     "lock_domain",
@@ -356,6 +357,19 @@ def _resolve_sources(scope: Scope, names: Sequence[str]) -> list[KnowledgeBase]:
     return resolved
 
 
+def accepts_writes(scope: Scope, source: str = KnowledgeBase.DEFAULT_NAME) -> bool:
+    """Whether an agent's write to ``source`` would commit: not for a read-only knowledge
+    base (whatever its ``on_write``), one being deleted, or one the domain lacks (the
+    default ``memory`` excepted: the first write creates it)."""
+    with tenant_scope(scope):
+        knowledge_base = KnowledgeBase.objects.filter(name=source).first()
+    if knowledge_base is None:
+        return source == KnowledgeBase.DEFAULT_NAME
+    if knowledge_base.deleting_since is not None:
+        return False
+    return not policy.refuses_change([knowledge_base], operator=False)
+
+
 def _being_deleted(scope: Scope, name: str) -> bool:
     with tenant_scope(scope):
         return KnowledgeBase.objects.filter(name=name, deleting_since__isnull=False).exists()
@@ -604,7 +618,7 @@ def _fill_dedupe_status(records: list[RecordResult]) -> list[RecordResult]:
     ]
 
 
-def schedule_indexing(record_ids: Sequence[str]) -> None:
+def schedule_indexing(record_ids: Sequence[str], *, force: bool = False) -> None:
     """Enqueue indexing of ``record_ids`` in batches, once the transaction commits.
 
     The write is committed by then, so a broker that cannot be reached does not fail it
@@ -618,16 +632,23 @@ def schedule_indexing(record_ids: Sequence[str]) -> None:
         [str(pk) for pk in record_ids[start : start + size]]
         for start in range(0, len(record_ids), size)
     ]
-    transaction.on_commit(partial(_enqueue_indexing, batches))
+    transaction.on_commit(partial(_enqueue_indexing, batches, force))
 
 
-def _enqueue_indexing(batches: list[list[str]]) -> None:
+def _enqueue_indexing(batches: list[list[str]], force: bool = False) -> None:
     from ..tasks import enqueue, index_records
 
+    # A forced batch goes with its flag; a plain one as before (a worker still running the
+    # previous release takes it).
+    extra = (True,) if force else ()
     for number, batch in enumerate(batches):
         waiting = sum(len(rest) for rest in batches[number:])
         if not enqueue(
-            index_records, batch, what=f"indexing of {waiting} record(s)", left="left pending"
+            index_records,
+            batch,
+            *extra,
+            what=f"indexing of {waiting} record(s)",
+            left="left pending",
         ):
             # A broker that refused this batch refuses the next ones too, each after
             # Celery's publish retries: stop here, the sweeper has them all.

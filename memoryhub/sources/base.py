@@ -97,3 +97,19 @@ def _persist(scope: Scope, actor: str, kind: str, payload: dict[str, Any]) -> No
 def accepts_writes(source: Any) -> bool:
     """The marker compositions read; backends that predate it accept writes."""
     return bool(getattr(source, "accepts_writes", True))
+
+
+def observes_writes(source: Any) -> bool:
+    """Whether ``source`` records its own ``memory.written`` observations (memoryhub's
+    write service does): a decorator then records none, so a write is observed once."""
+    return bool(getattr(source, "observes_writes", False))
+
+
+def refused_by_outcome(outcome: Any, name: str) -> bool:
+    """A source reports a policy drop (an ``ignore`` knowledge base) by returning a
+    result, an object or a mapping, that lists ``name`` refused and nothing accepted."""
+    if isinstance(outcome, Mapping):
+        refused, accepted = outcome.get("refused"), outcome.get("accepted")
+    else:
+        refused, accepted = getattr(outcome, "refused", None), getattr(outcome, "accepted", None)
+    return bool(refused) and not accepted and name in (refused or ())

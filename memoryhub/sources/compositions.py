@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..items import DedupeMode, MemoryItem, dedupe_items, sort_by_score
-from .base import MemoryContext, accepts_writes
+from .base import MemoryContext, accepts_writes, observes_writes, refused_by_outcome
 
 __all__ = ["CompositeMemory", "CompositeWriteError", "SequentialMemory", "score_sort_rerank"]
 
@@ -48,13 +48,6 @@ class CompositeWriteError(Exception):
         super().__init__(f"{message}; failed: {failures}")
 
 
-def _refused_by_outcome(outcome: Any, name: str) -> bool:
-    """A source may report a policy drop by returning a result listing itself refused."""
-    refused = getattr(outcome, "refused", None)
-    accepted = getattr(outcome, "accepted", None)
-    return bool(refused) and not accepted and name in (refused or ())
-
-
 class CompositeMemory:
     """Queries every source concurrently, merges and dedupes, reranks, keeps the top k.
 
@@ -83,6 +76,10 @@ class CompositeMemory:
     @property
     def accepts_writes(self) -> bool:
         return any(accepts_writes(source) for source in self.sources)
+
+    @property
+    def observes_writes(self) -> bool:
+        return all(observes_writes(source) for source in self.sources)
 
     async def query(
         self,
@@ -118,7 +115,7 @@ class CompositeMemory:
                 if not isinstance(outcome, Exception):
                     raise outcome
                 failed[source.name] = outcome
-            elif not accepts_writes(source) or _refused_by_outcome(outcome, source.name):
+            elif not accepts_writes(source) or refused_by_outcome(outcome, source.name):
                 refused.append(source.name)
             else:
                 accepted.append(source.name)
@@ -142,6 +139,10 @@ class SequentialMemory:
     @property
     def accepts_writes(self) -> bool:
         return accepts_writes(self.sources[0])
+
+    @property
+    def observes_writes(self) -> bool:
+        return observes_writes(self.sources[0])
 
     async def query(
         self,

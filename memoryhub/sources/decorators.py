@@ -11,7 +11,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 from ..items import MemoryItem
-from .base import MemoryContext, MemoryWriteRefused, accepts_writes
+from .base import (
+    MemoryContext,
+    MemoryWriteRefused,
+    accepts_writes,
+    observes_writes,
+    refused_by_outcome,
+)
 
 __all__ = ["CachedMemory", "CompactedMemory", "ReadOnlyMemory", "ScopedMemory", "require_scope"]
 
@@ -29,7 +35,8 @@ def require_scope(ctx: MemoryContext) -> bool:
 
 
 class _Wrapper:
-    """A decorator over one source: same name, same ``accepts_writes`` (seed 000's table)."""
+    """A decorator over one source: same name, same ``accepts_writes`` (seed 000's table)
+    and ``observes_writes``."""
 
     inner: Any
 
@@ -41,6 +48,10 @@ class _Wrapper:
     def accepts_writes(self) -> bool:
         return accepts_writes(self.inner)
 
+    @property
+    def observes_writes(self) -> bool:
+        return observes_writes(self.inner)
+
 
 class ScopedMemory(_Wrapper):
     """Fail-loud tenant guard: runs ``enforce(ctx)`` before every query and write.
@@ -48,7 +59,10 @@ class ScopedMemory(_Wrapper):
     A falsy answer or an exception from ``enforce`` becomes ``PermissionError`` and the
     inner source is never touched. The name mirrors the inner source, so attribution
     is the same with and without the guard. A write records a ``memory.written``
-    observation (skipped when the inner source does not accept writes).
+    observation, unless the inner source records its own (``observes_writes``: memoryhub's
+    write service does, behind ``DjangoMemory`` and ``HttpMemory``), does not accept
+    writes, or reports the write refused (an ``ignore`` knowledge base): one observation
+    per write, and none where nothing was written.
     """
 
     def __init__(self, inner: Any, *, enforce: Callable[[MemoryContext], Any] = require_scope):
@@ -79,7 +93,11 @@ class ScopedMemory(_Wrapper):
     async def write(self, items: Sequence[MemoryItem], *, ctx: MemoryContext) -> Any:
         await self._check(ctx)
         outcome = await self.inner.write(items, ctx=ctx)
-        if self.accepts_writes:
+        if (
+            not self.observes_writes
+            and self.accepts_writes
+            and not refused_by_outcome(outcome, self.name)
+        ):
             await ctx.observe("memory.written", {"n": len(items), "source": self.name})
         return outcome
 
@@ -93,7 +111,8 @@ class CachedMemory(_Wrapper):
 
     The scope is part of the key, so a cache stacked under a tenant guard never serves
     one tenant's items to another. A context without a scope shares the ``unscoped``
-    bucket; ``strict_scope=True`` refuses it instead. A write through this decorator
+    bucket, and the first such call logs a warning; ``strict_scope=True`` refuses it
+    instead (``PermissionError``). A write through this decorator
     clears the cache; a write that reaches the backend another way does not (the TTL
     bounds staleness). ``DjangoMemory`` needs no ``CachedMemory``: the query service
     caches per domain generation, which every write path invalidates.
@@ -103,6 +122,7 @@ class CachedMemory(_Wrapper):
         self.inner = inner
         self.ttl_seconds = ttl_seconds
         self.strict_scope = strict_scope
+        self._warned = False
         self._entries: dict[tuple[str, str, int, str], tuple[float, list[MemoryItem]]] = {}
 
     def _scope_key(self, ctx: MemoryContext) -> str:
@@ -110,6 +130,14 @@ class CachedMemory(_Wrapper):
         if scope is None:
             if self.strict_scope:
                 raise PermissionError(f"{self.name}: CachedMemory needs a scoped context")
+            if not self._warned:
+                # Once per instance: a single-tenant app that means it is told, not spammed.
+                self._warned = True
+                logger.warning(
+                    "CachedMemory over %r runs unscoped: every unscoped call shares one "
+                    "cache bucket. Wrap it in ScopedMemory, or pass strict_scope=True.",
+                    self.name,
+                )
             return "unscoped"
         return f"org{scope.org_id}:dom{scope.domain_id}"
 

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 from asgiref.sync import sync_to_async
+from django.db import connections
 
 from .. import policy
 from ..items import MemoryItem, as_write_item, thaw
@@ -16,7 +20,7 @@ from ..scope import Scope, ScopeRequired, tenant_scope
 from ..services import forget as forget_service
 from ..services import query as query_service
 from ..services import write as write_service
-from ..services.errors import UnknownSource
+from ..services.errors import WriteRefused
 from .base import MemoryContext
 
 __all__ = ["DjangoMemory", "DjangoMemoryStore", "StoredRecord"]
@@ -33,20 +37,58 @@ def _scope_for(fixed: Scope | None, ctx: MemoryContext | None) -> Scope:
     return given
 
 
+T = TypeVar("T")
+
+
+def _blocking(function: Callable[[], T]) -> T:
+    """Run a database read from sync code, even when an event loop runs in this thread
+    (Django refuses database access there): in a helper thread, waited for."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return function()
+
+    def in_thread() -> T:
+        try:
+            return function()
+        finally:
+            connections.close_all()  # the thread's own connection ends with it
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(in_thread).result()
+
+
 class DjangoMemory:
     """A MemorySource over the query and write services for knowledge bases of a scope.
 
-    ``sources`` are the knowledge bases queried (default: all of the domain);
-    ``write_to`` is where writes go (default ``memory``), through the write service,
-    so read-only knowledge bases refuse or ignore exactly as over the API. The scope is
-    fixed at construction or taken from ``ctx.scope`` per call. Returned items carry
-    their knowledge base's name as ``source``.
+    ``sources`` are the knowledge bases queried (default: all of the domain); a name
+    the domain lacks raises :class:`~memoryhub.services.errors.UnknownSource`, as the
+    REST API answers 400 ``unknown_source``. ``write_to`` is where writes go (default
+    ``memory``), through the write service, so read-only knowledge bases refuse or
+    ignore exactly as over the API. The scope is fixed at construction or taken from
+    ``ctx.scope`` per call.
+
+    Naming: ``name`` is the one queried knowledge base's name, else ``write_to``'s; the
+    items a query returns always carry *their own* knowledge base's name as ``source``
+    (a memory over ``handbook`` and ``memory`` is named ``memory`` and returns items
+    from ``handbook`` as ``source="handbook"``), so attribution and dedupe are per
+    knowledge base, never per Python object.
+
+    ``accepts_writes`` is the write service's answer for ``write_to`` in the bound scope
+    (False for a read-only knowledge base, ``refuse`` or ``ignore``), read when first
+    asked and kept ``POLICY_SECONDS``; every write's outcome updates it. Unbound (scope
+    per call) it is True, and the write result says what happened. The write service
+    records the ``memory.written`` observation, so decorators do not record a second
+    one (``observes_writes``).
 
     ``principal`` is who the memory acts for (``memoryhub.policy``): by default operator
     code (``SYSTEM``); an agent that holds an API key passes
     ``policy.principal_for_key(key)``, and a query then needs ``read`` and a write
     ``write``, exactly as over the REST API (``PolicyDenied`` otherwise).
     """
+
+    observes_writes: ClassVar[bool] = True
+    POLICY_SECONDS: ClassVar[float] = 30.0
 
     def __init__(
         self,
@@ -68,6 +110,21 @@ class DjangoMemory:
         self.name = name or (
             self.sources[0] if self.sources and len(self.sources) == 1 else write_to
         )
+        self._accepts: tuple[float, bool] | None = None
+
+    @property
+    def accepts_writes(self) -> bool:
+        if self.scope is None:
+            return True
+        now = time.monotonic()
+        if self._accepts is None or self._accepts[0] <= now:
+            scope, source = self.scope, self.write_to
+            self._remember(_blocking(lambda: write_service.accepts_writes(scope, source)))
+        assert self._accepts is not None
+        return self._accepts[1]
+
+    def _remember(self, accepts: bool) -> None:
+        self._accepts = (time.monotonic() + self.POLICY_SECONDS, accepts)
 
     async def query(
         self,
@@ -79,20 +136,15 @@ class DjangoMemory:
     ) -> list[MemoryItem]:
         scope = _scope_for(self.scope, ctx)
         policy.require(self.principal, policy.Action.READ, scope)
-        try:
-            result = await sync_to_async(query_service.query, thread_sensitive=True)(
-                scope,
-                query=query,
-                k=k,
-                sources=list(self.sources) if self.sources is not None else None,
-                namespaces=list(self.namespaces),
-                where=thaw(where) if where else None,
-                mode=self.mode,
-            )
-        except UnknownSource:
-            # A tenant that lacks the knowledge base has nothing in it (seed 003: "other
-            # tenant sees: []"); the REST API, by contrast, answers 400 for a typo.
-            return []
+        result = await sync_to_async(query_service.query, thread_sensitive=True)(
+            scope,
+            query=query,
+            k=k,
+            sources=list(self.sources) if self.sources is not None else None,
+            namespaces=list(self.namespaces),
+            where=thaw(where) if where else None,
+            mode=self.mode,
+        )
         return list(result.items)
 
     async def write(
@@ -102,9 +154,19 @@ class DjangoMemory:
         policy.require(self.principal, policy.Action.WRITE, scope)
         default = self.namespaces[0] if len(self.namespaces) == 1 else None
         raw = [as_write_item(item, default_namespace=default) for item in items]
-        return await sync_to_async(write_service.write, thread_sensitive=True)(
-            scope, raw, sources=[self.write_to], actor=getattr(ctx, "actor", "") or ""
-        )
+        try:
+            result = await sync_to_async(write_service.write, thread_sensitive=True)(
+                scope, raw, sources=[self.write_to], actor=getattr(ctx, "actor", "") or ""
+            )
+        except WriteRefused:
+            self._learn(scope, accepts=False)
+            raise
+        self._learn(scope, accepts=self.write_to not in result.refused)
+        return result
+
+    def _learn(self, scope: Scope, *, accepts: bool) -> None:
+        if scope == self.scope:
+            self._remember(accepts)
 
 
 @dataclass(frozen=True)

@@ -7,13 +7,15 @@ for scope).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 
 from ..items import MemoryItem, as_write_item, thaw
+from ..services.write import RecordResult, WriteResult
 from .base import MemoryContext, MemoryWriteRefused
 
 __all__ = ["HttpMemory", "HttpMemoryError"]
@@ -35,7 +37,17 @@ class HttpMemory:
 
     ``sources`` limits queries to those knowledge bases; writes go to ``write_to``.
     ``namespaces`` and ``mode`` are sent with every query. Timeouts are httpx's.
+
+    ``accepts_writes`` is what the server says of ``write_to`` (its ``sources``
+    endpoint: False when that knowledge base is read-only), read when first asked and
+    kept ``POLICY_SECONDS``; every write's answer updates it. ``write`` returns the
+    server's buckets as a :class:`~memoryhub.services.write.WriteResult`, so a
+    composition files a knowledge base that ignored the write under ``refused``.
+    The server records the ``memory.written`` observation (``observes_writes``).
     """
+
+    observes_writes: ClassVar[bool] = True
+    POLICY_SECONDS: ClassVar[float] = 30.0
 
     def __init__(
         self,
@@ -63,30 +75,38 @@ class HttpMemory:
         self._headers = {"Authorization": f"Api-Key {api_key}"}
         self._timeout = timeout
         self._transport = transport
+        self._accepts: tuple[float, bool] | None = None
 
     def __repr__(self) -> str:
         return f"HttpMemory({self.base_url!r}, domain={self.domain!r})"
 
+    def _url(self, path: str) -> str:
+        return f"{self.base_url}/api/v1/domains/{self.domain}/{path}"
+
     async def _post(self, path: str, body: Mapping[str, Any]) -> Any:
-        url = f"{self.base_url}/api/v1/domains/{self.domain}/{path}"
         async with httpx.AsyncClient(
             headers=self._headers, timeout=self._timeout, transport=self._transport
         ) as client:
-            response = await client.post(url, json=body)
-        try:
-            payload = response.json()
-        except ValueError:
-            payload = {}
-        if response.status_code >= 400:
-            if payload.get("code") == "write_refused":
-                raise MemoryWriteRefused(str(payload.get("source")), int(payload.get("n", 0)))
-            raise HttpMemoryError(
-                response.status_code,
-                str(payload.get("code", "error")),
-                str(payload.get("detail", response.text[:200])),
-                payload.get("errors"),
-            )
-        return payload
+            response = await client.post(self._url(path), json=body)
+        return _payload(response)
+
+    @property
+    def accepts_writes(self) -> bool:
+        """Whether ``write_to`` takes writes, as the server's ``sources`` say (cached)."""
+        now = time.monotonic()
+        if self._accepts is None or self._accepts[0] <= now:
+            # Blocking, once per POLICY_SECONDS: a property cannot await. A knowledge
+            # base that does not exist yet is created by the first write: it accepts.
+            sync = self._transport if isinstance(self._transport, httpx.BaseTransport) else None
+            with httpx.Client(headers=self._headers, timeout=self._timeout, transport=sync) as c:
+                rows = _payload(c.get(self._url("sources")))
+            read_only = any(row.get("read_only") for row in rows if row["name"] == self.write_to)
+            self._remember(not read_only)
+        assert self._accepts is not None
+        return self._accepts[1]
+
+    def _remember(self, accepts: bool) -> None:
+        self._accepts = (time.monotonic() + self.POLICY_SECONDS, accepts)
 
     async def query(
         self,
@@ -111,13 +131,57 @@ class HttpMemory:
 
     async def write(
         self, items: Sequence[MemoryItem], *, ctx: MemoryContext | None = None
-    ) -> dict[str, Any]:
+    ) -> WriteResult:
         default = self.namespaces[0] if len(self.namespaces) == 1 else None
         body = {
             "source": self.write_to,
             "items": [as_write_item(item, default_namespace=default) for item in items],
         }
-        return await self._post("records", body)
+        try:
+            payload = await self._post("records", body)
+        except MemoryWriteRefused:
+            self._remember(False)
+            raise
+        result = WriteResult(
+            accepted=list(payload.get("accepted", [])),
+            refused=list(payload.get("refused", [])),
+            failed=dict(payload.get("failed", {})),
+            records=[
+                RecordResult(
+                    id=row["id"],
+                    key=row.get("key"),
+                    status=row["status"],
+                    deduplicated=bool(row.get("deduplicated")),
+                    source=row["source"],
+                )
+                for row in payload.get("records", [])
+            ],
+        )
+        if self.write_to in result.refused:
+            self._remember(False)
+        elif self.write_to in result.accepted:
+            self._remember(True)
+        return result
+
+
+def _payload(response: httpx.Response) -> Any:
+    """The JSON body; an error status raises (a read-only refusal as the seeds' error)."""
+    try:
+        payload = response.json()
+    except ValueError:
+        payload = {}
+    if response.status_code >= 400:
+        if not isinstance(payload, dict):
+            payload = {}
+        if payload.get("code") == "write_refused":
+            raise MemoryWriteRefused(str(payload.get("source")), int(payload.get("n", 0)))
+        raise HttpMemoryError(
+            response.status_code,
+            str(payload.get("code", "error")),
+            str(payload.get("detail", response.text[:200])),
+            payload.get("errors"),
+        )
+    return payload
 
 
 def _item(row: Mapping[str, Any]) -> MemoryItem:

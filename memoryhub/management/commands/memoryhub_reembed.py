@@ -3,7 +3,8 @@
 Re-embeds, with the configured embedder, every selected record not yet indexed with it
 (after a change of model, or records that failed). Batches are enqueued to the workers;
 with ``--wait`` (or when tasks run eagerly) a progress bar follows them to the end.
-Until a record is re-embedded it keeps its previous vector and model.
+Until a record is re-embedded it keeps its previous vector and model, and serves
+queries with them (``PREVIOUS_EMBEDDERS``): a change of model loses no recall.
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ from celery import current_app
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from memoryhub.conf import memoryhub_settings
-from memoryhub.services.indexing import ensure_vector_index, records_to_reembed
-from memoryhub.services.write import schedule_indexing
+from memoryhub.services.indexing import records_to_reembed, reembed
 from tenants.models import Domain, Org
 
 
@@ -53,27 +53,24 @@ class Command(BaseCommand):
                 except Domain.DoesNotExist:
                     raise CommandError(f"Unknown domain {options['domain']!r}.") from None
         embedder = memoryhub_settings.embedder()
-        ensure_vector_index(embedder.name, embedder.dimensions)
 
         def remaining() -> int:
             return records_to_reembed(
                 embedder.name, org_id=org_id, domain_id=domain_id, source=options["source"]
             ).count()
 
-        ids = [
-            str(pk)
-            for pk in records_to_reembed(
-                embedder.name, org_id=org_id, domain_id=domain_id, source=options["source"]
-            ).values_list("id", flat=True)
-        ]
-        total = len(ids)
+        total = remaining()
         self.stdout.write(f"{total} record(s) to embed with {embedder.name}.")
-        batch = memoryhub_settings.INDEX_BATCH_SIZE
         eager = current_app.conf.task_always_eager
-        for start in range(0, total, batch):
-            schedule_indexing(ids[start : start + batch])
-            if eager:
-                self._draw(min(start + batch, total), total)
+        # The one re-embedding path (the admin action uses it too): records keep serving
+        # queries with their previous vectors until their new ones are stored.
+        reembed(
+            records_to_reembed(
+                embedder.name, org_id=org_id, domain_id=domain_id, source=options["source"]
+            )
+        )
+        if eager:
+            self._draw(total - min(remaining(), total), total)
         if not eager and options["wait"]:
             deadline = time.monotonic() + options["timeout"]
             left = remaining()

@@ -154,3 +154,16 @@ def test_hashing_names_are_recognised_and_others_are_not():
     assert HashingEmbedder.from_name("hashing-256-c24").char_ngrams == (2, 4)  # type: ignore[union-attr]
     assert HashingEmbedder.from_name("hashing-1-c35") is None
     assert HashingEmbedder.from_name("st-all-MiniLM-L6-v2") is None
+
+
+def test_calibrated_merge_lifts_what_stands_out_under_its_own_model():
+    # The configured model's cosines run high and flat; the previous model's run low,
+    # with one clear standout: compared raw, the standout loses; calibrated, it wins.
+    new = [(f"n{i}", 0.8 - i * 0.01) for i in range(12)]
+    old = [("hit", 0.6)] + [(f"o{i}", 0.2 - i * 0.005) for i in range(11)]
+    assert query.merge_models([new, old], "raw")[0][0] == "n0"
+    calibrated = query.merge_models([new, old], "calibrated")
+    assert calibrated[0][0] == "hit"
+    assert dict(calibrated)["n0"] == pytest.approx(0.8)  # the configured model's stay cosines
+    # Too few candidates to measure a scale: compared as they are.
+    assert query.merge_models([new[:3], old[:3]], "calibrated")[0][0] == "n0"

@@ -155,6 +155,24 @@ def test_forget_of_a_key_in_all_sources_is_refused_by_a_read_only_knowledge_base
     ]
 
 
+def test_the_django_store_asks_for_erase_subject_to_forget_a_namespace(tenant):
+    """As the API's forget does. (A key's forget permission grants both actions, so
+    this needs a principal that has forget alone.)"""
+
+    class ForgetOnly:
+        label = "forget-only"
+
+        def actions(self, org_id: int, domain_id: int | None = None) -> frozenset[Any]:
+            return frozenset({policy.Action.FORGET})
+
+    store = DjangoMemoryStore(tenant.scope, principal=ForgetOnly())  # type: ignore[arg-type]
+    run(DjangoMemoryStore(tenant.scope).put(alice()))
+    with pytest.raises(policy.PolicyDenied) as denied:
+        run(store.forget(scope="user:alice"))
+    assert denied.value.action == "erase_subject"
+    assert run(store.forget(scope="user:alice", key="currency")) == 1
+
+
 def test_the_shared_namespace_is_forgotten_in_one_knowledge_base_only(tenant, make_store):
     store = make_store()
     run(store.put(StoredRecord(scope="", key="greeting", value="hello")))
@@ -278,3 +296,7 @@ def test_the_sync_store_takes_an_httpx_transport(tenant):
     assert (method, auth) == ("GET", "Api-Key k-123")
     assert url.startswith("http://memory.test/api/v1/domains/support/records?")
     assert "namespace=user%3Aalice" in url and "key=currency" in url and "source=memory" in url
+    seen.clear()
+    assert store.search(scope="user:alice", limit=3) == []
+    [(_, url, _)] = seen
+    assert "page_size=3" in url  # no more rows than asked for

@@ -1,5 +1,6 @@
-"""Test helpers for host projects: an in-memory source for unit tests that need no
-database, and factories and pytest fixtures for tests that use memoryhub for real.
+"""Test helpers for host projects: an in-memory source and key/value store
+(``InMemoryMemory``, ``InMemoryMemoryStore``) for unit tests that need no database, and
+factories and pytest fixtures for tests that use memoryhub for real.
 
 Unit tests (no PostgreSQL)::
 

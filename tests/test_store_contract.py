@@ -217,3 +217,9 @@ def test_forget_all_sources_drops_the_namespace_in_every_knowledge_base(stores):
     assert run(store.forget(scope="user:alice", all_sources=True)) == 1
     assert run(notes.search(scope="user:alice")) == []
     assert run(notes.get(scope="user:bob", key="note")).value == "likes coffee"
+
+
+def test_memory_kind_names_the_kinds_a_record_may_have():
+    from memoryhub.models import MemoryRecord
+
+    assert [kind.value for kind in MemoryKind] == MemoryRecord.Kind.values

@@ -1,5 +1,6 @@
-"""Test helpers for host projects: an in-memory source for unit tests that need no
-database, and factories and pytest fixtures for tests that use memoryhub for real.
+"""Test helpers for host projects: an in-memory source and key/value store
+(``InMemoryMemory``, ``InMemoryMemoryStore``) for unit tests that need no database, and
+factories and pytest fixtures for tests that use memoryhub for real.
 
 Unit tests (no PostgreSQL)::
 
@@ -29,9 +30,12 @@ memory_client  # noqa: F401``) or list ``"memoryhub.testing"`` in the root conft
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 import uuid
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from .items import MemoryItem
@@ -40,10 +44,11 @@ if TYPE_CHECKING:
     from rest_framework.test import APIClient
 
     from .scope import Scope
-    from .sources import MemoryContext
+    from .sources import MemoryContext, MemoryKind, StoredRecord
 
 __all__ = [
     "InMemoryMemory",
+    "InMemoryMemoryStore",
     "api_key",
     "create_api_key",
     "create_memory_scope",
@@ -107,6 +112,91 @@ class InMemoryMemory:
     async def forget(self, ctx: MemoryContext) -> int:
         """Drop everything of the context's tenant; return how many items went."""
         return len(self._items.pop(ctx.scope, []))
+
+
+class InMemoryMemoryStore:
+    """A :class:`memoryhub.sources.MemoryStore` in a dict, for unit tests of code that
+    takes a store: the semantics of ``DjangoMemoryStore`` (and the HTTP stores) with no
+    tenant, policy or validation.
+
+    ``source`` names the knowledge base it reads and writes; :meth:`with_source` gives a
+    store of another knowledge base over the same dict (one domain's), so
+    ``forget(..., all_sources=True)`` reaches it. Values are kept as their JSON (a tuple
+    comes back a list, as from the database). No knowledge base is read-only.
+    """
+
+    def __init__(
+        self,
+        source: str = "memory",
+        *,
+        _records: dict[tuple[str, str, str], StoredRecord] | None = None,
+    ) -> None:
+        self.source = source
+        self._records: dict[tuple[str, str, str], StoredRecord] = (
+            {} if _records is None else _records
+        )
+
+    def with_source(self, source: str) -> InMemoryMemoryStore:
+        """A store of knowledge base ``source`` sharing this store's records."""
+        return InMemoryMemoryStore(source, _records=self._records)
+
+    def _now(self) -> datetime:
+        # Strictly increasing, so newest-first never depends on the clock's resolution.
+        latest = max((r.updated_at for r in self._records.values() if r.updated_at), default=None)
+        now = datetime.now(UTC)
+        return latest + timedelta(microseconds=1) if latest and now <= latest else now
+
+    async def put(self, record: StoredRecord) -> None:
+        now = self._now()
+        identity = (self.source, record.scope, record.key)
+        existing = self._records.get(identity)
+        self._records[identity] = dataclasses.replace(
+            record,
+            value=json.loads(json.dumps(record.value)),
+            timestamp=existing.timestamp if existing is not None else now,
+            updated_at=now,
+            id=existing.id if existing is not None else str(uuid.uuid4()),
+        )
+
+    async def get(self, *, scope: str, key: str) -> StoredRecord | None:
+        return self._records.get((self.source, scope, key))
+
+    async def search(
+        self,
+        *,
+        scope: str,
+        kind: MemoryKind | str | None = None,
+        key_prefix: str | None = None,
+        tag: str | None = None,
+        limit: int = 100,
+    ) -> list[StoredRecord]:
+        from .sources.stores import search_limit
+
+        found = [
+            record
+            for (source, namespace, key), record in self._records.items()
+            if source == self.source
+            and namespace == scope
+            and (kind is None or record.kind == kind)
+            and key.startswith(key_prefix or "")
+            and (tag is None or tag in record.tags)
+        ]
+        found.sort(key=lambda record: (record.updated_at, record.timestamp), reverse=True)
+        return found[: search_limit(limit)]
+
+    async def forget(self, *, scope: str, key: str | None = None, all_sources: bool = False) -> int:
+        if scope == "" and key is None and all_sources:
+            raise ValueError('forgetting the shared namespace ("") needs a knowledge base.')
+        doomed = [
+            identity
+            for identity in self._records
+            if (all_sources or identity[0] == self.source)
+            and identity[1] == scope
+            and (key is None or identity[2] == key)
+        ]
+        for identity in doomed:
+            del self._records[identity]
+        return len(doomed)
 
 
 def create_memory_scope(org: str | None = None, domain: str = "support") -> Scope:

@@ -260,6 +260,31 @@ def test_list_is_newest_first_filtered_and_cursor_paginated(api, tenant):
     assert api.get(url("records") + "?kind=dream").status_code == 400
 
 
+def test_list_ordered_by_update_puts_the_last_changed_record_first(api, tenant):
+    write.write(tenant.scope, [{"content": f"note {n}", "key": f"k{n}"} for n in range(3)])
+    write.write(tenant.scope, [{"content": "note 0, changed", "key": "k0"}])
+
+    def listed(query: str) -> list[str]:
+        return [r["key"] for r in api.get(url("records") + query).json()["results"]]
+
+    assert listed("") == ["k2", "k1", "k0"]
+    assert listed("?ordering=created") == ["k2", "k1", "k0"]
+    assert listed("?ordering=updated") == ["k0", "k2", "k1"]
+    page = api.get(url("records") + "?ordering=updated&page_size=2").json()
+    assert [r["key"] for r in page["results"]] == ["k0", "k2"]
+    assert [r["key"] for r in api.get(page["next"]).json()["results"]] == ["k1"]
+    refused = api.get(url("records") + "?ordering=content")
+    assert refused.status_code == 400
+    assert refused.json()["errors"] == {"ordering": ["must be one of created, updated."]}
+
+
+def test_an_empty_key_prefix_lists_the_records_that_have_a_key(api, tenant):
+    write.write(tenant.scope, [{"content": "keyed", "key": "k"}, {"content": "keyless"}])
+    listed = api.get(url("records") + "?key_prefix=").json()["results"]
+    assert [r["content"] for r in listed] == ["keyed"]
+    assert len(api.get(url("records")).json()["results"]) == 2
+
+
 def test_get_put_patch_delete_a_record(api, tenant):
     [record] = write.write(tenant.scope, [{"content": "old", "key": "k", "tags": ["a"]}]).records
     detail = url(f"records/{record.id}")

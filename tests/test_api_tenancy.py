@@ -176,3 +176,38 @@ def test_scope_refusals_are_observed_for_the_callers_org(world):
     [refused] = Observation.unscoped.filter(kind="scope.refused")
     assert refused.org.slug == "acme"
     assert refused.domain is None
+
+
+def test_another_orgs_key_cannot_read_or_forget_the_first_orgs_keys(world):
+    """What the HTTP memory store sends (list by namespace and key, forget a key or a
+    namespace), with acme's key against globex's records: nothing read, nothing gone."""
+    _, records, keys = world
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Api-Key {keys['acme-unbound']}")
+    before = snapshot()
+    for domain in ("support", "legal"):
+        base = f"/api/v1/domains/{domain}"
+        listed = client.get(
+            f"{base}/records",
+            {
+                "namespace": "user:alice",
+                "key": "shared-key",
+                "source": "handbook",
+                "ordering": "updated",
+                "key_prefix": "",
+            },
+        )
+        assert listed.status_code in (200, 404), listed.status_code
+        assert "globex-secret" not in listed.content.decode()
+        if listed.status_code == 200:
+            assert listed.json()["results"] == []  # acme/support's handbook has no such key
+        for body in (
+            {"namespace": "user:alice", "key": "shared-key", "source": "handbook"},
+            {"namespace": "user:alice", "source": "handbook"},
+        ):
+            forgotten = client.post(f"{base}/forget", body, format="json")
+            assert forgotten.status_code in (200, 404), forgotten.status_code
+            if forgotten.status_code == 200:
+                assert forgotten.json()["deleted"] == 0
+    assert snapshot() == before
+    assert MemoryRecord.unscoped.filter(content__startswith="globex-secret").count() == 2

@@ -273,7 +273,7 @@ class WhoAmIView(MemoryAPIView):
 
 
 class RecordCursor(CursorPagination):
-    ordering = ("-created_at", "-id")
+    ordering = records_service.LIST_ORDERINGS["created"]
     page_size = 50
     page_size_query_param = "page_size"
     max_page_size = 200
@@ -402,6 +402,13 @@ class RecordsView(MemoryAPIView):
                 OpenApiParameter(name, OpenApiTypes.STR, description=f"Filter by {name}.")
                 for name in records_service.LIST_FILTERS
             ),
+            OpenApiParameter(
+                "ordering",
+                OpenApiTypes.STR,
+                enum=list(records_service.LIST_ORDERINGS),
+                description="Newest first by creation (created, the default) or by last "
+                "update (updated).",
+            ),
             OpenApiParameter("cursor", OpenApiTypes.STR),
             OpenApiParameter("page_size", OpenApiTypes.INT),
         ],
@@ -422,10 +429,12 @@ class RecordsView(MemoryAPIView):
         filters = {
             name: value
             for name, value in request.query_params.items()
-            if name not in ("cursor", "page_size", "org", "format")
+            if name not in ("cursor", "page_size", "org", "format", "ordering")
         }
-        records = records_service.list_records(scope, filters)
+        ordering = request.query_params.get("ordering", "created")
+        records = records_service.list_records(scope, filters, ordering=ordering)
         paginator = RecordCursor()
+        paginator.ordering = records_service.LIST_ORDERINGS[ordering]
         page = paginator.paginate_queryset(records, request, view=self)
         return paginator.get_paginated_response(s.RecordSerializer(page, many=True).data)
 

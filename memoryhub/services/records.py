@@ -14,6 +14,7 @@ from .errors import ValidationFailed
 
 __all__ = [
     "LIST_FILTERS",
+    "LIST_ORDERINGS",
     "RecordNotFound",
     "get_record",
     "knowledge_base_stats",
@@ -22,14 +23,26 @@ __all__ = [
 ]
 
 LIST_FILTERS = ("namespace", "kind", "tag", "key", "key_prefix", "source", "status")
+#: How a list of records may be ordered, newest first: by creation or by last update.
+#: The last fields break ties, so the order (and a cursor over it) is total.
+LIST_ORDERINGS: dict[str, tuple[str, ...]] = {
+    "created": ("-created_at", "-id"),
+    "updated": ("-updated_at", "-created_at", "-id"),
+}
 
 
 class RecordNotFound(LookupError):
     """No record with that id in this scope (it may exist in another: that is not said)."""
 
 
-def list_records(scope: Scope, filters: Mapping[str, Any]) -> QuerySet[MemoryRecord]:
-    """Live records of the scope, newest first, narrowed by ``filters``.
+def list_records(
+    scope: Scope, filters: Mapping[str, Any], *, ordering: str = "created"
+) -> QuerySet[MemoryRecord]:
+    """Live records of the scope, newest first (``ordering``: by creation or by last
+    update, :data:`LIST_ORDERINGS`), narrowed by ``filters``.
+
+    Filters are exact, except ``tag`` (the record has that tag) and ``key_prefix`` (its
+    key starts with it; an empty prefix selects every record that has a key).
 
     The queryset is bound to the scope's org and domain explicitly, so it stays safe to
     evaluate (paginate) after the ``tenant_scope`` block has ended.
@@ -48,6 +61,8 @@ def list_records(scope: Scope, filters: Mapping[str, Any]) -> QuerySet[MemoryRec
         errors.setdefault("status", []).append(
             f"must be one of {', '.join(MemoryRecord.Status.values)}."
         )
+    if ordering not in LIST_ORDERINGS:
+        errors.setdefault("ordering", []).append(f"must be one of {', '.join(LIST_ORDERINGS)}.")
     if errors:
         raise ValidationFailed(errors)
     with tenant_scope(scope):
@@ -66,7 +81,11 @@ def list_records(scope: Scope, filters: Mapping[str, Any]) -> QuerySet[MemoryRec
         records = records.filter(knowledge_base__name=filters["source"])
     if "status" in filters:
         records = records.filter(status=filters["status"])
-    return records.select_related("knowledge_base").defer("embedding", "search_vector")
+    return (
+        records.select_related("knowledge_base")
+        .defer("embedding", "search_vector")
+        .order_by(*LIST_ORDERINGS[ordering])
+    )
 
 
 def get_record(scope: Scope, record_id: Any) -> MemoryRecord:

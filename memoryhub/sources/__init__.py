@@ -13,6 +13,10 @@ decorators that nest::
         DjangoMemory(sources=["memory"]),
     ]))
     items = await memory.query("how long do refunds take", k=5, ctx=MemoryContext(scope))
+
+and seed 004's key/value :class:`MemoryStore` (``put``, ``get``, ``search``, ``forget``
+of :class:`StoredRecord` values): :class:`DjangoMemoryStore` in process,
+:class:`HttpMemoryStore` and :class:`SyncHttpMemoryStore` over the REST API.
 """
 
 from collections.abc import Callable, Mapping, Sequence
@@ -25,6 +29,7 @@ from .compositions import CompositeMemory, CompositeWriteError, SequentialMemory
 from .decorators import CachedMemory, CompactedMemory, ReadOnlyMemory, ScopedMemory, require_scope
 from .django import DjangoMemory, DjangoMemoryStore, StoredRecord
 from .http import HttpMemory, HttpMemoryError
+from .stores import HttpMemoryStore, MemoryKind, MemoryStore, SyncHttpMemoryStore
 from .tools import ToolMemory, default_parse
 
 
@@ -62,15 +67,19 @@ __all__ = [
     "DjangoMemoryStore",
     "HttpMemory",
     "HttpMemoryError",
+    "HttpMemoryStore",
     "MemoryContext",
     "MemoryItem",
+    "MemoryKind",
     "MemorySource",
+    "MemoryStore",
     "MemoryWriteRefused",
     "ReadOnlyMemory",
     "Reranker",
     "ScopedMemory",
     "SequentialMemory",
     "StoredRecord",
+    "SyncHttpMemoryStore",
     "ToolMemory",
     "accepts_writes",
     "as_grounder",

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, ClassVar, TypeVar
 
 from asgiref.sync import sync_to_async
@@ -16,12 +13,14 @@ from django.db import connections
 
 from .. import policy
 from ..items import MemoryItem, as_write_item, thaw
-from ..scope import Scope, ScopeRequired, tenant_scope
+from ..scope import Scope, ScopeRequired
 from ..services import forget as forget_service
 from ..services import query as query_service
+from ..services import records as records_service
 from ..services import write as write_service
 from ..services.errors import WriteRefused
 from .base import MemoryContext
+from .stores import MemoryKind, StoredRecord, search_limit, stored_content
 
 __all__ = ["DjangoMemory", "DjangoMemoryStore", "StoredRecord"]
 
@@ -169,26 +168,17 @@ class DjangoMemory:
             self._remember(accepts)
 
 
-@dataclass(frozen=True)
-class StoredRecord:
-    """Seed 004's ``MemoryRecord``: a key/value entry in a namespace ("scope" there)."""
-
-    scope: str
-    key: str
-    value: Any
-    kind: str = "semantic"
-    tags: tuple[str, ...] = ()
-    timestamp: datetime | None = None
-    updated_at: datetime | None = None
-    id: str | None = field(default=None, compare=False)
-
-
 class DjangoMemoryStore:
     """Seed 004's key/value ``MemoryStore`` over the same services and tables.
 
     Its ``scope`` strings (``user:alice``) are namespaces inside the domain this store is
     bound to; ``(scope, key)`` is the identity. Values are JSON; strings are stored as
-    the record's content (searchable), anything else as its JSON text.
+    the record's content (searchable), anything else as its JSON text. It reads and
+    writes one knowledge base, ``source``; records without a key are not its.
+
+    ``principal`` is who the store acts for, as for :class:`DjangoMemory`: ``put`` needs
+    ``write``, ``get`` and ``search`` ``read``, ``forget`` ``forget`` (and
+    ``erase_subject`` for a whole namespace), or :class:`~memoryhub.policy.PolicyDenied`.
     """
 
     def __init__(
@@ -206,26 +196,27 @@ class DjangoMemoryStore:
         policy.require(self.principal, action, self.tenant)
 
     async def put(self, record: StoredRecord) -> None:
+        """Write or overwrite ``(record.scope, record.key)`` through the write service: a
+        read-only knowledge base refuses (``WriteRefused``) or ignores it by its policy."""
         self._require(policy.Action.WRITE)
-        value = record.value
-        content = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
         item = {
-            "content": content,
+            "content": stored_content(record.value),
             "key": record.key,
             "namespace": record.scope,
-            "kind": record.kind,
+            "kind": str(record.kind),
             "tags": list(record.tags),
-            "metadata": {"value": value},
+            "metadata": {"value": record.value},
         }
         await sync_to_async(write_service.write, thread_sensitive=True)(
             self.tenant, [item], sources=[self.source]
         )
 
-    def _select(self, scope: str) -> Any:
-        from ..models import MemoryRecord
-
-        return MemoryRecord.objects.live().filter(
-            namespace=scope, knowledge_base__name=self.source, key__isnull=False
+    def _select(self, scope: str, **filters: str) -> Any:
+        # The records list of the REST API, so both stores select and order alike; an
+        # empty key prefix selects the records that have a key.
+        filters.setdefault("key_prefix", "")
+        return records_service.list_records(
+            self.tenant, {"namespace": scope, "source": self.source, **filters}, ordering="updated"
         )
 
     @staticmethod
@@ -242,12 +233,12 @@ class DjangoMemoryStore:
         )
 
     async def get(self, *, scope: str, key: str) -> StoredRecord | None:
+        """The record, or None when there is none."""
         self._require(policy.Action.READ)
 
         def fetch() -> StoredRecord | None:
-            with tenant_scope(self.tenant):
-                row = self._select(scope).filter(key=key).first()
-                return self._to_record(row) if row is not None else None
+            row = self._select(scope, key=key).first()
+            return self._to_record(row) if row is not None else None
 
         return await sync_to_async(fetch, thread_sensitive=True)()
 
@@ -255,33 +246,41 @@ class DjangoMemoryStore:
         self,
         *,
         scope: str,
-        kind: str | None = None,
+        kind: MemoryKind | str | None = None,
         key_prefix: str | None = None,
         tag: str | None = None,
         limit: int = 100,
     ) -> list[StoredRecord]:
-        """Newest first (by last update), filtered by kind, key prefix and tag."""
+        """Newest first (by last update), filtered by kind, key prefix and tag; at most
+        ``limit`` (and never more than 1000) records."""
         self._require(policy.Action.READ)
+        filters = {"kind": kind, "key_prefix": key_prefix, "tag": tag}
+        given = {name: str(value) for name, value in filters.items() if value is not None}
 
         def fetch() -> list[StoredRecord]:
-            with tenant_scope(self.tenant):
-                rows = self._select(scope)
-                if kind is not None:
-                    rows = rows.filter(kind=kind)
-                if key_prefix is not None:
-                    rows = rows.filter(key__startswith=key_prefix)
-                if tag is not None:
-                    rows = rows.filter(tags__contains=[tag])
-                rows = rows.order_by("-updated_at", "-created_at")[: max(0, min(limit, 1000))]
-                return [self._to_record(row) for row in rows]
+            rows = self._select(scope, **given)[: search_limit(limit)]
+            return [self._to_record(row) for row in rows]
 
         return await sync_to_async(fetch, thread_sensitive=True)()
 
-    async def forget(self, *, scope: str, key: str | None = None) -> int:
-        """Hard-delete one key, or the whole namespace when ``key`` is None, in this
-        store's knowledge base only (the one its ``get`` and ``search`` read)."""
+    async def forget(self, *, scope: str, key: str | None = None, all_sources: bool = False) -> int:
+        """Hard-delete one key, or the whole namespace when ``key`` is None; return how
+        many records went.
+
+        By default only in this store's knowledge base (the one ``get`` and ``search``
+        read). With ``all_sources`` in every knowledge base of the domain, as the forget
+        service erases: a namespace (a data subject's erasure) reaches read-only
+        knowledge bases too; one key does not, and a read-only knowledge base holding it
+        refuses the whole forget (``WriteRefused``, nothing deleted) or, when its policy
+        is ``ignore``, keeps its record (not counted). The shared namespace ``""`` can
+        only be forgotten key by key, or in one knowledge base.
+        """
         self._require(policy.Action.FORGET)
-        request = forget_service.ForgetRequest(namespace=scope, key=key, source=self.source)
+        request = forget_service.ForgetRequest(
+            namespace=scope, key=key, source=None if all_sources else self.source
+        )
+        if request.is_subject_erasure:
+            self._require(policy.Action.ERASE_SUBJECT)
         result = await sync_to_async(forget_service.forget, thread_sensitive=True)(
             self.tenant, request
         )

@@ -167,3 +167,20 @@ def test_calibrated_merge_lifts_what_stands_out_under_its_own_model():
     assert dict(calibrated)["n0"] == pytest.approx(0.8)  # the configured model's stay cosines
     # Too few candidates to measure a scale: compared as they are.
     assert query.merge_models([new[:3], old[:3]], "calibrated")[0][0] == "n0"
+
+
+def test_health_and_the_operator_home_show_the_change(
+    tenant, other_tenant, populated, new_model, admin_client, api_client, committed
+):
+    committed(write.write, other_tenant.scope, [{"content": "Globex ships on Mondays."}])
+    health = api_client.get("/api/v1/health").json()["embedder"]
+    assert (health["name"], health["previous_models"], health["migrating"]) == (NEW, [OLD], True)
+    html = admin_client.get("/admin/").content.decode()
+    assert "On previous model" in html
+    row = html.split('data-domain="acme/support"', 1)[1].split("</tr>", 1)[0]
+    assert f'<td class="num">{len(PASSAGES)}</td>' in row
+    other = html.split('data-domain="globex/support"', 1)[1].split("</tr>", 1)[0]
+    assert other.count('<td class="num">0</td>') >= 3  # pending, failed, previous model
+    committed(indexing.reembed, MemoryRecord.unscoped.all())
+    assert api_client.get("/api/v1/health").json()["embedder"]["migrating"] is False
+    assert "On previous model" not in admin_client.get("/admin/").content.decode()

@@ -176,7 +176,14 @@ def _embedder_status() -> dict[str, Any]:
         embedder = memoryhub_settings.embedder()
     except Exception as exc:
         return {"ok": False, "error": type(exc).__name__}
-    return {"ok": True, "name": embedder.name, "dimensions": embedder.dimensions}
+    status: dict[str, Any] = {"ok": True, "name": embedder.name, "dimensions": embedder.dimensions}
+    try:
+        # A change of embedder in progress: models whose vectors records still carry
+        # (they serve queries until re-embedded; the admin home counts them per domain).
+        previous = [name for name in indexing_service.models_in_use() if name != embedder.name]
+    except Exception:  # the database check reports a database that does not answer
+        return status
+    return {**status, "previous_models": previous, "migrating": bool(previous)}
 
 
 HealthSerializer = inline_serializer(
@@ -185,7 +192,10 @@ HealthSerializer = inline_serializer(
         "status": serializers.ChoiceField(choices=["ok", "degraded"]),
         "database": serializers.DictField(),
         "broker": serializers.DictField(),
-        "embedder": serializers.DictField(),
+        "embedder": serializers.DictField(
+            help_text="name, dimensions; previous_models and migrating during a change of "
+            "embedder (records still on a previous model's vectors, which keep serving)."
+        ),
         "indexing": serializers.DictField(
             help_text="mode, pending, pending_capped, oldest_pending_seconds; with a broker "
             "also worker_seen_at and worker_seen_seconds_ago (the workers' heartbeat)."

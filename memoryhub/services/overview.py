@@ -10,6 +10,7 @@ from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
 from .. import policy
+from ..conf import memoryhub_settings
 from ..models import ErasureReceipt, ImportJob, MemoryRecord, Observation
 from ..policy import Action
 
@@ -22,7 +23,7 @@ def overview(principal: policy.Principal) -> dict[str, Any]:
     imports and erasures, and the indexing pipeline's status, for ``principal``."""
     from tenants.models import Domain
 
-    from .indexing import pipeline_status
+    from .indexing import models_in_use, pipeline_status
 
     orgs = policy.orgs_allowing(principal, Action.READ)
     domains = list(
@@ -45,6 +46,20 @@ def overview(principal: policy.Principal) -> dict[str, Any]:
         .annotate(n=Count("pk"))
         .order_by()
     }
+    # A change of embedder in progress: indexed records still on a previous model, per
+    # domain (one range of the model index per previous model; shrinks as they go).
+    current = memoryhub_settings.embedder().name
+    previous: dict[int, int] = {}
+    for model in models_in_use():
+        if model == current:
+            continue
+        for row in (
+            records.filter(embedding_model=model, status=MemoryRecord.Status.INDEXED)
+            .values("domain_id")
+            .annotate(n=Count("pk"))
+            .order_by()
+        ):
+            previous[row["domain_id"]] = previous.get(row["domain_id"], 0) + row["n"]
     now = timezone.now()
     day, week = now - timedelta(days=1), now - timedelta(days=7)
     events = {
@@ -75,6 +90,7 @@ def overview(principal: policy.Principal) -> dict[str, Any]:
                 "records": totals.get(domain.pk, 0),
                 "pending": unindexed.get((domain.pk, MemoryRecord.Status.PENDING), 0),
                 "failed": unindexed.get((domain.pk, MemoryRecord.Status.FAILED), 0),
+                "previous_model": previous.get(domain.pk, 0),
                 **{
                     name: counts.get(name) or 0
                     for name in ("refused_day", "refused_week", "deduped_day", "deduped_week")
@@ -103,6 +119,8 @@ def overview(principal: policy.Principal) -> dict[str, Any]:
         "imports": list(imports),
         "erasures": list(erasures),
         "pipeline": pipeline,
+        "model": current,
+        "migrating": bool(previous),
         "can": {
             action.value: policy.allows_anywhere(principal, action)
             for action in (Action.READ, Action.IMPORT, Action.ERASE_SUBJECT, Action.FORGET)

@@ -9,7 +9,7 @@ A filter is a JSON object:
 * ``{"$and": [...]}`` and ``{"$or": [...]}`` — lists of filters; several keys in one
   object all apply (an implicit ``$and``).
 
-Semantics (mirrored by :func:`evaluate`, the Python reference the tests compare with):
+Semantics (``tests/test_filters.py`` writes out what each kind of filter matches):
 
 * equality is JSON equality: ``5`` equals ``5.0`` but not ``"5"``; ``true`` is not ``1``;
   ``null`` matches an explicit null, not a missing key;
@@ -42,7 +42,7 @@ from django.db.models.lookups import (
 
 from .services.errors import ValidationFailed
 
-__all__ = ["MAX_DEPTH", "MAX_LIST", "MAX_NODES", "FilterError", "compile_where", "evaluate"]
+__all__ = ["MAX_DEPTH", "MAX_LIST", "MAX_NODES", "FilterError", "compile_where"]
 
 MAX_DEPTH = 8
 MAX_NODES = 200
@@ -206,71 +206,3 @@ def compile_where(where: Any, *, path: str = "where") -> Q:
     if where is None or (isinstance(where, Mapping) and not where):
         return Q()
     return _Compiler().compile(where, path, depth=1)
-
-
-# --- the Python reference ------------------------------------------------------------
-
-_MISSING = object()
-
-
-def _json_equal(left: Any, right: Any) -> bool:
-    if isinstance(left, bool) or isinstance(right, bool):
-        return isinstance(left, bool) and isinstance(right, bool) and left == right
-    if _is_number(left) and _is_number(right):
-        return left == right
-    if isinstance(left, list) and isinstance(right, list):
-        return len(left) == len(right) and all(map(_json_equal, left, right))
-    if isinstance(left, dict) and isinstance(right, dict):
-        return left.keys() == right.keys() and all(_json_equal(left[k], right[k]) for k in left)
-    return type(left) is type(right) and left == right
-
-
-def _compare(operator: str, left: Any, right: Any) -> bool:
-    if _is_number(right):
-        if not _is_number(left):
-            return False
-    elif not isinstance(left, str) or isinstance(left, bool):
-        return False
-    if operator == "$gt":
-        return left > right
-    if operator == "$gte":
-        return left >= right
-    if operator == "$lt":
-        return left < right
-    return left <= right
-
-
-def evaluate(where: Any, metadata: Mapping[str, Any]) -> bool:
-    """Whether ``metadata`` matches ``where`` (assumed valid), in pure Python."""
-    if not where:
-        return True
-    for key, condition in where.items():
-        if key == "$and":
-            if not all(evaluate(inner, metadata) for inner in condition):
-                return False
-            continue
-        if key == "$or":
-            if not any(evaluate(inner, metadata) for inner in condition):
-                return False
-            continue
-        value = metadata.get(key, _MISSING)
-        operations: list[tuple[str, Any]] = [("$eq", condition)]
-        if isinstance(condition, Mapping) and any(str(k).startswith("$") for k in condition):
-            operations = list(condition.items())
-        for operator, operand in operations:
-            present = value is not _MISSING
-            if operator == "$exists":
-                matched = present == operand
-            elif operator == "$eq":
-                matched = present and _json_equal(value, operand)
-            elif operator == "$ne":
-                matched = not present or not _json_equal(value, operand)
-            elif operator == "$in":
-                matched = present and any(_json_equal(value, item) for item in operand)
-            elif operator == "$nin":
-                matched = not present or not any(_json_equal(value, item) for item in operand)
-            else:
-                matched = present and _compare(operator, value, operand)
-            if not matched:
-                return False
-    return True

@@ -14,7 +14,7 @@ from memoryhub.services import query, write
 from memoryhub.services.errors import UnknownSource
 from memoryhub.services.imports import ImportFailed, chunk_markdown, parse
 
-from .factories import MembershipFactory
+from .factories import MembershipFactory, create_api_key
 
 pytestmark = pytest.mark.django_db
 
@@ -63,11 +63,31 @@ PAGES = [
 ]
 
 
+def own_rows(tenant, data):  # type: ignore[no-untyped-def]
+    """Per page, the markup that only acme's own rows (or its domain choice) produce."""
+    acme_record = MemoryRecord.unscoped.get(content="acme handbook entry")
+    acme_observation = Observation.unscoped.filter(org=tenant.org).earliest("created_at")
+    domain_choice = f'<option value="{tenant.domain.pk}"'
+    return {
+        "/admin/memoryhub/knowledgebase/": f"/knowledgebase/{data['acme_kb'].pk}/change/",
+        "/admin/memoryhub/memoryrecord/": f"/memoryrecord/{acme_record.pk}/change/",
+        "/admin/memoryhub/observation/": f"/observation/{acme_observation.pk}/change/",
+        "/admin/memoryhub/memoryrecord/playground/": domain_choice,
+        "/admin/memoryhub/memoryrecord/erase-subject/": domain_choice,
+        "/admin/tenants/org/": f"/tenants/org/{tenant.org.pk}/change/",
+        "/admin/tenants/domain/": f"/tenants/domain/{tenant.domain.pk}/change/",
+        "/admin/tenants/apikey/": "acme bot",
+    }
+
+
 @pytest.mark.parametrize("url", PAGES)
-def test_operator_pages_show_only_their_org(operator, data, url):
+def test_operator_pages_show_only_their_org(operator, data, tenant, other_tenant, url):
+    create_api_key(org=tenant.org, name="acme bot")
+    create_api_key(org=other_tenant.org, name="globex bot")
     response = operator.get(url)
     assert response.status_code == 200
     page = response.content.decode()
+    assert own_rows(tenant, data)[url] in page  # an empty page must not pass
     assert "globex" not in page.lower()
 
 
@@ -153,15 +173,21 @@ def test_record_page_shows_embedding_summary_not_floats(operator, data, committe
     assert "norm 1.0000" in page
 
 
-def test_reembed_action(operator, data, committed, tenant):
+def test_reembed_action_re_embeds_with_the_configured_model(operator, data, committed, tenant):
     [result] = committed(write.write, tenant.scope, [{"content": "to re-embed"}]).records
+    indexed = MemoryRecord.unscoped.get(pk=result.id)
+    configured, vector = indexed.embedding_model, list(indexed.embedding)
+    stale = [1.0] + [0.0] * (len(vector) - 1)
+    MemoryRecord.unscoped.filter(pk=result.id).update(embedding_model="retired", embedding=stale)
     response = committed(
         operator.post,
         "/admin/memoryhub/memoryrecord/",
         {"action": "reembed", "_selected_action": [result.id]},
     )
     assert response.status_code == 302
-    assert MemoryRecord.unscoped.get(pk=result.id).status == "indexed"
+    record = MemoryRecord.unscoped.get(pk=result.id)
+    assert (record.status, record.embedding_model) == ("indexed", configured)
+    assert list(record.embedding) == pytest.approx(vector)
 
 
 def test_deleting_a_record_in_the_admin_is_a_forget(operator, data, tenant):
@@ -456,8 +482,10 @@ def test_observation_summary_counts_refusals_and_dedupes(operator, data, tenant)
     assert "<svg" in page
     assert "write refused (2)" in page
     assert "deduplicated on write (1)" in page
-    response = operator.get("/admin/memoryhub/observation/1/change/")
-    assert response.status_code in (200, 302)
+    refusal = Observation.unscoped.filter(org=tenant.org, kind="memory.write_refused").first()
+    response = operator.get(f"/admin/memoryhub/observation/{refusal.pk}/change/")
+    assert response.status_code == 200  # read-only, but viewable
+    assert "write refused" in response.content.decode()
     assert operator.post("/admin/memoryhub/observation/add/", {}).status_code == 403
 
 

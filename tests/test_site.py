@@ -143,25 +143,31 @@ def test_admin_index_lists_every_model(admin_client):
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(
-    "url",
+    ("url", "shown"),
     [
-        "/admin/tenants/org/",
-        "/admin/tenants/domain/",
-        "/admin/tenants/membership/",
-        "/admin/tenants/apikey/",
-        "/admin/tenants/apikey/add/",
-        "/admin/memoryhub/knowledgebase/",
-        "/admin/memoryhub/knowledgebase/add/",
-        "/admin/memoryhub/memoryrecord/",
-        "/admin/memoryhub/memoryrecord/add/",
-        "/admin/memoryhub/observation/",
+        ("/admin/tenants/org/", ">acme</a>"),
+        ("/admin/tenants/domain/", ">support</a>"),
+        ("/admin/tenants/membership/", ">site-operator</a>"),
+        ("/admin/tenants/apikey/", "site bot"),
+        ("/admin/tenants/apikey/add/", 'name="can_write"'),
+        ("/admin/memoryhub/knowledgebase/", ">memory</a>"),
+        ("/admin/memoryhub/knowledgebase/add/", 'name="on_write"'),
+        ("/admin/memoryhub/memoryrecord/", "visible in the admin"),
+        ("/admin/memoryhub/memoryrecord/add/", 'name="content"'),
+        ("/admin/memoryhub/observation/", '<td class="field-kind">memory written'),
     ],
 )
-def test_admin_pages_render_for_a_superuser(admin_client, tenant, url):
+def test_admin_pages_render_for_a_superuser(admin_client, tenant, url, shown):
     from memoryhub.services import write
 
+    from .factories import MembershipFactory, create_api_key
+
     write.write(tenant.scope, [{"content": "visible in the admin"}])
-    assert admin_client.get(url).status_code == 200
+    MembershipFactory(org=tenant.org, user__username="site-operator")
+    create_api_key(org=tenant.org, name="site bot")
+    response = admin_client.get(url)
+    assert response.status_code == 200
+    assert shown in response.content.decode()
 
 
 @pytest.mark.django_db

@@ -363,9 +363,17 @@ def test_scoped_memory_seed_example(tenant, other_tenant):
         return in_tenant, other, guarded.name, refused
 
     assert run(main()) == (["Tenant 1 policy."], [], "handbook", "refused: unscoped run")
+    # The guard's own observation carries only n and source; the write service's one
+    # (created, updated, operator) lands beside it and must not stand in for it.
+    assert mine.observations == [("memory.written", {"n": 1, "source": "handbook"})]
     with tenant_scope(tenant.scope):
         written = Observation.objects.filter(kind="memory.written", actor="agent")
-        assert {o.payload.get("source") for o in written} == {"handbook"}
+        payloads = sorted((o.payload for o in written), key=len)
+    assert payloads[0] == {"n": 1, "source": "handbook"}
+    assert [sorted(p) for p in payloads] == [
+        ["n", "source"],
+        ["created", "n", "operator", "source", "updated"],
+    ]
 
 
 def test_scoped_memory_refuses_half_scopes_and_custom_policies(tenant):

@@ -610,8 +610,8 @@ def reembed(records: QuerySet[MemoryRecord], *, force: bool = False) -> int:
     record keeps its status and serves queries with its previous vector until the new
     one is stored. Without ``force`` records already on the configured model are left
     alone; with it they are embedded again too (e.g. the model's files changed under the
-    same name). Returns how many records were scheduled; ids are read and sent in
-    batches, never all at once.
+    same name). Their attempts start again from zero. Returns how many records were
+    scheduled; ids are read and sent in batches, never all at once.
     """
     from .write import schedule_indexing
 
@@ -619,6 +619,11 @@ def reembed(records: QuerySet[MemoryRecord], *, force: bool = False) -> int:
     ensure_vector_index(embedder.name, embedder.dimensions)
     if not force:
         records = records.exclude(status=MemoryRecord.Status.INDEXED, embedding_model=embedder.name)
+    # A fresh set of attempts (a failed record gets INDEX_MAX_ATTEMPTS again); the status
+    # and the vector stay, so nothing is hidden meanwhile.
+    MemoryRecord.unscoped.filter(
+        pk__in=records.filter(attempts__gt=0).order_by().values("pk")
+    ).update(attempts=0, last_error="")
     size = memoryhub_settings.INDEX_BATCH_SIZE * 50
     batch: list[str] = []
     total = 0

@@ -25,6 +25,8 @@ DEFAULTS: dict[str, Any] = {
     # model still present in the scope, so old vectors serve until re-embedding is done
     # (the default HashingEmbedder family is recognised by its name without this).
     "PREVIOUS_EMBEDDERS": [],
+    # Record history: previous states kept per record (the oldest dropped); 0 keeps none.
+    "HISTORY_VERSIONS": 50,
     # Bounds on one write request.
     "MAX_WRITE_ITEMS": 100,
     "MAX_CONTENT_LENGTH": 20_000,
@@ -110,6 +112,7 @@ INTEGER_SETTINGS = {
     "INDEX_MAX_ATTEMPTS": 1,
     "SWEEP_PENDING_AFTER": 1,
     "SWEEP_INTERVAL": 1,
+    "HISTORY_VERSIONS": 0,
     "OBSERVATION_RETENTION_DAYS": 1,
     "MAX_WAIT_SECONDS": 0,
     "MAX_BODY_BYTES": 1024,

@@ -207,6 +207,14 @@ class MemoryRecord(models.Model):
     updated_at = models.DateTimeField(_("updated"), auto_now=True)
     indexed_at = models.DateTimeField(_("indexed"), null=True, blank=True, editable=False)
     expires_at = models.DateTimeField(_("expires"), null=True, blank=True)
+    #: History (services/history.py): the state's number (1 when created, one more per
+    #: change), and who made the change that produced it and why; previous states are
+    #: ``RecordVersion`` rows.
+    version = models.PositiveIntegerField(_("version"), default=1, editable=False)
+    changed_by = models.CharField(
+        _("changed by"), max_length=200, blank=True, default="", editable=False
+    )
+    change_cause = models.CharField(_("cause"), max_length=16, default="create", editable=False)
     #: The import that created the record (what undoing that import erases).
     import_job = models.ForeignKey(
         "ImportJob",
@@ -289,6 +297,60 @@ class MemoryRecord(models.Model):
     @property
     def source(self) -> str:
         return self.knowledge_base.name
+
+
+class RecordVersion(models.Model):
+    """A previous state of a record: its fields as they were, and how that state came to
+    be (``changed_at``, ``actor``, ``cause``). Kept up to ``HISTORY_VERSIONS`` per record
+    (the oldest dropped), tenant-scoped like records, and deleted with its record by every
+    erasure path (the foreign key cascades)."""
+
+    class Cause(models.TextChoices):
+        CREATE = "create", _("created")
+        UPSERT = "upsert", _("written again by key")
+        UPDATE = "update", _("updated")
+        IMPORT = "import", _("imported")
+        ADMIN = "admin", _("edited in the admin")
+        RESTORE = "restore", _("restored")
+        CONSOLIDATION = "consolidation", _("consolidated")
+
+    id = models.BigAutoField(primary_key=True)
+    org = models.ForeignKey(
+        "tenants.Org", on_delete=models.CASCADE, related_name="+", db_index=False
+    )
+    domain = models.ForeignKey(
+        "tenants.Domain", on_delete=models.CASCADE, related_name="+", db_index=False
+    )
+    record = models.ForeignKey(
+        MemoryRecord, on_delete=models.CASCADE, related_name="versions", db_index=False
+    )
+    version = models.PositiveIntegerField(_("version"))
+    content = models.TextField(_("content"))
+    key = models.CharField(_("key"), max_length=255, null=True, blank=True)
+    kind = models.CharField(_("kind"), max_length=16)
+    tags = ArrayField(models.CharField(max_length=64), verbose_name=_("tags"), default=list)
+    metadata = models.JSONField(_("metadata"), default=dict)
+    expires_at = models.DateTimeField(_("expires"), null=True, blank=True)
+    changed_at = models.DateTimeField(_("changed"))
+    actor = models.CharField(_("actor"), max_length=200, blank=True, default="")
+    cause = models.CharField(_("cause"), max_length=16, choices=Cause)
+
+    objects = ScopedManager(org="org_id", domain="domain_id")
+    unscoped = models.Manager()  # noqa: DJ012 (ScopedManager() is a manager, not a field)
+
+    class Meta:
+        verbose_name = _("record version")
+        verbose_name_plural = _("record versions")
+        ordering = ["-version"]
+        default_manager_name = "objects"
+        base_manager_name = "unscoped"
+        constraints = [
+            models.UniqueConstraint(fields=["record", "version"], name="memoryhub_version_unique")
+        ]
+
+    def __str__(self) -> str:
+        # Never the content (Django's admin log keeps str(obj)).
+        return f"version {self.version} of record {str(self.record_id)[:8]}"
 
 
 class Observation(models.Model):

@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import difflib
+import json
 import math
 from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+)
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, path
-from django.utils.html import format_html
+from django.urls import URLPattern, path, reverse
+from django.utils.html import escape, format_html
+from django.utils.safestring import mark_safe
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
@@ -21,8 +30,11 @@ from ..models import MemoryRecord
 from ..policy import Action
 from ..scope import Scope
 from ..services import forget as forget_service
+from ..services import history as history_service
 from ..services import indexing as indexing_service
 from ..services import write as write_service
+from ..services.history import HISTORY_FIELDS
+from ..services.records import RecordNotFound
 from .base import OperatorAdmin, actor, admin_context, operator_view
 from .erasure import erasure_batch, show_receipt
 from .filters import (
@@ -102,6 +114,7 @@ class MemoryRecordAdmin(OperatorAdmin):
     # No date_hierarchy: its year links are a DISTINCT over every record the user sees.
     actions = ["reembed"]
     change_list_template = "admin/memoryhub/memoryrecord/change_list.html"
+    change_form_template = "admin/memoryhub/memoryrecord/change_form.html"
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         main = [
@@ -212,6 +225,53 @@ class MemoryRecordAdmin(OperatorAdmin):
         for record in queryset.select_related(None).only("pk", "org_id", "domain_id"):
             self.delete_model(request, record)
 
+    def history_rows(self, obj: MemoryRecord) -> list[dict[str, Any]]:
+        """The record's states, newest first, each with what changed from the one before."""
+        states = history_service.history(Scope(obj.org_id, obj.domain_id), obj.pk)["versions"]
+        return [
+            {**state, "changes": _changes(states[i + 1] if i + 1 < len(states) else None, state)}
+            for i, state in enumerate(states)
+        ]
+
+    def restore_view(self, request: HttpRequest, object_id: str, version: int) -> HttpResponse:
+        """POST only: make a previous version current again (through the write service)."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        record = self.get_object(request, object_id)
+        if record is None:
+            raise Http404(_("No such record."))
+        self.require(request, Action.CURATE, record)
+        try:
+            write_service.restore_version(
+                Scope(record.org_id, record.domain_id),
+                record.pk,
+                version,
+                actor=actor(request),
+                operator=True,
+            )
+        except RecordNotFound:
+            raise Http404(_("No such version.")) from None
+        self.message_user(
+            request,
+            _("Version %(v)d restored as a new version.") % {"v": version},
+            messages.SUCCESS,
+        )
+        return HttpResponseRedirect(
+            reverse("admin:memoryhub_memoryrecord_change", args=[record.pk])
+        )
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: Any = None
+    ) -> HttpResponse:
+        obj = self.get_object(request, object_id)
+        if obj is not None:
+            extra_context = {
+                **(extra_context or {}),
+                "history": self.history_rows(obj),
+                "can_restore": self.allows(request, Action.CURATE, obj),
+            }
+        return super().change_view(request, object_id, form_url, extra_context)
+
     def has_reembed_permission(self, request: HttpRequest) -> bool:
         return self.allows(request, Action.REEMBED)
 
@@ -251,6 +311,11 @@ class MemoryRecordAdmin(OperatorAdmin):
         wrap = lambda view: self.admin_site.admin_view(operator_view(view))  # noqa: E731
         custom = [
             path("erase-subject/", wrap(self.erase_subject_view), name="memoryhub_erase_subject"),
+            path(
+                "<path:object_id>/restore/<int:version>/",
+                wrap(self.restore_view),
+                name="memoryhub_memoryrecord_restore",
+            ),
             path(
                 "playground/",
                 wrap(lambda request: playground_view(self, request)),
@@ -332,3 +397,42 @@ class EraseSubjectForm(forms.Form):
         if domain is not None:
             return [domain]
         return list(self.domains.filter(org=self.cleaned_data["org"]))
+
+
+def _words_diff(old: str, new: str) -> str:
+    """``old`` → ``new`` word by word: removed words in <del>, added in <ins>."""
+    before, after = old.split(), new.split()
+    parts: list[str] = []
+    matcher = difflib.SequenceMatcher(a=before, b=after, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            parts.append(escape(" ".join(before[i1:i2])))
+            continue
+        if i2 > i1:
+            parts.append(format_html("<del>{}</del>", " ".join(before[i1:i2])))
+        if j2 > j1:
+            parts.append(format_html("<ins>{}</ins>", " ".join(after[j1:j2])))
+    return " ".join(parts)
+
+
+def _changes(older: dict[str, Any] | None, state: dict[str, Any]) -> str:
+    """What ``state`` changed from ``older`` (None: it is the first state)."""
+    if older is None:
+        return format_html("<em>{}</em>", _("first state"))
+    items = []
+    for name in HISTORY_FIELDS:
+        if older[name] == state[name]:
+            continue
+        if name == "content":
+            detail = mark_safe(_words_diff(older[name], state[name]))  # each word escaped
+        else:
+            detail = format_html("{} → {}", _short(older[name]), _short(state[name]))
+        items.append(format_html("<div><strong>{}</strong>: {}</div>", name, detail))
+    if not items:
+        return format_html("<em>{}</em>", _("no change"))
+    return mark_safe("".join(items))  # each part escaped
+
+
+def _short(value: Any, limit: int = 200) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str, sort_keys=True)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

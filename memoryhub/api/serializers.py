@@ -10,7 +10,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from ..models import KnowledgeBase, MemoryRecord
+from ..models import KnowledgeBase, MemoryRecord, RecordVersion
 
 
 class ErrorSerializer(serializers.Serializer):
@@ -131,6 +131,30 @@ class RecordSerializer(serializers.ModelSerializer):
             "expires_at",
         ]
         read_only_fields = fields
+
+
+class RecordVersionSerializer(serializers.Serializer):
+    version = serializers.IntegerField()
+    content = serializers.CharField()
+    key = serializers.CharField(allow_null=True)
+    kind = serializers.ChoiceField(choices=MemoryRecord.Kind.choices)
+    tags = serializers.ListField(child=serializers.CharField())
+    metadata = serializers.DictField()
+    expires_at = serializers.DateTimeField(allow_null=True)
+    changed_at = serializers.DateTimeField(help_text="When this state came to be.")
+    actor = serializers.CharField(help_text="Who made the change that produced it.")
+    cause = serializers.ChoiceField(
+        choices=RecordVersion.Cause.choices,
+        help_text="What produced it: create, upsert (written again by key), update, import, "
+        "admin, restore or consolidation.",
+    )
+
+
+class RecordHistorySerializer(serializers.Serializer):
+    record = serializers.UUIDField()
+    versions = RecordVersionSerializer(
+        many=True, help_text="Newest first; the first is the record's current state."
+    )
 
 
 class RecordUpdateSerializer(serializers.Serializer):

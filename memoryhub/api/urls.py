@@ -15,6 +15,11 @@ urlpatterns = [
         views.RecordDetailView.as_view(),
         name="record",
     ),
+    path(
+        "domains/<slug:domain>/records/<str:record_id>/history",
+        views.RecordHistoryView.as_view(),
+        name="record-history",
+    ),
     path("domains/<slug:domain>/query", views.QueryView.as_view(), name="query"),
     path("domains/<slug:domain>/forget", views.ForgetView.as_view(), name="forget"),
     path("domains/<slug:domain>/sources", views.SourcesView.as_view(), name="sources"),

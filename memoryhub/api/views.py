@@ -31,6 +31,7 @@ from .. import log, policy, routing
 from ..conf import memoryhub_settings
 from ..models import MemoryRecord
 from ..services import forget as forget_service
+from ..services import history as history_service
 from ..services import indexing as indexing_service
 from ..services import query as query_service
 from ..services import records as records_service
@@ -523,6 +524,23 @@ class RecordDetailView(MemoryAPIView):
         except records_service.RecordNotFound:
             raise exceptions.NotFound("No such record.", code="record_not_found") from None
         return Response(_forget_response(result))
+
+
+class RecordHistoryView(MemoryAPIView):
+    """A record's history: its current state and the previous ones, newest first."""
+
+    @extend_schema(
+        summary="Get a record's history",
+        parameters=[DOMAIN],
+        responses={200: s.RecordHistorySerializer, **errors_except(400, 413)},
+    )
+    def get(self, request: Request, domain: str, record_id: str) -> Response:
+        scope = resolve_domain(request, domain, Action.READ)
+        try:
+            found = history_service.history(scope, record_id)
+        except records_service.RecordNotFound:
+            raise exceptions.NotFound("No such record.", code="record_not_found") from None
+        return Response(s.RecordHistorySerializer(found).data)
 
 
 def _get_or_404(scope: Any, record_id: str) -> MemoryRecord:

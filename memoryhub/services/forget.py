@@ -36,6 +36,7 @@ from ..models import (
     KnowledgeBase,
     MemoryRecord,
     Observation,
+    RecordVersion,
 )
 from ..scope import Scope, tenant_scope
 from . import write
@@ -458,6 +459,8 @@ ERASURE_REGISTRY: dict[str, str] = {
     "memoryhub.ImportJob": "unfinished jobs for the subject cancelled; jobs for the "
     "subject lose file name and namespaces (_cancel_imports)",
     "memoryhub.ImportChunk": "the files of jobs for the subject deleted (_erase_jobs)",
+    "memoryhub.RecordVersion": "a record's previous states: deleted with the record (the "
+    "foreign key cascades) by every path that deletes records",
     "admin.LogEntry": "entries about erased records deleted (_scrub_admin_log); a record's "
     "str() is its kind and id, never content",
     "memoryhub.Observation": "holds counts, knowledge base names and keyed hashes only",
@@ -468,7 +471,7 @@ ERASURE_REGISTRY: dict[str, str] = {
 
 #: The tables an erasure deletes from or rewrites, vacuumed and analysed after it.
 VACUUM_KEY = "memoryhub:vacuum-scheduled"
-ERASED_TABLES = (MemoryRecord, ImportJob, ImportChunk)
+ERASED_TABLES = (MemoryRecord, RecordVersion, ImportJob, ImportChunk)
 
 
 def schedule_vacuum() -> None:

@@ -28,8 +28,9 @@ from django.utils.dateparse import parse_datetime
 from .. import observe, policy, signals
 from ..cache import bump_generation_on_commit
 from ..conf import memoryhub_settings
-from ..models import KnowledgeBase, MemoryRecord, Observation, content_hash
+from ..models import KnowledgeBase, MemoryRecord, Observation, RecordVersion, content_hash
 from ..scope import Scope, tenant_scope
+from . import history
 from .errors import UnknownSource, ValidationFailed, WriteRefused
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "ensure_knowledge_base",
     "lock_domain",
     "lock_namespaces",
+    "restore_version",
     "schedule_indexing",
     "update_record",
     "validate_items",
@@ -468,8 +470,12 @@ def _write_to(
     actor: str,
     operator: bool,
     import_job: int | None = None,
+    cause: str = RecordVersion.Cause.UPSERT,
 ) -> list[RecordResult]:
-    """Upsert ``items`` into one writable knowledge base; return one result per item."""
+    """Upsert ``items`` into one writable knowledge base; return one result per item.
+
+    A record written again by key keeps its previous state in its history (``cause``)
+    when a field changes."""
     lock_namespaces(knowledge_base, (item.namespace for item in items))
     records = MemoryRecord.objects.filter(knowledge_base=knowledge_base)
     keys = {(item.namespace, item.key) for item in items if item.key is not None}
@@ -490,6 +496,7 @@ def _write_to(
 
     now = timezone.now()
     results: list[RecordResult] = []
+    created: set[Any] = set()  # a key written twice in one call: one record, no history
     new_records: list[MemoryRecord] = []
     changed: list[MemoryRecord] = []
     deduplicated = 0
@@ -497,6 +504,8 @@ def _write_to(
         digest = item.content_hash
         existing = by_key.get((item.namespace, item.key)) if item.key is not None else None
         if existing is not None:
+            if existing.pk not in created and not _unchanged(existing, item):
+                history.snapshot([existing], actor=actor, cause=cause)
             content_changed = existing.content_hash != digest
             _apply(existing, item, content_changed=content_changed)
             existing.updated_at = now
@@ -530,7 +539,9 @@ def _write_to(
             updated_at=now,
             import_job_id=import_job,
         )
+        record.changed_by, record.change_cause = actor[:200], _creation_cause(cause)
         new_records.append(record)
+        created.add(record.pk)
         if item.key is not None:
             by_key[(item.namespace, item.key)] = record
         by_hash.setdefault((item.namespace, digest), str(record.pk))
@@ -557,6 +568,9 @@ def _write_to(
                 "attempts",
                 "last_error",
                 "indexed_at",
+                "version",
+                "changed_by",
+                "change_cause",
             ],
         )
     statuses = {str(record.pk): record.status for record in [*new_records, *changed]}
@@ -663,8 +677,12 @@ def write(
     actor: str = "",
     operator: bool = False,
     import_job: int | None = None,
+    cause: str | None = None,
 ) -> WriteResult:
     """Write ``items`` to the knowledge bases ``sources`` (default ``["memory"]``).
+
+    ``cause`` is what a record's history says of the change (default: ``import`` for an
+    import's writes, ``admin`` for an operator's, ``upsert`` otherwise).
 
     ``import_job`` marks the records this call creates as that import's (what undoing
     the import erases); records it updates or deduplicates against are not marked.
@@ -702,7 +720,15 @@ def write(
             if validated:
                 with transaction.atomic():
                     result.records.extend(
-                        _write_to(scope, knowledge_base, validated, actor, operator, import_job)
+                        _write_to(
+                            scope,
+                            knowledge_base,
+                            validated,
+                            actor,
+                            operator,
+                            import_job,
+                            cause or _default_cause(operator, import_job),
+                        )
                     )
             result.accepted.append(knowledge_base.name)
         if result.records:
@@ -711,6 +737,20 @@ def write(
     if refusal is not None and len(knowledge_bases) == 1:
         raise refusal
     return result
+
+
+def _default_cause(operator: bool, import_job: int | None) -> str:
+    if import_job is not None:
+        return RecordVersion.Cause.IMPORT
+    return RecordVersion.Cause.ADMIN if operator else RecordVersion.Cause.UPSERT
+
+
+def _creation_cause(cause: str) -> str:
+    """What a new record's history says of its creation: ``create``, or what created it
+    when that says more (an import, consolidation)."""
+    if cause in (RecordVersion.Cause.IMPORT, RecordVersion.Cause.CONSOLIDATION):
+        return cause
+    return RecordVersion.Cause.CREATE
 
 
 def _unchanged(record: MemoryRecord, item: WriteItem) -> bool:
@@ -737,8 +777,12 @@ def update_record(
     partial: bool,
     actor: str = "",
     operator: bool = False,
+    cause: str | None = None,
 ) -> RecordResult:
     """Update one record by id (PUT replaces the updatable fields, PATCH merges).
+
+    The previous state is kept in the record's history (``cause``: default ``admin`` for
+    an operator, ``update`` otherwise).
 
     The namespace and knowledge base of a record do not change. A record of a read-only
     knowledge base is refused (``WriteRefused``, counted) unless ``operator=True`` (the
@@ -805,6 +849,11 @@ def update_record(
         if locked is None:
             raise RecordNotFound(record_id)
         content_changed = locked.content_hash != item.content_hash
+        history.snapshot(
+            [locked],
+            actor=actor,
+            cause=cause or (RecordVersion.Cause.ADMIN if operator else RecordVersion.Cause.UPDATE),
+        )
         locked.key = item.key
         _apply(locked, item, content_changed=content_changed)
         locked.save()
@@ -826,3 +875,31 @@ def update_record(
             schedule_indexing([str(locked.pk)])
         bump_generation_on_commit(scope)
     return RecordResult(str(locked.pk), locked.key, locked.status, False, knowledge_base.name)
+
+
+def restore_version(
+    scope: Scope, record_id: Any, version: int, *, actor: str = "", operator: bool = False
+) -> RecordResult:
+    """Make a previous state of a record its current one: a new version (cause
+    ``restore``) through :func:`update_record`, so the read-only policy, validation,
+    re-indexing and the history itself apply as to any update.
+
+    Raises ``RecordNotFound`` when the record, or that version of it, is not in scope.
+    """
+    from .records import RecordNotFound, get_record
+
+    record = get_record(scope, record_id)
+    with tenant_scope(scope):
+        previous = RecordVersion.objects.filter(record_id=record.pk, version=version).first()
+    if previous is None:
+        raise RecordNotFound(record_id)
+    fields = history.version_fields(previous)
+    return update_record(
+        scope,
+        record.pk,
+        fields,
+        partial=False,
+        actor=actor,
+        operator=operator,
+        cause=RecordVersion.Cause.RESTORE,
+    )

@@ -29,7 +29,13 @@ from .compositions import CompositeMemory, CompositeWriteError, SequentialMemory
 from .decorators import CachedMemory, CompactedMemory, ReadOnlyMemory, ScopedMemory, require_scope
 from .django import DjangoMemory, DjangoMemoryStore, StoredRecord
 from .http import HttpMemory, HttpMemoryError
-from .stores import HttpMemoryStore, MemoryKind, MemoryStore, SyncHttpMemoryStore
+from .stores import (
+    HttpMemoryStore,
+    MemoryKind,
+    MemoryStore,
+    StoredVersion,
+    SyncHttpMemoryStore,
+)
 from .tools import ToolMemory, default_parse
 
 
@@ -79,6 +85,7 @@ __all__ = [
     "ScopedMemory",
     "SequentialMemory",
     "StoredRecord",
+    "StoredVersion",
     "SyncHttpMemoryStore",
     "ToolMemory",
     "accepts_writes",

@@ -15,12 +15,20 @@ from .. import policy
 from ..items import MemoryItem, as_write_item, thaw
 from ..scope import Scope, ScopeRequired
 from ..services import forget as forget_service
+from ..services import history as history_service
 from ..services import query as query_service
 from ..services import records as records_service
 from ..services import write as write_service
 from ..services.errors import WriteRefused
 from .base import MemoryContext
-from .stores import MemoryKind, StoredRecord, search_limit, stored_content
+from .stores import (
+    MemoryKind,
+    StoredRecord,
+    StoredVersion,
+    search_limit,
+    stored_content,
+    stored_versions,
+)
 
 __all__ = ["DjangoMemory", "DjangoMemoryStore", "StoredRecord"]
 
@@ -239,6 +247,18 @@ class DjangoMemoryStore:
         def fetch() -> StoredRecord | None:
             row = self._select(scope, key=key).first()
             return self._to_record(row) if row is not None else None
+
+        return await sync_to_async(fetch, thread_sensitive=True)()
+
+    async def history(self, *, scope: str, key: str) -> list[StoredVersion]:
+        """The key's states, newest first (the current one first); [] when missing."""
+        self._require(policy.Action.READ)
+
+        def fetch() -> list[StoredVersion]:
+            row = self._select(scope, key=key).first()
+            if row is None:
+                return []
+            return stored_versions(history_service.history(self.tenant, row.pk))
 
         return await sync_to_async(fetch, thread_sensitive=True)()
 

@@ -39,6 +39,7 @@ __all__ = [
     "MemoryKind",
     "MemoryStore",
     "StoredRecord",
+    "StoredVersion",
     "SyncHttpMemoryStore",
 ]
 
@@ -199,6 +200,40 @@ def _record(row: dict[str, Any]) -> StoredRecord:
     )
 
 
+@dataclass(frozen=True)
+class StoredVersion:
+    """One state of a key's record in its history: its value and fields then, when it
+    came to be, who made the change and why (``create``, ``upsert``, ``update``, ...)."""
+
+    version: int
+    value: Any
+    kind: str
+    tags: tuple[str, ...]
+    changed_at: datetime | None
+    actor: str
+    cause: str
+
+
+def stored_versions(found: dict[str, Any]) -> list[StoredVersion]:
+    """The store's view of a record's history (``services.history.history`` or its JSON)."""
+    versions = []
+    for state in found["versions"]:
+        changed = state.get("changed_at")
+        metadata = state.get("metadata") or {}
+        versions.append(
+            StoredVersion(
+                version=int(state["version"]),
+                value=metadata.get("value", state["content"]),
+                kind=str(state["kind"]),
+                tags=tuple(state.get("tags") or ()),
+                changed_at=_parse_time(changed) if isinstance(changed, str) else changed,
+                actor=str(state.get("actor") or ""),
+                cause=str(state["cause"]),
+            )
+        )
+    return versions
+
+
 class _RestStore:
     """The request/response mapping of the HTTP stores: every operation is an
     :data:`Exchange`, driven by :class:`HttpMemoryStore` or :class:`SyncHttpMemoryStore`."""
@@ -254,6 +289,14 @@ class _RestStore:
         page = yield from self._exchange(_Call("GET", "records", policy.Action.READ, params))
         rows = page["results"]
         return _record(rows[0]) if rows else None
+
+    def _history(self, scope: str, key: str) -> Exchange[list[StoredVersion]]:
+        record = yield from self._get(scope, key)
+        if record is None:
+            return []
+        call = _Call("GET", f"records/{record.id}/history", policy.Action.READ)
+        found = yield from self._exchange(call)
+        return stored_versions(found)
 
     def _search(
         self,
@@ -359,6 +402,10 @@ class HttpMemoryStore(_RestStore):
         """Newest first (by last update), filtered by kind, key prefix and tag."""
         return await self._run(self._search(scope, kind, key_prefix, tag, limit))
 
+    async def history(self, *, scope: str, key: str) -> list[StoredVersion]:
+        """The key's states, newest first (the current one first); [] when missing."""
+        return await self._run(self._history(scope, key))
+
     async def forget(self, *, scope: str, key: str | None = None, all_sources: bool = False) -> int:
         """Hard-delete one key, or the namespace when ``key`` is None, in this store's
         knowledge base, or with ``all_sources`` in every knowledge base of the domain
@@ -419,6 +466,10 @@ class SyncHttpMemoryStore(_RestStore):
     ) -> list[StoredRecord]:
         """Newest first (by last update), filtered by kind, key prefix and tag."""
         return self._run(self._search(scope, kind, key_prefix, tag, limit))
+
+    def history(self, *, scope: str, key: str) -> list[StoredVersion]:
+        """As :meth:`HttpMemoryStore.history`."""
+        return self._run(self._history(scope, key))
 
     def forget(self, *, scope: str, key: str | None = None, all_sources: bool = False) -> int:
         """As :meth:`HttpMemoryStore.forget`."""

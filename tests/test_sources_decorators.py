@@ -260,7 +260,7 @@ def test_sequential_asks_each_source_for_what_is_still_missing():
     assert [(i.source, i.content) for i in got] == [("one", "a"), ("three", "b"), ("three", "c")]
     assert (one.queries, three.queries, never.queries) == ([("q", 3)], [("q", 2)], [])
     assert chain.name == "sequential"
-    with pytest.raises(ValueError, match="at least one source"):
+    with pytest.raises(ValueError, match="SequentialMemory needs at least one source"):
         SequentialMemory([])
 
 
@@ -291,12 +291,19 @@ def test_composite_write_broadcasts_and_buckets_outcomes():
     assert notes.writes == [NOTE]
     with pytest.raises(CompositeWriteError) as raised:
         run(
-            CompositeMemory([notes, Refusing("policy"), Broken("index")]).write(NOTE, ctx=context())
+            CompositeMemory(
+                [
+                    notes,
+                    Refusing("policy"),
+                    ReadOnlyMemory(FakeMemory("ro"), on_write="ignore"),
+                    Broken("index"),
+                ]
+            ).write(NOTE, ctx=context())
         )
-    assert (raised.value.accepted, raised.value.refused) == (["notes"], ["policy"])
+    assert (raised.value.accepted, raised.value.refused) == (["notes"], ["policy", "ro"])
     assert str(raised.value) == (
         "CompositeMemory.write partial failure — accepted: ['notes']; "
-        "refused (read-only): ['policy']; failed: index: RuntimeError: down"
+        "refused (read-only): ['policy', 'ro']; failed: index: RuntimeError: down"
     )
 
 

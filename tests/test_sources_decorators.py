@@ -331,12 +331,16 @@ def test_composite_query_merges_reranks_and_cuts_to_k():
         ("query.deduplicated", {"n": 1, "sources": ["a", "b"], "source": "composite"})
     ]
 
+    asked = []
+
     def longest_first(query, items, *, k):  # type: ignore[no-untyped-def]
+        asked.append((query, k))
         return sorted(items, key=lambda item: -len(item.content))  # ignores k
 
     custom = CompositeMemory([a, b], reranker=longest_first, dedupe=None, name="fan")
     ctx = context()
     assert [i.content for i in run(custom.query("q", k=3, ctx=ctx))] == ["same", "same", "high"]
+    assert asked == [("q", 3)]  # the reranker sees the query and k; the cut applies anyway
     assert ctx.observations == []
     with pytest.raises(ValueError, match="dedupe"):
         CompositeMemory([a], dedupe="hash")  # type: ignore[arg-type]

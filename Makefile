@@ -7,7 +7,7 @@ TEST_STAMP := $(VENV)/.installed-test-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install run test lint format bench worker stop-db clean
+.PHONY: install run test lint format bench mutate worker stop-db clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,15 @@ $(BENCH_STAMP): $(TEST_STAMP)
 bench: $(BENCH_STAMP)
 	$(PY) -m benchmarks --scale $(SCALE)
 
+# Mutation testing of the rules (services, filters, items, sources; [tool.mutmut] in
+# pyproject.toml). Slow, not part of make test or CI. MUTANTS narrows it to some
+# functions, e.g. make mutate MUTANTS='memoryhub.items.*'; JOBS is the number of workers.
+MUTANTS ?=
+JOBS ?= 2
+mutate: $(TEST_STAMP)
+	MEMORYHUB_DATA_DIR=$(CURDIR)/.memoryhub $(PY) -m mutmut run --max-children $(JOBS) $(MUTANTS)
+	$(PY) -m mutmut results
+
 format: install
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
@@ -57,4 +66,4 @@ stop-db: install
 	$(PY) -m memoryhub.contrib.embedded_postgres stop
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info mutants

@@ -260,7 +260,7 @@ def test_sequential_asks_each_source_for_what_is_still_missing():
     assert [(i.source, i.content) for i in got] == [("one", "a"), ("three", "b"), ("three", "c")]
     assert (one.queries, three.queries, never.queries) == ([("q", 3)], [("q", 2)], [])
     assert chain.name == "sequential"
-    with pytest.raises(ValueError, match="at least one source"):
+    with pytest.raises(ValueError, match="SequentialMemory needs at least one source"):
         SequentialMemory([])
 
 
@@ -291,12 +291,19 @@ def test_composite_write_broadcasts_and_buckets_outcomes():
     assert notes.writes == [NOTE]
     with pytest.raises(CompositeWriteError) as raised:
         run(
-            CompositeMemory([notes, Refusing("policy"), Broken("index")]).write(NOTE, ctx=context())
+            CompositeMemory(
+                [
+                    notes,
+                    Refusing("policy"),
+                    ReadOnlyMemory(FakeMemory("ro"), on_write="ignore"),
+                    Broken("index"),
+                ]
+            ).write(NOTE, ctx=context())
         )
-    assert (raised.value.accepted, raised.value.refused) == (["notes"], ["policy"])
+    assert (raised.value.accepted, raised.value.refused) == (["notes"], ["policy", "ro"])
     assert str(raised.value) == (
         "CompositeMemory.write partial failure — accepted: ['notes']; "
-        "refused (read-only): ['policy']; failed: index: RuntimeError: down"
+        "refused (read-only): ['policy', 'ro']; failed: index: RuntimeError: down"
     )
 
 
@@ -324,12 +331,16 @@ def test_composite_query_merges_reranks_and_cuts_to_k():
         ("query.deduplicated", {"n": 1, "sources": ["a", "b"], "source": "composite"})
     ]
 
+    asked = []
+
     def longest_first(query, items, *, k):  # type: ignore[no-untyped-def]
+        asked.append((query, k))
         return sorted(items, key=lambda item: -len(item.content))  # ignores k
 
     custom = CompositeMemory([a, b], reranker=longest_first, dedupe=None, name="fan")
     ctx = context()
     assert [i.content for i in run(custom.query("q", k=3, ctx=ctx))] == ["same", "same", "high"]
+    assert asked == [("q", 3)]  # the reranker sees the query and k; the cut applies anyway
     assert ctx.observations == []
     with pytest.raises(ValueError, match="dedupe"):
         CompositeMemory([a], dedupe="hash")  # type: ignore[arg-type]
@@ -349,3 +360,84 @@ def test_composite_passes_query_k_and_where_to_every_source():
         )
     )
     assert sorted(seen) == [("a", "q", 4, {"t": 1}), ("b", "q", 4, {"t": 1})]
+
+
+# --- what every decorator passes on ---
+
+
+class Recording(FakeMemory):
+    """Records every argument of every call, where and ctx included."""
+
+    def __init__(self, name: str, items=()) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(name, items)
+        self.calls: list[tuple] = []
+
+    async def query(self, query, *, k, ctx, where=None):  # type: ignore[no-untyped-def]
+        self.calls.append(("query", query, k, ctx, where))
+        return await super().query(query, k=k, ctx=ctx, where=where)
+
+    async def write(self, items, *, ctx):  # type: ignore[no-untyped-def]
+        self.calls.append(("write", list(items), ctx))
+        return "outcome"
+
+
+@pytest.mark.parametrize(
+    "wrap",
+    [
+        ScopedMemory,
+        CachedMemory,
+        lambda inner: CompactedMemory(inner, str.upper),
+        lambda inner: ReadOnlyMemory(inner, on_write="ignore"),
+        lambda inner: CompositeMemory([inner]),
+        lambda inner: SequentialMemory([inner]),
+    ],
+    ids=["scoped", "cached", "compacted", "read-only", "composite", "sequential"],
+)
+def test_a_query_reaches_the_source_with_its_arguments_unchanged(wrap):
+    inner = Recording("kb", [fact("a", 0.5), fact("b", 0.4)])
+    ctx = context()
+    got = run(wrap(inner).query("refunds", k=2, ctx=ctx, where={"tier": "public"}))
+    assert inner.calls == [("query", "refunds", 2, ctx, {"tier": "public"})]
+    assert [i.content.lower() for i in got] == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    "wrap",
+    [
+        ScopedMemory,
+        CachedMemory,
+        lambda inner: CompactedMemory(inner, str.upper),
+        lambda inner: SequentialMemory([inner]),
+    ],
+    ids=["scoped", "cached", "compacted", "sequential"],
+)
+def test_a_write_reaches_the_source_with_its_context_and_returns_its_outcome(wrap):
+    inner = Recording("kb")
+    ctx = context()
+    assert run(wrap(inner).write(NOTE, ctx=ctx)) == "outcome"
+    assert inner.calls == [("write", NOTE, ctx)]
+
+
+def test_a_context_with_no_scope_attribute_is_the_unscoped_bucket(clock):
+    class Bare:
+        async def observe(self, kind, payload):  # type: ignore[no-untyped-def]
+            pass
+
+    slow = FakeMemory("handbook", [fact()])
+    cached = CachedMemory(slow)
+    run(cached.query("q", k=1, ctx=Bare()))  # type: ignore[arg-type]
+    run(cached.query("q", k=1, ctx=context(None)))
+    assert len(slow.queries) == 1
+    with pytest.raises(PermissionError):
+        run(CachedMemory(slow, strict_scope=True).query("q", k=1, ctx=Bare()))  # type: ignore[arg-type]
+
+
+def test_a_filter_value_json_cannot_spell_still_keys_the_cache(clock):
+    from datetime import date
+
+    slow = FakeMemory("handbook", [fact()])
+    cached = CachedMemory(slow)
+    run(cached.query("q", k=1, ctx=context(), where={"after": date(2026, 1, 1)}))
+    run(cached.query("q", k=1, ctx=context(), where={"after": date(2026, 1, 1)}))
+    run(cached.query("q", k=1, ctx=context(), where={"after": date(2026, 1, 2)}))
+    assert len(slow.queries) == 2

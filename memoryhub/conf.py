@@ -27,6 +27,12 @@ DEFAULTS: dict[str, Any] = {
     "PREVIOUS_EMBEDDERS": [],
     # Record history: previous states kept per record (the oldest dropped); 0 keeps none.
     "HISTORY_VERSIONS": 50,
+    # Consolidation of episodic turns into semantic facts: the extractor (an import path
+    # to a class or factory; None: from MEMORYHUB_LLM_* in the environment, else the
+    # built-in one), turns per run, and similar facts shown to the extractor.
+    "CONSOLIDATION_EXTRACTOR": None,
+    "CONSOLIDATION_BATCH": 50,
+    "CONSOLIDATION_FACTS": 20,
     # Bounds on one write request.
     "MAX_WRITE_ITEMS": 100,
     "MAX_CONTENT_LENGTH": 20_000,
@@ -113,6 +119,8 @@ INTEGER_SETTINGS = {
     "SWEEP_PENDING_AFTER": 1,
     "SWEEP_INTERVAL": 1,
     "HISTORY_VERSIONS": 0,
+    "CONSOLIDATION_BATCH": 1,
+    "CONSOLIDATION_FACTS": 1,
     "OBSERVATION_RETENTION_DAYS": 1,
     "MAX_WAIT_SECONDS": 0,
     "MAX_BODY_BYTES": 1024,

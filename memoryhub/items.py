@@ -93,10 +93,13 @@ class MemoryItem:
     created_at: datetime | None = None
     dedupe_count: int | None = None
     dedupe_sources: tuple[str, ...] | None = None
+    #: A consolidated fact's sources: the ids of the episodic records it came from.
+    derived_from: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "metadata", deep_freeze(self.metadata or {}))
         object.__setattr__(self, "tags", tuple(self.tags))
+        object.__setattr__(self, "derived_from", tuple(str(pk) for pk in self.derived_from))
         if self.dedupe_sources is not None:
             object.__setattr__(self, "dedupe_sources", tuple(self.dedupe_sources))
 
@@ -116,6 +119,7 @@ class MemoryItem:
             "namespace": self.namespace,
             "tags": list(self.tags),
             "created_at": self.created_at,
+            "derived_from": list(self.derived_from),
         }
         if self.dedupe_count is not None:
             data["dedupe_count"] = self.dedupe_count

@@ -81,6 +81,14 @@ class KnowledgeBase(models.Model):
         help_text=_("What a write through the API does to a read-only knowledge base."),
     )
     refused_writes = models.PositiveBigIntegerField(_("refused writes"), default=0)
+    consolidate = models.BooleanField(
+        _("consolidate"),
+        default=False,
+        help_text=_(
+            "Turn episodic records written here into semantic facts (with their sources), "
+            "in the background; a write can also ask for it."
+        ),
+    )
     #: Set when an operator deleted it: a worker is erasing its records (then the row).
     #: It takes no writes meanwhile.
     deleting_since = models.DateTimeField(_("being deleted since"), null=True, blank=True)
@@ -207,6 +215,19 @@ class MemoryRecord(models.Model):
     updated_at = models.DateTimeField(_("updated"), auto_now=True)
     indexed_at = models.DateTimeField(_("indexed"), null=True, blank=True, editable=False)
     expires_at = models.DateTimeField(_("expires"), null=True, blank=True)
+    #: Consolidation (services/consolidation.py): a semantic fact lists the episodic
+    #: records it was derived from; an episodic record waits (``pending``) until a worker
+    #: has consolidated it (``done``); "" is neither.
+    derived_from = ArrayField(
+        models.UUIDField(),
+        verbose_name=_("derived from"),
+        default=list,
+        blank=True,
+        editable=False,
+    )
+    consolidation = models.CharField(
+        _("consolidation"), max_length=8, blank=True, default="", editable=False
+    )
     #: History (services/history.py): the state's number (1 when created, one more per
     #: change), and who made the change that produced it and why; previous states are
     #: ``RecordVersion`` rows.
@@ -280,6 +301,17 @@ class MemoryRecord(models.Model):
                 fields=["import_job", "status"],
                 condition=Q(import_job__isnull=False),
                 name="memoryhub_record_import_idx",
+            ),
+            # Only facts have sources, only waiting turns are pending: both stay small.
+            GinIndex(
+                fields=["derived_from"],
+                condition=~Q(derived_from=[]),
+                name="memoryhub_record_sources_idx",
+            ),
+            models.Index(
+                fields=["knowledge_base", "namespace", "created_at"],
+                condition=Q(consolidation="pending"),
+                name="memoryhub_record_pending_c_idx",
             ),
             GinIndex(fields=["search_vector"], name="memoryhub_record_fts_idx"),
             GinIndex(fields=["tags"], name="memoryhub_record_tags_idx"),
@@ -364,6 +396,8 @@ class Observation(models.Model):
         MEMORY_FORGOTTEN = "memory.forgotten", _("memory forgotten")
         SCOPE_REFUSED = "scope.refused", _("scope refused")
         EMBEDDING_FAILED = "embedding.failed", _("embedding failed")
+        MEMORY_CONSOLIDATED = "memory.consolidated", _("memory consolidated")
+        CONSOLIDATION_FAILED = "consolidation.failed", _("consolidation failed")
 
     org = models.ForeignKey(
         "tenants.Org", on_delete=models.CASCADE, related_name="+", verbose_name=_("org")

@@ -8,8 +8,9 @@ from typing import Any
 from celery import shared_task
 
 from .conf import memoryhub_settings
+from .consolidation import ExtractorUnavailable
 from .embedders import EmbedderError
-from .services import indexing
+from .services import consolidation, indexing
 
 RETRY_BACKOFF_MAX = 600
 
@@ -44,6 +45,8 @@ def index_records(self: Any, record_ids: list[str], force: bool = False) -> dict
             return {"indexed": 0, "skipped": 0, "failed": len(record_ids)}
         countdown = min(2**self.request.retries, RETRY_BACKOFF_MAX)
         raise self.retry(exc=exc, countdown=countdown) from exc
+    # Turns waiting to be consolidated can go now that they are embedded.
+    consolidation.schedule_for(result.indexed)
     return {
         "indexed": len(result.indexed),
         "skipped": len(result.skipped),
@@ -68,11 +71,32 @@ def sweep() -> dict[str, int]:
 
     for knowledge_base_id in forget.deletions_for_sweep():
         forget.enqueue_knowledge_base_deletion(knowledge_base_id)
+    for knowledge_base_id, namespace in consolidation.waiting():
+        enqueue(
+            consolidate_namespace,
+            knowledge_base_id,
+            namespace,
+            what="a consolidation run",
+            left="left waiting",
+        )
     purged = indexing.purge_expired()
     if memoryhub_settings.TENANT_INDEX_MIN_RECORDS or indexing.has_tenant_indexes():
         # Its own task: a build takes minutes on a large domain; the sweep stays quick.
         enqueue(tenant_indexes, what="tenant index maintenance", left="left")
     return {"requeued": len(pending), "jobs_requeued": len(jobs), "purged": purged}
+
+
+@shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=8)
+def consolidate_namespace(self: Any, knowledge_base_id: int, namespace: str) -> dict[str, Any]:
+    """Consolidate a namespace's waiting turns (one run per namespace at a time; a
+    redelivered message finds them done, or the namespace locked). An extractor that
+    cannot be reached is retried later, after the delay it asked for if it asked."""
+    try:
+        counts = consolidation.consolidate(knowledge_base_id, namespace)
+    except ExtractorUnavailable as exc:
+        countdown = exc.retry_after or min(2**self.request.retries * 5, RETRY_BACKOFF_MAX)
+        raise self.retry(exc=exc, countdown=countdown) from exc
+    return {"ran": counts is not None, **(counts or {})}
 
 
 @shared_task(acks_late=True)

@@ -111,7 +111,10 @@ def test_to_dict_is_json_ready_and_names_the_merge_only_when_there_is_one():
         "namespace": "user:a",
         "tags": ["t"],
         "created_at": when,
+        "derived_from": [],
     }
+    fact = item("c", derived_from=["5f0b2f4e-1111-4111-8111-111111111111"]).to_dict()
+    assert fact["derived_from"] == ["5f0b2f4e-1111-4111-8111-111111111111"]
     merged = item("c", dedupe_count=2, dedupe_sources=("a", "b")).to_dict()
     assert (merged["dedupe_count"], merged["dedupe_sources"]) == (2, ["a", "b"])
     assert item("c", dedupe_count=2).to_dict()["dedupe_sources"] == []

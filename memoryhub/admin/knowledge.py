@@ -80,7 +80,7 @@ class RecordForm(forms.ModelForm):
 class KnowledgeBaseForm(forms.ModelForm):
     class Meta:
         model = KnowledgeBase
-        fields = ["domain", "name", "description", "read_only", "on_write"]
+        fields = ["domain", "name", "description", "read_only", "on_write", "consolidate"]
 
 
 class ImportForm(forms.Form):

@@ -28,7 +28,8 @@ from tenants.models import Domain, Org
 
 from ..models import MemoryRecord
 from ..policy import Action
-from ..scope import Scope
+from ..scope import Scope, tenant_scope
+from ..services import consolidation as consolidation_service
 from ..services import forget as forget_service
 from ..services import history as history_service
 from ..services import indexing as indexing_service
@@ -68,6 +69,10 @@ class KnowledgeBaseChoiceField(forms.ModelChoiceField):
 
     def label_from_instance(self, obj: Any) -> str:
         return knowledge_base_label(obj)
+
+
+#: How many sources of a fact, and facts of a turn, a record page links to.
+PROVENANCE_SHOWN = 20
 
 
 @admin.register(MemoryRecord)
@@ -265,10 +270,22 @@ class MemoryRecordAdmin(OperatorAdmin):
     ) -> HttpResponse:
         obj = self.get_object(request, object_id)
         if obj is not None:
+            scope = Scope(obj.org_id, obj.domain_id)
+            with tenant_scope(scope):
+                sources = list(
+                    MemoryRecord.objects.filter(pk__in=obj.derived_from[:PROVENANCE_SHOWN])
+                    .select_related(None)
+                    .only("pk", "content", "created_at")
+                    .order_by("created_at")
+                )
             extra_context = {
                 **(extra_context or {}),
                 "history": self.history_rows(obj),
                 "can_restore": self.allows(request, Action.CURATE, obj),
+                # Consolidation's provenance, both ways (bounded).
+                "derived_from": sources,
+                "derived_from_total": len(obj.derived_from),
+                "facts": consolidation_service.facts_citing(scope, obj.pk, PROVENANCE_SHOWN),
             }
         return super().change_view(request, object_id, form_url, extra_context)
 

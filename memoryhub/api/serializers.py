@@ -49,6 +49,11 @@ class WriteRequestSerializer(serializers.Serializer):
         child=serializers.CharField(), required=False, help_text="Several knowledge bases."
     )
     items = ItemInSerializer(many=True)
+    consolidate = serializers.BooleanField(
+        required=False,
+        help_text="Consolidate the episodic items into semantic facts once indexed "
+        "(also on when the knowledge base's consolidate flag is).",
+    )
 
 
 class RecordResultSerializer(serializers.Serializer):
@@ -100,6 +105,10 @@ class QueryItemSerializer(serializers.Serializer):
     namespace = serializers.CharField(allow_blank=True)
     tags = serializers.ListField(child=serializers.CharField())
     created_at = serializers.DateTimeField()
+    derived_from = serializers.ListField(
+        child=serializers.UUIDField(),
+        help_text="A consolidated fact's sources: the episodic records it came from.",
+    )
     dedupe_count = serializers.IntegerField(required=False)
     dedupe_sources = serializers.ListField(child=serializers.CharField(), required=False)
 
@@ -129,6 +138,7 @@ class RecordSerializer(serializers.ModelSerializer):
             "created_at",
             "updated_at",
             "expires_at",
+            "derived_from",
         ]
         read_only_fields = fields
 

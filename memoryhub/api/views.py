@@ -366,7 +366,7 @@ class RecordsView(MemoryAPIView):
         scope = resolve_domain(request, domain, Action.WRITE)
         body = self.body(request)
         wait = _wait_seconds(request)
-        unknown = sorted(set(body) - {"source", "sources", "items"})
+        unknown = sorted(set(body) - {"source", "sources", "items", "consolidate"})
         if unknown:
             raise exceptions.ValidationError(
                 {name: ["is not a field of a write."] for name in unknown}
@@ -378,7 +378,12 @@ class RecordsView(MemoryAPIView):
             raise exceptions.ValidationError({"source": ["must be a knowledge base name."]})
         if "items" not in body:
             raise exceptions.ValidationError({"items": ["This field is required."]})
-        result = write_service.write(scope, body["items"], sources=sources, actor=actor(request))
+        consolidate = body.get("consolidate", False)
+        if not isinstance(consolidate, bool):
+            raise exceptions.ValidationError({"consolidate": ["must be true or false."]})
+        result = write_service.write(
+            scope, body["items"], sources=sources, actor=actor(request), consolidate=consolidate
+        )
         records = [s.record_result(record) for record in result.records]
         code: int = status.HTTP_202_ACCEPTED
         reason: dict[str, str] = {}

@@ -39,7 +39,7 @@ from ..models import (
     RecordVersion,
 )
 from ..scope import Scope, tenant_scope
-from . import write
+from . import consolidation, write
 from .errors import UnknownSource, ValidationFailed, WriteRefused
 from .write import count_refusal
 
@@ -225,7 +225,10 @@ def forget(
         if refusal is None:
             result.cancelled_imports = _cancel_imports(imports, request, operator)
         if refusal is None and erased:
-            _delete(records.filter(knowledge_base_id__in=erased))
+            for kb_id, n in _delete(records.filter(knowledge_base_id__in=erased)).items():
+                erased[kb_id] = erased.get(kb_id, 0) + n
+                if kb_id not in knowledge_bases:
+                    knowledge_bases[kb_id] = KnowledgeBase.objects.get(pk=kb_id)
             result.deleted = sum(erased.values())
             result.by_source = dict(
                 sorted((knowledge_bases[kb_id].name, n) for kb_id, n in erased.items())
@@ -269,9 +272,22 @@ def _lock_writers(scope: Scope, request: ForgetRequest) -> None:
         write.lock_namespaces(knowledge_base, [request.namespace])
 
 
-def _delete(records: QuerySet[MemoryRecord]) -> None:
+def _delete(records: QuerySet[MemoryRecord]) -> dict[int, int]:
+    """Delete ``records``, the admin log about them, and the consolidated facts they
+    leave with no source; returns those facts per knowledge base id (they are erased
+    records too, and counted as such)."""
+    orphans = consolidation.detach_sources(records)
     _scrub_admin_log(records)
     MemoryRecord.objects.filter(pk__in=records.values("pk")).delete()
+    if not orphans:
+        return {}
+    facts = consolidation.orphaned_facts(orphans)
+    counts: dict[int, int] = {}
+    for kb_id in facts.values_list("knowledge_base_id", flat=True):
+        counts[kb_id] = counts.get(kb_id, 0) + 1
+    _scrub_admin_log(facts)
+    facts.delete()
+    return counts
 
 
 #: What an erasure leaves of an import job it touched: no file name or namespaces (and
@@ -576,12 +592,15 @@ def forget_record(
     result = ForgetResult()
     with transaction.atomic(), tenant_scope(scope):
         selected = MemoryRecord.objects.filter(pk=record.pk)
-        _scrub_admin_log(selected)
-        deleted, _ = selected.delete()
-        if not deleted:
+        if not selected.exists():
             return result
-        result.deleted = 1
-        result.by_source = {knowledge_base.name: 1}
+        orphans = _delete(selected)
+        result.deleted = 1 + sum(orphans.values())
+        by_source = {knowledge_base.pk: 1}
+        for kb_id, n in orphans.items():
+            by_source[kb_id] = by_source.get(kb_id, 0) + n
+        names = dict(KnowledgeBase.objects.filter(pk__in=by_source).values_list("pk", "name"))
+        result.by_source = {names[kb_id]: n for kb_id, n in sorted(by_source.items())}
         _record_receipt(
             scope, {"id": str(record.pk), "sources": [knowledge_base.name]}, result, actor, None
         )

@@ -521,7 +521,7 @@ def _run(
 #: What an item needs of its record, besides its id; the candidate statements select it,
 #: so a query's rows come with its ranking, in the same round trip.
 ROW_FIELDS: tuple[str, ...] = ("content", "knowledge_base__name", "metadata", "key", "kind")
-ROW_FIELDS += ("namespace", "tags", "created_at")
+ROW_FIELDS += ("namespace", "tags", "created_at", "derived_from")
 
 
 def _row(pk: Any, values: Sequence[Any]) -> dict[str, Any]:
@@ -546,7 +546,7 @@ def _fetch(scope: Scope, ids: list[Any]) -> dict[Any, dict[str, Any]]:
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT r.id, r.content, kb.name, r.metadata, r.key, r.kind, r.namespace, r.tags,"
-            f" r.created_at FROM {records} r JOIN {knowledge_bases} kb"
+            f" r.created_at, r.derived_from FROM {records} r JOIN {knowledge_bases} kb"
             " ON kb.id = r.knowledge_base_id"
             " WHERE r.org_id = %s AND r.domain_id = %s AND r.id = ANY(%s)"
             " AND (r.expires_at IS NULL OR r.expires_at > now())",
@@ -573,6 +573,7 @@ def _to_item(row: dict[str, Any], score: float) -> MemoryItem:
         namespace=row["namespace"],
         tags=tuple(row["tags"]),
         created_at=row["created_at"],
+        derived_from=tuple(row["derived_from"] or ()),
     )
 
 

@@ -471,6 +471,7 @@ def _write_to(
     operator: bool,
     import_job: int | None = None,
     cause: str = RecordVersion.Cause.UPSERT,
+    consolidate: bool = False,
 ) -> list[RecordResult]:
     """Upsert ``items`` into one writable knowledge base; return one result per item.
 
@@ -508,6 +509,8 @@ def _write_to(
                 history.snapshot([existing], actor=actor, cause=cause)
             content_changed = existing.content_hash != digest
             _apply(existing, item, content_changed=content_changed)
+            if consolidate and content_changed and item.kind == MemoryRecord.Kind.EPISODIC:
+                existing.consolidation = "pending"
             existing.updated_at = now
             changed.append(existing)
             by_hash.setdefault((item.namespace, digest), str(existing.pk))
@@ -540,6 +543,8 @@ def _write_to(
             import_job_id=import_job,
         )
         record.changed_by, record.change_cause = actor[:200], _creation_cause(cause)
+        if consolidate and item.kind == MemoryRecord.Kind.EPISODIC:
+            record.consolidation = "pending"
         new_records.append(record)
         created.add(record.pk)
         if item.key is not None:
@@ -571,6 +576,7 @@ def _write_to(
                 "version",
                 "changed_by",
                 "change_cause",
+                "consolidation",
             ],
         )
     statuses = {str(record.pk): record.status for record in [*new_records, *changed]}
@@ -678,11 +684,16 @@ def write(
     operator: bool = False,
     import_job: int | None = None,
     cause: str | None = None,
+    consolidate: bool = False,
 ) -> WriteResult:
     """Write ``items`` to the knowledge bases ``sources`` (default ``["memory"]``).
 
     ``cause`` is what a record's history says of the change (default: ``import`` for an
     import's writes, ``admin`` for an operator's, ``upsert`` otherwise).
+
+    ``consolidate`` (or the knowledge base's ``consolidate`` flag) has the episodic
+    records this call writes consolidated into semantic facts once they are indexed
+    (:mod:`memoryhub.services.consolidation`).
 
     ``import_job`` marks the records this call creates as that import's (what undoing
     the import erases); records it updates or deduplicates against are not marked.
@@ -728,6 +739,7 @@ def write(
                             operator,
                             import_job,
                             cause or _default_cause(operator, import_job),
+                            consolidate or knowledge_base.consolidate,
                         )
                     )
             result.accepted.append(knowledge_base.name)

@@ -199,4 +199,5 @@ def _item(row: Mapping[str, Any]) -> MemoryItem:
         created_at=datetime.fromisoformat(created.replace("Z", "+00:00")) if created else None,
         dedupe_count=row.get("dedupe_count"),
         dedupe_sources=tuple(row["dedupe_sources"]) if row.get("dedupe_sources") else None,
+        derived_from=tuple(row.get("derived_from") or ()),
     )

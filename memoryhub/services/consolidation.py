@@ -1,0 +1,366 @@
+"""Consolidation: a namespace's episodic turns become semantic facts, with provenance.
+
+A write asks for it (``consolidate``, or its knowledge base's ``consolidate`` flag): its
+episodic records wait as ``consolidation = "pending"``. Once the indexer has embedded
+them, a worker runs :func:`consolidate` for each (knowledge base, namespace) they are in,
+one run at a time per namespace (an advisory lock; a run loops until nothing waits). A
+run hands the waiting turns and the namespace's most similar facts to the configured
+:class:`~memoryhub.consolidation.Extractor`, validates its operations, and applies them
+through the write service (so the read-only policy, validation, history and indexing
+apply): ``add`` writes a ``semantic`` record in the same knowledge base and namespace,
+``update`` changes a fact (a new version, cause ``consolidation``), ``delete`` forgets one,
+``none`` keeps it; every fact lists the turns it came from in ``derived_from`` (sources
+are only ever added). A ``memory.consolidated`` observation records each run.
+
+Erasure: erasing a namespace erases its facts with its turns (same namespace). Forgetting
+single turns (by id, key, import or expiry) removes them from the ``derived_from`` of the
+facts citing them; a fact left with no source is erased with them
+(:func:`detach_sources`). A fact with sources left is kept as it is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Sequence
+from functools import partial
+from typing import Any, cast
+
+from django.db import connection, transaction
+from django.db.models import QuerySet
+from django.utils.module_loading import import_string
+
+from .. import observe
+from ..conf import memoryhub_settings
+from ..consolidation import (
+    Episode,
+    ExtractionError,
+    Extractor,
+    ExtractorUnavailable,
+    Fact,
+    Operation,
+    extractor_from_env,
+    validate_operations,
+)
+from ..models import KnowledgeBase, MemoryRecord, Observation
+from ..scope import Scope, tenant_scope
+
+__all__ = [
+    "PENDING",
+    "configured_extractor",
+    "consolidate",
+    "detach_sources",
+    "schedule_for",
+]
+
+logger = logging.getLogger(__name__)
+
+PENDING, DONE, FAILED = "pending", "done", "failed"
+#: At most this many operations are named in a run's observation (the counts are whole).
+OPERATIONS_OBSERVED = 50
+
+
+def configured_extractor() -> Extractor:
+    """``MEMORYHUB["CONSOLIDATION_EXTRACTOR"]`` (an import path to a class or factory
+    taking no arguments), or by default :func:`extractor_from_env`: the OpenAI-compatible
+    extractor when ``MEMORYHUB_LLM_BASE_URL`` and ``MEMORYHUB_LLM_MODEL`` are set, else
+    the built-in one."""
+    path = memoryhub_settings.CONSOLIDATION_EXTRACTOR
+    if path:
+        factory: Any = import_string(path)
+        return cast(Extractor, factory())
+    return extractor_from_env()
+
+
+def schedule_for(record_ids: Sequence[str]) -> int:
+    """Enqueue a run for each (knowledge base, namespace) of ``record_ids`` that has
+    records waiting, once the caller's transaction commits; returns how many."""
+    if not record_ids:
+        return 0
+    groups = list(
+        MemoryRecord.unscoped.filter(pk__in=list(record_ids), consolidation=PENDING)
+        .values_list("knowledge_base_id", "namespace")
+        .distinct()
+    )
+    for knowledge_base_id, namespace in groups:
+        transaction.on_commit(partial(_enqueue, knowledge_base_id, namespace))
+    return len(groups)
+
+
+def _enqueue(knowledge_base_id: int, namespace: str) -> None:
+    from ..tasks import consolidate_namespace, enqueue
+
+    enqueue(
+        consolidate_namespace,
+        knowledge_base_id,
+        namespace,
+        what="a consolidation run",
+        left="left waiting for the sweeper",
+    )
+
+
+def waiting() -> list[tuple[int, str]]:
+    """(knowledge base, namespace) pairs with turns waiting and embedded (the sweeper
+    re-sends them: a run lost with its worker, or a broker that refused it)."""
+    return list(
+        MemoryRecord.unscoped.filter(consolidation=PENDING)
+        .exclude(status=MemoryRecord.Status.PENDING)
+        .values_list("knowledge_base_id", "namespace")
+        .distinct()[:1000]
+    )
+
+
+def consolidate(knowledge_base_id: int, namespace: str) -> dict[str, int] | None:
+    """Consolidate every waiting turn of one namespace of one knowledge base, in batches
+    of ``CONSOLIDATION_BATCH``; None when another run holds the namespace (it will take
+    these too). Returns the counts of the operations applied.
+
+    Raises :class:`ExtractorUnavailable` (the model cannot be reached now: the task
+    retries later; the turns keep waiting). Any other extraction error marks the batch's
+    turns ``failed`` and records a ``consolidation.failed`` observation.
+    """
+    knowledge_base = KnowledgeBase.unscoped.filter(pk=knowledge_base_id).first()
+    if knowledge_base is None:
+        return None
+    key = (knowledge_base_id % 2_147_483_647, f"consolidate:{namespace}")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", list(key))
+        if not cursor.fetchone()[0]:
+            return None
+    totals = {"episodes": 0, "add": 0, "update": 0, "delete": 0, "none": 0}
+    try:
+        while True:
+            batch = list(
+                MemoryRecord.unscoped.filter(
+                    knowledge_base_id=knowledge_base_id,
+                    namespace=namespace,
+                    consolidation=PENDING,
+                )
+                .exclude(status=MemoryRecord.Status.PENDING)
+                .order_by("created_at")[: memoryhub_settings.CONSOLIDATION_BATCH]
+            )
+            if not batch:
+                return totals
+            counts = _run_batch(knowledge_base, namespace, batch)
+            for name, count in counts.items():
+                totals[name] = totals.get(name, 0) + count
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", list(key))
+
+
+def _similar_facts(
+    scope: Scope, knowledge_base: KnowledgeBase, namespace: str, text: str
+) -> list[Fact]:
+    from . import query as query_service
+
+    limit = memoryhub_settings.MAX_QUERY_LENGTH
+    found = query_service.query(
+        scope,
+        query=text[:limit],
+        k=min(memoryhub_settings.CONSOLIDATION_FACTS, memoryhub_settings.MAX_K),
+        kinds=["semantic"],
+        sources=[knowledge_base.name],
+        namespaces=[namespace],
+        mode="hybrid",
+    )
+    return [
+        Fact(
+            id=str(item.id),
+            content=item.content,
+            metadata=dict(item.metadata),
+            derived_from=tuple(item.derived_from or ()),
+            key=item.key,
+        )
+        for item in found.items
+    ]
+
+
+def _run_batch(
+    knowledge_base: KnowledgeBase, namespace: str, batch: list[MemoryRecord]
+) -> dict[str, int]:
+    scope = Scope(knowledge_base.org_id, knowledge_base.domain_id)
+    episodes = [
+        Episode(id=str(r.pk), content=r.content, created_at=r.created_at, metadata=r.metadata)
+        for r in batch
+    ]
+    facts = _similar_facts(
+        scope, knowledge_base, namespace, "\n".join(episode.content for episode in episodes)
+    )
+    extractor = configured_extractor()
+    ids = [record.pk for record in batch]
+    try:
+        operations = validate_operations(extractor.extract(episodes, facts), episodes, facts)
+    except ExtractorUnavailable as exc:
+        _observe_failure(scope, knowledge_base, extractor, len(batch), exc, retried=True)
+        raise
+    except ExtractionError as exc:
+        _observe_failure(scope, knowledge_base, extractor, len(batch), exc, retried=False)
+        MemoryRecord.unscoped.filter(pk__in=ids).update(consolidation=FAILED)
+        return {"episodes": len(batch), "failed": len(batch)}
+    actor = f"consolidation:{extractor.name}"
+    counts = {"episodes": len(batch), "add": 0, "update": 0, "delete": 0, "none": 0}
+    applied: list[dict[str, Any]] = []
+    with transaction.atomic():
+        for operation in operations:
+            fact_id = _apply(scope, knowledge_base, namespace, operation, facts, actor)
+            counts[operation.op] += 1
+            applied.append(
+                {"op": operation.op, "fact": fact_id, "sources": list(operation.sources)}
+            )
+        MemoryRecord.unscoped.filter(pk__in=ids, consolidation=PENDING).update(consolidation=DONE)
+        observe.record_in_scope(
+            Observation.Kind.MEMORY_CONSOLIDATED,
+            scope,
+            source=knowledge_base.name,
+            count=len(operations),
+            payload={
+                **counts,
+                "source": knowledge_base.name,
+                "extractor": extractor.name,
+                "model": getattr(extractor, "model", ""),
+                "operations": applied[:OPERATIONS_OBSERVED],
+            },
+            actor=actor,
+        )
+    return counts
+
+
+def _apply(
+    scope: Scope,
+    knowledge_base: KnowledgeBase,
+    namespace: str,
+    operation: Operation,
+    facts: Sequence[Fact],
+    actor: str,
+) -> str | None:
+    """Apply one validated operation through the write path; the fact's id."""
+    from . import forget as forget_service
+    from . import write as write_service
+    from .records import RecordNotFound
+
+    cause = "consolidation"
+    if operation.op == "add":
+        item: dict[str, Any] = {
+            "content": operation.content,
+            "kind": MemoryRecord.Kind.SEMANTIC,
+            "namespace": namespace,
+            "metadata": dict(operation.metadata),
+        }
+        # Always keyed: a keyless write would be deduplicated against a turn with the
+        # same words (the fact would collapse into its own source), and a key makes a
+        # second add of the same fact an update of it.
+        item["key"] = operation.key or _fact_key(operation.content)
+        result = write_service.write(
+            scope, [item], sources=[knowledge_base.name], actor=actor, cause=cause
+        )
+        fact_id = result.records[0].id
+        _add_sources(fact_id, operation.sources)
+        return fact_id
+    fact_id = str(operation.fact_id)
+    if operation.op == "delete":
+        forget_service.forget_record(scope, fact_id, actor=actor)
+        return fact_id
+    current = next(fact for fact in facts if fact.id == fact_id)
+    changes: dict[str, Any] = {}
+    if operation.op == "update" and operation.content != current.content:
+        changes["content"] = operation.content
+    metadata = {**current.metadata, **operation.metadata}
+    if metadata != dict(current.metadata):
+        changes["metadata"] = metadata
+    try:
+        if changes:
+            write_service.update_record(
+                scope, fact_id, changes, partial=True, actor=actor, cause=cause
+            )
+        _add_sources(fact_id, operation.sources)
+    except RecordNotFound:  # forgotten since it was read: nothing to keep up to date
+        return None
+    return fact_id
+
+
+def _fact_key(content: str) -> str:
+    """The key of a fact the extractor gave none: its normalised words, hashed."""
+    words = " ".join(content.lower().split())
+    return "fact:" + hashlib.sha256(words.encode()).hexdigest()[:24]
+
+
+def _add_sources(fact_id: str, sources: Sequence[str]) -> None:
+    """Add ``sources`` to a fact's ``derived_from`` (sources are never dropped here: a
+    reworded fact may still carry what an earlier turn said)."""
+    if not sources:
+        return
+    table = MemoryRecord._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET derived_from = ARRAY("
+            " SELECT DISTINCT unnest(derived_from || %s::uuid[]) ORDER BY 1)"
+            " WHERE id = %s",
+            [list(sources), fact_id],
+        )
+
+
+def _observe_failure(
+    scope: Scope,
+    knowledge_base: KnowledgeBase,
+    extractor: Extractor,
+    episodes: int,
+    exc: ExtractionError,
+    *,
+    retried: bool,
+) -> None:
+    observe.record_in_scope(
+        Observation.Kind.CONSOLIDATION_FAILED,
+        scope,
+        source=knowledge_base.name,
+        count=episodes,
+        payload={
+            "source": knowledge_base.name,
+            "extractor": extractor.name,
+            "model": getattr(extractor, "model", ""),
+            "error": type(exc).__name__,
+            "reason": exc.reason[:300],
+            "retried": retried,
+        },
+        actor=f"consolidation:{extractor.name}",
+    )
+
+
+def detach_sources(records: QuerySet[MemoryRecord]) -> list[str]:
+    """Before ``records`` are deleted: remove them from the ``derived_from`` of the facts
+    citing them (in the same domains) and return the ids of facts left with no source
+    (the caller erases them too). Facts among ``records`` themselves are left alone."""
+    selected, params = records.order_by().values("pk").query.sql_with_params()
+    table = MemoryRecord._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            WITH erased AS (SELECT coalesce(array_agg(pk), '{{}}') AS ids
+                              FROM ({selected}) AS chosen(pk))
+            UPDATE {table} AS fact
+               SET derived_from = ARRAY(SELECT source FROM unnest(fact.derived_from) AS source
+                                         WHERE source <> ALL(erased.ids))
+              FROM erased
+             WHERE fact.derived_from <> '{{}}' AND fact.derived_from && erased.ids
+               AND NOT (fact.id = ANY(erased.ids))
+         RETURNING fact.id, cardinality(fact.derived_from)
+            """,
+            params,
+        )
+        return [str(pk) for pk, remaining in cursor.fetchall() if remaining == 0]
+
+
+def orphaned_facts(ids: Sequence[str]) -> QuerySet[MemoryRecord]:
+    """The facts :func:`detach_sources` left without a source, for the caller to erase."""
+    return MemoryRecord.unscoped.filter(pk__in=list(ids))
+
+
+def facts_citing(scope: Scope, record_id: Any, limit: int = 20) -> list[MemoryRecord]:
+    """Up to ``limit`` facts that list ``record_id`` among their sources (the admin's
+    link from a turn to what was learned from it)."""
+    with tenant_scope(scope):
+        return list(
+            MemoryRecord.objects.filter(derived_from__contains=[record_id])
+            .exclude(derived_from=[])
+            .order_by("-updated_at")[:limit]
+        )

@@ -135,3 +135,62 @@ def test_a_running_worker_writes_the_heartbeat_health_reads(tenant, broker, work
     assert indexing["ok"] is True
     assert indexing["worker_seen_seconds_ago"] < 30
     assert WorkerHeartbeat.objects.get().hostname.startswith("test-")
+
+
+def test_turns_are_consolidated_by_a_real_worker_and_erased_with_their_namespace(
+    tenant, broker, workers, tmp_path
+):
+    from .factories import key_client
+
+    workers.append(start_worker(broker.url(), tmp_path / "worker.log"))
+    client = key_client(tenant, can_read=True, can_write=True, can_forget=True)
+    turns = [
+        "My favourite colour is blue.",
+        "My home city is Berlin.",
+        "I had pasta for lunch.",
+        "The support team answered quickly.",
+        "My favourite colour is green.",
+        "Can you remind me about my meeting?",
+        "The support team answered very quickly.",
+        "I prefer email over phone calls.",
+        "My job title is support engineer.",
+        "Thanks, that is all for now.",
+    ]
+    body = {
+        "items": [{"content": t, "kind": "episodic", "namespace": "user:alice"} for t in turns],
+        "consolidate": True,
+    }
+    assert client.post("/api/v1/domains/support/records", body, format="json").status_code == 202
+    wait_for(
+        lambda: (
+            not MemoryRecord.unscoped.filter(
+                consolidation__in=["", "pending"], kind="episodic"
+            ).exists()
+        ),
+        timeout=120,
+        what="ten turns consolidated by the worker",
+    )
+    wait_for(
+        lambda: (
+            MemoryRecord.unscoped.filter(kind="semantic").count() == 4
+            and not MemoryRecord.unscoped.filter(status="pending").exists()
+        ),
+        timeout=120,
+        what="the facts indexed",
+    )
+    query = {"query": "favourite colour home city job", "kinds": ["semantic"], "k": 10}
+    query["namespaces"] = ["user:alice"]
+    items = client.post("/api/v1/domains/support/query", query, format="json").json()["items"]
+    assert {item["content"] for item in items} == {
+        "favourite colour: green",
+        "home city: Berlin",
+        "job title: support engineer",
+        "The support team answered very quickly.",
+    }
+    assert all(item["derived_from"] for item in items)
+    erased = client.post(
+        "/api/v1/domains/support/forget", {"namespace": "user:alice"}, format="json"
+    ).json()
+    assert erased["deleted"] == 14
+    assert client.post("/api/v1/domains/support/query", query, format="json").json()["items"] == []
+    assert not MemoryRecord.unscoped.filter(namespace="user:alice").exists()

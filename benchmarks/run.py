@@ -225,7 +225,7 @@ def ingest_copy(scopes: list[Any], sizes: list[int], texts: list[str]) -> dict[s
                 )
             )
         offset += size
-    columns = "id, org_id, domain_id, knowledge_base_id, namespace, kind, content, content_hash, metadata, tags, embedding, embedding_model, status, attempts, last_error, created_at, updated_at, indexed_at"
+    columns = "id, org_id, domain_id, knowledge_base_id, namespace, kind, content, content_hash, metadata, tags, embedding, embedding_model, status, attempts, last_error, created_at, updated_at, indexed_at, version, changed_by, change_cause, consolidation, derived_from"
     table = MemoryRecord._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute("DROP TABLE IF EXISTS bench_copy_floor")
@@ -263,10 +263,17 @@ def ingest_copy(scopes: list[Any], sizes: list[int], texts: list[str]) -> dict[s
                 "timestamptz",
                 "timestamptz",
                 "timestamptz",
+                "int4",
+                "varchar",
+                "varchar",
+                "varchar",
+                "uuid[]",
             ]
         )
+        # The history and consolidation columns, as the write service fills them.
+        extra = (1, "", "create", "", [])
         for row in rows:
-            copy.write_row(row)
+            copy.write_row((*row, *extra))
     raw.commit()
     seconds = time.perf_counter() - started
     with connection.cursor() as cursor:

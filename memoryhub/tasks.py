@@ -1,4 +1,6 @@
-"""Celery tasks: thin wrappers over the services. Arguments are ids."""
+"""Celery tasks: thin wrappers over the services, which hold every rule (what to retry,
+what the sweeper re-sends). Arguments are ids. Services send these by name
+(``services.scheduling.send``) and never import this module."""
 
 from __future__ import annotations
 
@@ -10,27 +12,11 @@ from celery import shared_task
 from .conf import memoryhub_settings
 from .consolidation import ExtractorUnavailable
 from .embedders import EmbedderError
-from .services import consolidation, indexing
+from .services import consolidation, indexing, maintenance
 
 RETRY_BACKOFF_MAX = 600
 
 logger = logging.getLogger(__name__)
-
-
-def enqueue(task: Any, *args: Any, what: str, left: str, countdown: float = 0) -> bool:
-    """Send ``task(*args)``; when the broker refuses it (down, unreachable), log why and
-    leave the work to the sweeper, which finds it by its state (``left``: what that is).
-
-    The caller's data is committed: a refused send must not turn into an error.
-    """
-    try:
-        task.apply_async(args, countdown=countdown)
-    except Exception as exc:  # kombu's OperationalError, or whatever the transport raises
-        logger.warning(
-            "could not enqueue %s, %s for the sweeper: %s: %s", what, left, type(exc).__name__, exc
-        )
-        return False
-    return True
 
 
 @shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=None)
@@ -56,34 +42,9 @@ def index_records(self: Any, record_ids: list[str], force: bool = False) -> dict
 
 @shared_task(acks_late=True)
 def sweep() -> dict[str, int]:
-    """Re-enqueue records left pending and import jobs left queued; purge expired memory."""
-    from .services import imports
-    from .services.write import schedule_indexing
-
-    pending = indexing.pending_for_sweep()
-    schedule_indexing(pending)
-    jobs = imports.queued_for_sweep()
-    for job_id in jobs:
-        imports.enqueue_job(job_id)
-    for job_id in imports.undoing_for_sweep():
-        imports.enqueue_undo(job_id, "")
-    from .services import forget
-
-    for knowledge_base_id in forget.deletions_for_sweep():
-        forget.enqueue_knowledge_base_deletion(knowledge_base_id)
-    for knowledge_base_id, namespace in consolidation.waiting():
-        enqueue(
-            consolidate_namespace,
-            knowledge_base_id,
-            namespace,
-            what="a consolidation run",
-            left="left waiting",
-        )
-    purged = indexing.purge_expired()
-    if memoryhub_settings.TENANT_INDEX_MIN_RECORDS or indexing.has_tenant_indexes():
-        # Its own task: a build takes minutes on a large domain; the sweep stays quick.
-        enqueue(tenant_indexes, what="tenant index maintenance", left="left")
-    return {"requeued": len(pending), "jobs_requeued": len(jobs), "purged": purged}
+    """Re-send what a worker may have lost, purge expired memory
+    (``services.maintenance.sweep`` decides what)."""
+    return maintenance.sweep()
 
 
 @shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=8)

@@ -44,12 +44,14 @@ from ..consolidation import (
 )
 from ..models import KnowledgeBase, MemoryRecord, Observation
 from ..scope import Scope, tenant_scope
+from .scheduling import send
 
 __all__ = [
     "PENDING",
     "configured_extractor",
     "consolidate",
     "detach_sources",
+    "enqueue",
     "schedule_for",
 ]
 
@@ -83,15 +85,14 @@ def schedule_for(record_ids: Sequence[str]) -> int:
         .distinct()
     )
     for knowledge_base_id, namespace in groups:
-        transaction.on_commit(partial(_enqueue, knowledge_base_id, namespace))
+        transaction.on_commit(partial(enqueue, knowledge_base_id, namespace))
     return len(groups)
 
 
-def _enqueue(knowledge_base_id: int, namespace: str) -> None:
-    from ..tasks import consolidate_namespace, enqueue
-
-    enqueue(
-        consolidate_namespace,
+def enqueue(knowledge_base_id: int, namespace: str) -> None:
+    """Send a consolidation run for one namespace (the sweeper re-sends a lost one)."""
+    send(
+        "consolidate_namespace",
         knowledge_base_id,
         namespace,
         what="a consolidation run",

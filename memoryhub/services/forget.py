@@ -41,6 +41,7 @@ from ..models import (
 from ..scope import Scope, tenant_scope
 from . import consolidation, write
 from .errors import UnknownSource, ValidationFailed, WriteRefused
+from .scheduling import send
 from .write import count_refusal
 
 logger = logging.getLogger(__name__)
@@ -499,16 +500,14 @@ def schedule_vacuum() -> None:
         return
     from celery import current_app
 
-    from ..tasks import enqueue, vacuum_erased
-
     if not current_app.conf.task_always_eager:  # eager: it runs now, nothing to merge
         try:
             if not caches[memoryhub_settings.CACHE_ALIAS].add(VACUUM_KEY, 1, timeout=delay + 60):
                 return  # a run is already due, and will cover this erasure too
         except Exception as exc:  # the erasure is committed: never fail it
             logger.warning("could not schedule the vacuum after an erasure: %s", exc)
-    enqueue(
-        vacuum_erased,
+    send(
+        "vacuum_erased",
         what="the vacuum after an erasure",
         left="left to autovacuum",
         countdown=delay,
@@ -646,10 +645,8 @@ def schedule_knowledge_base_deletion(knowledge_base: KnowledgeBase, *, actor: st
 
 
 def enqueue_knowledge_base_deletion(knowledge_base_id: int, actor: str = "") -> None:
-    from ..tasks import delete_knowledge_base, enqueue
-
-    enqueue(
-        delete_knowledge_base,
+    send(
+        "delete_knowledge_base",
         knowledge_base_id,
         actor,
         what=f"deletion of knowledge base {knowledge_base_id}",

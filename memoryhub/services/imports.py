@@ -41,6 +41,7 @@ from ..models import ImportChunk, ImportJob, KnowledgeBase, MemoryRecord
 from ..scope import Scope
 from . import write
 from .errors import ValidationFailed
+from .scheduling import send
 
 __all__ = [
     "CHUNK_OVERLAP",
@@ -361,9 +362,7 @@ def schedule_job(job: ImportJob) -> None:
 
 
 def enqueue_job(job_id: int) -> None:
-    from ..tasks import enqueue, import_file
-
-    enqueue(import_file, job_id, what=f"import job {job_id}", left="left queued")
+    send("import_file", job_id, what=f"import job {job_id}", left="left queued")
 
 
 def queued_for_sweep(older_than: timedelta | None = None) -> list[int]:
@@ -596,9 +595,7 @@ def undo_job(scope: Scope, job_id: int, *, actor: str = "") -> ImportJob:
 
 
 def enqueue_undo(job_id: int, actor: str) -> None:
-    from ..tasks import enqueue, undo_import
-
-    enqueue(undo_import, job_id, actor, what=f"undo of import {job_id}", left="left undoing")
+    send("undo_import", job_id, actor, what=f"undo of import {job_id}", left="left undoing")
 
 
 def finish_undo(job_id: int, actor: str = "") -> ImportJob | None:

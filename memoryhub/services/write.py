@@ -32,6 +32,7 @@ from ..models import KnowledgeBase, MemoryRecord, Observation, RecordVersion, co
 from ..scope import Scope, tenant_scope
 from . import history
 from .errors import UnknownSource, ValidationFailed, WriteRefused
+from .scheduling import send
 
 __all__ = [
     "MAX_TTL_SECONDS",
@@ -656,15 +657,13 @@ def schedule_indexing(record_ids: Sequence[str], *, force: bool = False) -> None
 
 
 def _enqueue_indexing(batches: list[list[str]], force: bool = False) -> None:
-    from ..tasks import enqueue, index_records
-
     # A forced batch goes with its flag; a plain one as before (a worker still running the
     # previous release takes it).
     extra = (True,) if force else ()
     for number, batch in enumerate(batches):
         waiting = sum(len(rest) for rest in batches[number:])
-        if not enqueue(
-            index_records,
+        if not send(
+            "index_records",
             batch,
             *extra,
             what=f"indexing of {waiting} record(s)",

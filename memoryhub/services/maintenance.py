@@ -1,0 +1,42 @@
+"""What the periodic sweep decides (the ``sweep`` task only calls :func:`sweep`).
+
+Every piece of work a worker may have lost (a killed worker, a broker that refused a
+send) is found again by its state and sent again: records left pending, imports left
+queued or undoing, knowledge bases being deleted, turns waiting for consolidation.
+Expired memory is purged, and tenant HNSW indexes are maintained in their own task.
+"""
+
+from __future__ import annotations
+
+from ..conf import memoryhub_settings
+from . import consolidation, forget, imports, indexing
+from .scheduling import send
+from .write import schedule_indexing
+
+__all__ = ["sweep"]
+
+
+def sweep() -> dict[str, int]:
+    """One sweep; returns what it re-sent and purged."""
+    pending = indexing.pending_for_sweep()
+    schedule_indexing(pending)
+    jobs = imports.queued_for_sweep()
+    for job_id in jobs:
+        imports.enqueue_job(job_id)
+    for job_id in imports.undoing_for_sweep():
+        imports.enqueue_undo(job_id, "")
+    for knowledge_base_id in forget.deletions_for_sweep():
+        forget.enqueue_knowledge_base_deletion(knowledge_base_id)
+    waiting = consolidation.waiting()
+    for knowledge_base_id, namespace in waiting:
+        consolidation.enqueue(knowledge_base_id, namespace)
+    purged = indexing.purge_expired()
+    if memoryhub_settings.TENANT_INDEX_MIN_RECORDS or indexing.has_tenant_indexes():
+        # Its own task: a build takes minutes on a large domain; the sweep stays quick.
+        send("tenant_indexes", what="tenant index maintenance", left="left")
+    return {
+        "requeued": len(pending),
+        "jobs_requeued": len(jobs),
+        "consolidations_requeued": len(waiting),
+        "purged": purged,
+    }

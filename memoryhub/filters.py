@@ -40,7 +40,7 @@ from django.db.models.lookups import (
     LessThanOrEqual,
 )
 
-from .services.errors import ValidationFailed
+from .exceptions import ValidationFailed
 
 __all__ = ["MAX_DEPTH", "MAX_LIST", "MAX_NODES", "FilterError", "compile_where"]
 

@@ -27,6 +27,7 @@ from django.utils.translation import gettext_lazy as _
 
 from ..cache import bump_generation_on_commit
 from ..conf import memoryhub_settings
+from ..exceptions import ValidationFailed
 from ..models import ImportJob, KnowledgeBase, MemoryRecord
 from ..policy import Action
 from ..scope import Scope
@@ -34,7 +35,6 @@ from ..services import forget as forget_service
 from ..services import imports
 from ..services import records as record_service
 from ..services import write as write_service
-from ..services.errors import ValidationFailed
 from .base import OperatorAdmin, actor, admin_context, deletion_summary, operator_view
 
 RECORD_FIELDS = ("content", "key", "kind", "namespace", "tags", "metadata", "expires_at")

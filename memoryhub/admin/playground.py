@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from django import forms
+from django.core.validators import MaxLengthValidator
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
@@ -13,10 +14,11 @@ from django.utils.translation import gettext_lazy as _
 
 from tenants.models import Domain
 
+from ..conf import memoryhub_settings
+from ..exceptions import UnknownSource, ValidationFailed
 from ..models import KnowledgeBase, MemoryRecord
 from ..scope import Scope
 from ..services import query as query_service
-from ..services.errors import UnknownSource, ValidationFailed
 from .base import admin_context
 
 #: How many of a domain's namespaces the form offers (the most used first).
@@ -106,6 +108,12 @@ class PlaygroundForm(forms.Form):
 
     def __init__(self, *args: Any, domains: QuerySet[Domain], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # The bounds the query service enforces, as the operator set them.
+        settings = memoryhub_settings
+        self.fields["k"] = forms.IntegerField(min_value=1, max_value=settings.MAX_K, initial=5)
+        self.fields["query"].max_length = settings.MAX_QUERY_LENGTH  # type: ignore[attr-defined]
+        self.fields["query"].validators = [MaxLengthValidator(settings.MAX_QUERY_LENGTH)]
+        self.fields["query"].widget.attrs["maxlength"] = str(settings.MAX_QUERY_LENGTH)
         self.fields["domain"].queryset = domains  # type: ignore[attr-defined]
         chosen = self._chosen_domain(domains)
         offered = domains if chosen is None else domains.filter(pk=chosen)

@@ -10,6 +10,7 @@ from typing import Any
 
 from rest_framework import serializers
 
+from ..conf import memoryhub_settings
 from ..models import KnowledgeBase, MemoryRecord, RecordVersion
 
 
@@ -30,17 +31,50 @@ class WriteRefusedSerializer(serializers.Serializer):
     n = serializers.IntegerField()
 
 
-class ItemInSerializer(serializers.Serializer):
-    content = serializers.CharField(max_length=20_000)
-    key = serializers.CharField(required=False, allow_null=True, max_length=255)
+class SettingsBounds:
+    """Fields whose bounds come from ``MEMORYHUB`` settings, read when the serializer is
+    used (the OpenAPI schema states the bounds the services enforce, whatever an
+    operator set). ``bounded_fields()`` returns them by name."""
+
+    def bounded_fields(self) -> dict[str, serializers.Field]:
+        return {}
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        return {**super().get_fields(), **self.bounded_fields()}  # type: ignore[misc]
+
+
+def _item_bounds(required_content: bool) -> dict[str, serializers.Field]:
+    settings = memoryhub_settings
+    return {
+        "content": serializers.CharField(
+            max_length=settings.MAX_CONTENT_LENGTH, required=required_content
+        ),
+        "key": serializers.CharField(
+            required=False, allow_null=True, max_length=settings.MAX_KEY_LENGTH
+        ),
+        "tags": serializers.ListField(
+            child=serializers.CharField(max_length=settings.MAX_TAG_LENGTH),
+            required=False,
+            max_length=settings.MAX_TAGS,
+        ),
+    }
+
+
+class ItemInSerializer(SettingsBounds, serializers.Serializer):
     kind = serializers.ChoiceField(choices=MemoryRecord.Kind.choices, required=False)
-    namespace = serializers.CharField(required=False, allow_blank=True, max_length=200)
-    tags = serializers.ListField(
-        child=serializers.CharField(max_length=64), required=False, max_length=32
-    )
     metadata = serializers.DictField(required=False)
     expires_at = serializers.DateTimeField(required=False, allow_null=True)
     ttl_seconds = serializers.IntegerField(required=False, min_value=1)
+
+    def bounded_fields(self) -> dict[str, serializers.Field]:
+        return {
+            **_item_bounds(required_content=True),
+            "namespace": serializers.CharField(
+                required=False,
+                allow_blank=True,
+                max_length=memoryhub_settings.MAX_NAMESPACE_LENGTH,
+            ),
+        }
 
 
 class WriteRequestSerializer(serializers.Serializer):
@@ -77,9 +111,7 @@ class WriteResponseSerializer(serializers.Serializer):
     )
 
 
-class QueryRequestSerializer(serializers.Serializer):
-    query = serializers.CharField(max_length=4000)
-    k = serializers.IntegerField(required=False, min_value=1, max_value=100)
+class QueryRequestSerializer(SettingsBounds, serializers.Serializer):
     sources = serializers.ListField(child=serializers.CharField(), required=False)
     namespaces = serializers.ListField(
         child=serializers.CharField(allow_blank=True), required=False
@@ -92,6 +124,13 @@ class QueryRequestSerializer(serializers.Serializer):
     mode = serializers.ChoiceField(choices=["vector", "keyword", "hybrid"], required=False)
     min_score = serializers.FloatField(required=False, min_value=-1, max_value=1)
     format = serializers.ChoiceField(choices=["items", "grounding"], required=False)
+
+    def bounded_fields(self) -> dict[str, serializers.Field]:
+        settings = memoryhub_settings
+        return {
+            "query": serializers.CharField(max_length=settings.MAX_QUERY_LENGTH),
+            "k": serializers.IntegerField(required=False, min_value=1, max_value=settings.MAX_K),
+        }
 
 
 class QueryItemSerializer(serializers.Serializer):
@@ -167,14 +206,14 @@ class RecordHistorySerializer(serializers.Serializer):
     )
 
 
-class RecordUpdateSerializer(serializers.Serializer):
-    content = serializers.CharField(max_length=20_000, required=False)
-    key = serializers.CharField(required=False, allow_null=True, max_length=255)
+class RecordUpdateSerializer(SettingsBounds, serializers.Serializer):
     kind = serializers.ChoiceField(choices=MemoryRecord.Kind.choices, required=False)
-    tags = serializers.ListField(child=serializers.CharField(max_length=64), required=False)
     metadata = serializers.DictField(required=False)
     expires_at = serializers.DateTimeField(required=False, allow_null=True)
     ttl_seconds = serializers.IntegerField(required=False, min_value=1)
+
+    def bounded_fields(self) -> dict[str, serializers.Field]:
+        return _item_bounds(required_content=False)
 
 
 class ForgetRequestSerializer(serializers.Serializer):

@@ -1,49 +1,5 @@
-"""Domain exceptions raised by the services; the API and the admin map them."""
+"""Kept for imports written before :mod:`memoryhub.exceptions` (their home now)."""
 
-from __future__ import annotations
+from ..exceptions import MemoryhubError, UnknownSource, ValidationFailed, WriteRefused
 
-from collections.abc import Mapping
-
-
-class MemoryhubError(Exception):
-    """Base of memoryhub's domain errors (a tenant violation is ``ScopeRequired``, a
-    ``PermissionError``, on purpose: "wrong tenant" and "right tenant, read-only
-    source" want different fixes where they are caught)."""
-
-
-class ValidationFailed(MemoryhubError, ValueError):
-    """Input was rejected as a whole; nothing was written.
-
-    ``errors`` maps a path (``items[2].tags``, ``where.$and[1].price``) to messages.
-    """
-
-    code = "invalid"
-
-    def __init__(self, errors: Mapping[str, list[str]]) -> None:
-        self.errors = {path: list(messages) for path, messages in errors.items()}
-        first_path, messages = next(iter(self.errors.items()))
-        super().__init__(f"{first_path}: {messages[0]}")
-
-
-class UnknownSource(MemoryhubError, LookupError):
-    """A request named a knowledge base the domain does not have."""
-
-    code = "unknown_source"
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        super().__init__(f"Unknown knowledge base {name!r}.")
-
-
-class WriteRefused(MemoryhubError):
-    """A read-only knowledge base refused a write (the seeds' ``MemoryWriteRefused``).
-
-    Raised even for an empty write: the policy is about the attempt, not bytes moved.
-    """
-
-    code = "write_refused"
-
-    def __init__(self, source: str, n: int) -> None:
-        self.source = source
-        self.n = n
-        super().__init__(f"Knowledge base {source!r} is read-only; {n} item(s) refused.")
+__all__ = ["MemoryhubError", "UnknownSource", "ValidationFailed", "WriteRefused"]

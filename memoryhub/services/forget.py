@@ -29,6 +29,7 @@ from django.utils import timezone
 from .. import observe, policy, signals
 from ..cache import erase_on_commit
 from ..conf import memoryhub_settings
+from ..exceptions import ReceiptNotFound, UnknownSource, ValidationFailed, WriteRefused
 from ..models import (
     ErasureReceipt,
     ImportChunk,
@@ -40,7 +41,6 @@ from ..models import (
 )
 from ..scope import Scope, tenant_scope
 from . import consolidation, write
-from .errors import UnknownSource, ValidationFailed, WriteRefused
 from .scheduling import send
 from .write import count_refusal
 
@@ -604,10 +604,6 @@ def forget_record(
             scope, {"id": str(record.pk), "sources": [knowledge_base.name]}, result, actor, None
         )
     return result
-
-
-class ReceiptNotFound(LookupError):
-    """No receipt with that id in this scope."""
 
 
 def get_receipt(scope: Scope, receipt_id: Any) -> ErasureReceipt:

@@ -37,10 +37,10 @@ from django.db.models import Count, F, Q
 from django.utils import timezone
 
 from ..conf import memoryhub_settings
+from ..exceptions import ValidationFailed
 from ..models import ImportChunk, ImportJob, KnowledgeBase, MemoryRecord
 from ..scope import Scope
 from . import write
-from .errors import ValidationFailed
 from .scheduling import send
 
 __all__ = [

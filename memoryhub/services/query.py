@@ -40,12 +40,12 @@ from psycopg import ClientCursor
 from .. import cache, observe
 from ..conf import memoryhub_settings
 from ..embedders import Embedder
+from ..exceptions import UnknownSource, ValidationFailed
 from ..filters import compile_where
 from ..items import MemoryItem, dedupe_items, sort_by_score
 from ..models import SEARCH_CONFIG, KnowledgeBase, MemoryRecord, Observation
 from ..scope import Scope, tenant_scope
 from . import indexing
-from .errors import UnknownSource, ValidationFailed
 
 __all__ = [
     "MODES",

@@ -8,9 +8,9 @@ from typing import Any
 
 from django.db.models import QuerySet
 
+from ..exceptions import RecordNotFound, ValidationFailed
 from ..models import KnowledgeBase, MemoryRecord
 from ..scope import Scope, tenant_scope
-from .errors import ValidationFailed
 
 __all__ = [
     "LIST_FILTERS",
@@ -29,10 +29,6 @@ LIST_ORDERINGS: dict[str, tuple[str, ...]] = {
     "created": ("-created_at", "-id"),
     "updated": ("-updated_at", "-created_at", "-id"),
 }
-
-
-class RecordNotFound(LookupError):
-    """No record with that id in this scope (it may exist in another: that is not said)."""
 
 
 def list_records(

@@ -28,10 +28,10 @@ from django.utils.dateparse import parse_datetime
 from .. import observe, policy, signals
 from ..cache import bump_generation_on_commit
 from ..conf import memoryhub_settings
+from ..exceptions import UnknownSource, ValidationFailed, WriteRefused
 from ..models import KnowledgeBase, MemoryRecord, Observation, RecordVersion, content_hash
 from ..scope import Scope, tenant_scope
 from . import history
-from .errors import UnknownSource, ValidationFailed, WriteRefused
 from .scheduling import send
 
 __all__ = [

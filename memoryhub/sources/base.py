@@ -10,9 +10,9 @@ from typing import Any, Protocol, runtime_checkable
 
 from asgiref.sync import sync_to_async
 
+from ..exceptions import WriteRefused
 from ..items import MemoryItem
 from ..scope import Scope
-from ..services.errors import WriteRefused
 
 logger = logging.getLogger(__name__)
 

@@ -12,6 +12,7 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 
 from .. import policy
+from ..exceptions import WriteRefused
 from ..items import MemoryItem, as_write_item, thaw
 from ..scope import Scope, ScopeRequired
 from ..services import forget as forget_service
@@ -19,7 +20,6 @@ from ..services import history as history_service
 from ..services import query as query_service
 from ..services import records as records_service
 from ..services import write as write_service
-from ..services.errors import WriteRefused
 from .base import MemoryContext
 from .stores import (
     MemoryKind,
@@ -69,7 +69,7 @@ class DjangoMemory:
     """A MemorySource over the query and write services for knowledge bases of a scope.
 
     ``sources`` are the knowledge bases queried (default: all of the domain); a name
-    the domain lacks raises :class:`~memoryhub.services.errors.UnknownSource`, as the
+    the domain lacks raises :class:`~memoryhub.exceptions.UnknownSource`, as the
     REST API answers 400 ``unknown_source``. ``write_to`` is where writes go (default
     ``memory``), through the write service, so read-only knowledge bases refuse or
     ignore exactly as over the API. The scope is fixed at construction or taken from

@@ -31,7 +31,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 import httpx
 
 from .. import policy
-from ..services.errors import UnknownSource, ValidationFailed, WriteRefused
+from ..exceptions import UnknownSource, ValidationFailed, WriteRefused
 from .http import HttpMemoryError
 
 __all__ = [

@@ -14,6 +14,8 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from memoryhub.schedule import beat_schedule
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -204,12 +206,6 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = "UTC"
 # Workers log through LOGGING below (JSON in production), not Celery's own format.
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
-CELERY_BEAT_SCHEDULE = {
-    "memoryhub-sweep": {
-        "task": "memoryhub.tasks.sweep",
-        "schedule": float(os.environ.get("MEMORYHUB_SWEEP_INTERVAL", "60")),
-    },
-}
 
 # --- Auth, i18n, static ---------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [
@@ -260,7 +256,11 @@ SPECTACULAR_SETTINGS = {
 }
 
 # --- memoryhub ----------------------------------------------------------------------
-MEMORYHUB: dict[str, object] = {}
+MEMORYHUB: dict[str, object] = {
+    "SWEEP_INTERVAL": int(os.environ.get("MEMORYHUB_SWEEP_INTERVAL", "60")),
+}
+# Beat runs memoryhub's sweep every MEMORYHUB["SWEEP_INTERVAL"] seconds.
+CELERY_BEAT_SCHEDULE = beat_schedule(MEMORYHUB)
 if not REDIS_URL and not DEBUG:
     # Production processes (gunicorn workers) without a shared cache would each keep
     # their own query cache, and one could answer from before another's write for up to

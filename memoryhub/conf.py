@@ -344,8 +344,10 @@ def check_broker(**kwargs: Any) -> list[CheckMessage]:
     # when the app is not imported at check time.
     eager = conf.task_always_eager or getattr(settings, "CELERY_TASK_ALWAYS_EAGER", False)
     broker = conf.broker_url or conf.broker_write_url or getattr(settings, "CELERY_BROKER_URL", "")
-    if eager or broker:
+    if eager:
         return []
+    if broker:
+        return _check_beat(conf, settings)
     return [
         Warning(
             "Celery has no broker configured and tasks are not eager: memoryhub's "
@@ -355,6 +357,38 @@ def check_broker(**kwargs: Any) -> list[CheckMessage]:
             id="memoryhub.W003",
         )
     ]
+
+
+def _check_beat(conf: Any, settings: Any) -> list[CheckMessage]:
+    """``memoryhub.W004``: with a broker, the sweep (re-sending lost work, purging expired
+    memory) must be on beat's schedule; ``SWEEP_INTERVAL`` says how often."""
+    from .schedule import SWEEP_TASK, beat_schedule
+
+    schedule = dict(conf.beat_schedule or {}) or dict(
+        getattr(settings, "CELERY_BEAT_SCHEDULE", None) or {}
+    )
+    entries = [entry for entry in schedule.values() if entry.get("task") == SWEEP_TASK]
+    wanted = memoryhub_settings.SWEEP_INTERVAL
+    if not entries:
+        return [
+            Warning(
+                "memoryhub's sweep is not on Celery beat's schedule: work a worker lost "
+                "is never sent again and expired memory is never purged.",
+                hint="CELERY_BEAT_SCHEDULE = {**beat_schedule(MEMORYHUB)} "
+                "(from memoryhub.schedule import beat_schedule), and run beat.",
+                id="memoryhub.W004",
+            )
+        ]
+    expected = beat_schedule({"SWEEP_INTERVAL": wanted})["memoryhub-sweep"]["schedule"]
+    if all(entry.get("schedule") != expected for entry in entries):
+        return [
+            Warning(
+                f"memoryhub's sweep is scheduled, but not every SWEEP_INTERVAL ({wanted} s).",
+                hint="Build CELERY_BEAT_SCHEDULE with memoryhub.schedule.beat_schedule(MEMORYHUB).",
+                id="memoryhub.W004",
+            )
+        ]
+    return []
 
 
 def _check_embedder() -> list[CheckMessage]:

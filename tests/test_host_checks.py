@@ -63,3 +63,23 @@ def test_no_broker_and_no_eager_mode_is_a_warning(tmp_path):
     assert "memoryhub.W003" not in manage("check", database_url=url).stderr  # eager
     checked = manage("check", database_url=url, celery="unconfigured")
     assert "memoryhub.W003" in checked.stderr and "amqp://localhost" in checked.stderr
+
+
+def test_a_broker_without_the_sweep_on_beat_is_a_warning(tmp_path):
+    url = f"sqlite:///{tmp_path / 'host.sqlite3'}"
+    without = manage("check", "--tag", "memoryhub", database_url=url, celery="broker")
+    assert "memoryhub.W004" in without.stderr and "beat_schedule(MEMORYHUB)" in without.stderr
+    scheduled = manage("check", "--tag", "memoryhub", database_url=url, celery="broker+beat")
+    assert "memoryhub.W004" not in scheduled.stderr, scheduled.stderr
+    assert "memoryhub.W003" not in scheduled.stderr
+
+
+def test_beat_schedule_follows_sweep_interval():
+    from memoryhub.schedule import beat_schedule
+
+    assert beat_schedule({"SWEEP_INTERVAL": 15}) == {
+        "memoryhub-sweep": {"task": "memoryhub.tasks.sweep", "schedule": 15.0}
+    }
+    assert beat_schedule()["memoryhub-sweep"]["schedule"] == 60.0
+    with pytest.raises(ValueError, match="SWEEP_INTERVAL"):
+        beat_schedule({"SWEEP_INTERVAL": 0})

@@ -79,6 +79,13 @@ REST_FRAMEWORK = {
 
 if os.environ.get("HOST_PROJECT_CELERY") == "unconfigured":  # tests/test_host_checks.py
     CELERY_TASK_ALWAYS_EAGER = False
+elif os.environ.get("HOST_PROJECT_CELERY") in ("broker", "broker+beat"):
+    CELERY_TASK_ALWAYS_EAGER = False
+    CELERY_BROKER_URL = "memory://localhost/"
+    if os.environ["HOST_PROJECT_CELERY"] == "broker+beat":
+        from memoryhub.schedule import beat_schedule
+
+        CELERY_BEAT_SCHEDULE = beat_schedule()
 else:
     CELERY_TASK_ALWAYS_EAGER = True
     CELERY_BROKER_URL = "memory://localhost/"

@@ -6,7 +6,6 @@ from typing import Any
 
 from celery import current_app
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import connection
 from django.utils.module_loading import import_string
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
@@ -31,6 +30,7 @@ from .. import log, policy, routing
 from ..conf import memoryhub_settings
 from ..models import MemoryRecord
 from ..services import forget as forget_service
+from ..services import health as health_service
 from ..services import history as history_service
 from ..services import indexing as indexing_service
 from ..services import query as query_service
@@ -151,42 +151,6 @@ def _refuse_nul_parameters(request: Request) -> None:
         )
 
 
-def _database_status() -> dict[str, Any]:
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
-            row = cursor.fetchone()
-    except Exception as exc:
-        return {"ok": False, "error": type(exc).__name__}
-    return {"ok": row is not None, "vendor": connection.vendor, "pgvector": row and row[0]}
-
-
-def _broker_status() -> dict[str, Any]:
-    if current_app.conf.task_always_eager:
-        return {"ok": True, "mode": "eager"}
-    try:
-        with current_app.connection_for_write() as broker:
-            broker.ensure_connection(max_retries=1, timeout=2)
-    except Exception as exc:
-        return {"ok": False, "mode": "broker", "error": type(exc).__name__}
-    return {"ok": True, "mode": "broker"}
-
-
-def _embedder_status() -> dict[str, Any]:
-    try:
-        embedder = memoryhub_settings.embedder()
-    except Exception as exc:
-        return {"ok": False, "error": type(exc).__name__}
-    status: dict[str, Any] = {"ok": True, "name": embedder.name, "dimensions": embedder.dimensions}
-    try:
-        # A change of embedder in progress: models whose vectors records still carry
-        # (they serve queries until re-embedded; the admin home counts them per domain).
-        previous = [name for name in indexing_service.models_in_use() if name != embedder.name]
-    except Exception:  # the database check reports a database that does not answer
-        return status
-    return {**status, "previous_models": previous, "migrating": bool(previous)}
-
-
 HealthSerializer = inline_serializer(
     "Health",
     {
@@ -219,26 +183,10 @@ class HealthView(PinnedAPIView):
 
     @extend_schema(responses={200: HealthSerializer, 503: HealthSerializer}, auth=[])
     def get(self, request: Request) -> Response:
-        checks = {
-            "database": _database_status(),
-            "broker": _broker_status(),
-            "embedder": _embedder_status(),
-        }
-        serving = all(check["ok"] for check in checks.values())
-        if checks["database"]["ok"]:
-            checks["indexing"] = _indexing_status()
-        healthy = serving and checks.get("indexing", {}).get("ok", False)
+        report, serving = health_service.report()
         return Response(
-            {"status": "ok" if healthy else "degraded", **checks},
-            status=status.HTTP_200_OK if serving else status.HTTP_503_SERVICE_UNAVAILABLE,
+            report, status=status.HTTP_200_OK if serving else status.HTTP_503_SERVICE_UNAVAILABLE
         )
-
-
-def _indexing_status() -> dict[str, Any]:
-    try:
-        return indexing_service.pipeline_status(eager=bool(current_app.conf.task_always_eager))
-    except Exception as exc:
-        return {"ok": False, "error": type(exc).__name__}
 
 
 WhoAmISerializer = inline_serializer(

@@ -1,0 +1,76 @@
+"""Health: what a load balancer and an operator ask of a node (``GET /api/v1/health``).
+
+503 when the database, broker or embedder fails (this node cannot serve); ``degraded``
+(200) when only indexing is stuck (no worker seen while records wait): queries still
+work, and pulling every web node out of a load balancer because a worker died would
+turn a backlog into an outage.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import current_app
+from django.db import connection
+
+from ..conf import memoryhub_settings
+from . import indexing
+
+__all__ = ["report"]
+
+
+def report() -> tuple[dict[str, Any], bool]:
+    """The health report and whether this node can serve."""
+    checks = {
+        "database": _database_status(),
+        "broker": _broker_status(),
+        "embedder": _embedder_status(),
+    }
+    serving = all(check["ok"] for check in checks.values())
+    if checks["database"]["ok"]:
+        checks["indexing"] = _indexing_status()
+    healthy = serving and checks.get("indexing", {}).get("ok", False)
+    return {"status": "ok" if healthy else "degraded", **checks}, serving
+
+
+def _database_status() -> dict[str, Any]:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+            row = cursor.fetchone()
+    except Exception as exc:
+        return {"ok": False, "error": type(exc).__name__}
+    return {"ok": row is not None, "vendor": connection.vendor, "pgvector": row and row[0]}
+
+
+def _broker_status() -> dict[str, Any]:
+    if current_app.conf.task_always_eager:
+        return {"ok": True, "mode": "eager"}
+    try:
+        with current_app.connection_for_write() as broker:
+            broker.ensure_connection(max_retries=1, timeout=2)
+    except Exception as exc:
+        return {"ok": False, "mode": "broker", "error": type(exc).__name__}
+    return {"ok": True, "mode": "broker"}
+
+
+def _embedder_status() -> dict[str, Any]:
+    try:
+        embedder = memoryhub_settings.embedder()
+    except Exception as exc:
+        return {"ok": False, "error": type(exc).__name__}
+    status: dict[str, Any] = {"ok": True, "name": embedder.name, "dimensions": embedder.dimensions}
+    try:
+        # A change of embedder in progress: models whose vectors records still carry
+        # (they serve queries until re-embedded; the admin home counts them per domain).
+        previous = [name for name in indexing.models_in_use() if name != embedder.name]
+    except Exception:  # the database check reports a database that does not answer
+        return status
+    return {**status, "previous_models": previous, "migrating": bool(previous)}
+
+
+def _indexing_status() -> dict[str, Any]:
+    try:
+        return indexing.pipeline_status(eager=bool(current_app.conf.task_always_eager))
+    except Exception as exc:
+        return {"ok": False, "error": type(exc).__name__}

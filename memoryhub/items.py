@@ -22,6 +22,14 @@ __all__ = [
     "thaw",
 ]
 
+#: The one vocabulary of a memory item's writable fields, as every door spells them: a
+#: record stores ``STORED_FIELDS`` (history keeps them too); a write also takes the
+#: ``namespace`` it goes to and ``ttl_seconds`` (turned into ``expires_at``).
+STORED_FIELDS = ("content", "key", "kind", "tags", "metadata", "expires_at")
+ITEM_FIELDS = (*STORED_FIELDS[:3], "namespace", *STORED_FIELDS[3:], "ttl_seconds")
+#: What an update by id may change (a record's namespace and knowledge base stay).
+UPDATABLE_FIELDS = tuple(name for name in ITEM_FIELDS if name != "namespace")
+
 FROZEN_MESSAGE = (
     "this payload belongs to a frozen value and cannot be mutated in place. "
     "Build a new one instead: dataclasses.replace(obj, field={**obj.field, ...})"

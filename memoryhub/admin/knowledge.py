@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
 from typing import Any
 
 from django import forms
@@ -28,6 +26,7 @@ from django.utils.translation import gettext_lazy as _
 from ..cache import bump_generation_on_commit
 from ..conf import memoryhub_settings
 from ..exceptions import ValidationFailed
+from ..items import STORED_FIELDS
 from ..models import ImportJob, KnowledgeBase, MemoryRecord
 from ..policy import Action
 from ..scope import Scope
@@ -37,7 +36,8 @@ from ..services import records as record_service
 from ..services import write as write_service
 from .base import OperatorAdmin, actor, admin_context, deletion_summary, operator_view
 
-RECORD_FIELDS = ("content", "key", "kind", "namespace", "tags", "metadata", "expires_at")
+#: What the record form edits: a record's stored fields and its namespace.
+RECORD_FIELDS = (*STORED_FIELDS, "namespace")
 
 
 def _item_from(data: dict[str, Any]) -> dict[str, Any]:
@@ -349,28 +349,9 @@ class KnowledgeBaseAdmin(OperatorAdmin):
 
     def export_view(self, request: HttpRequest, pk: int) -> StreamingHttpResponse:
         knowledge_base = self._knowledge_base(request, pk, Action.READ)
-        records = MemoryRecord.unscoped.filter(knowledge_base=knowledge_base).order_by("created_at")
-
-        def lines() -> Iterator[str]:
-            for record in records.iterator(chunk_size=500):
-                row = {
-                    "content": record.content,
-                    "key": record.key,
-                    "kind": record.kind,
-                    "namespace": record.namespace,
-                    "tags": record.tags,
-                    "metadata": record.metadata,
-                    "expires_at": record.expires_at.isoformat() if record.expires_at else None,
-                }
-                yield (
-                    json.dumps(
-                        {k: v for k, v in row.items() if v not in (None, [], {})},
-                        ensure_ascii=False,
-                    )
-                    + "\n"
-                )
-
-        response = StreamingHttpResponse(lines(), content_type="application/x-ndjson")
+        response = StreamingHttpResponse(
+            record_service.export_lines(knowledge_base), content_type="application/x-ndjson"
+        )
         response["Content-Disposition"] = f'attachment; filename="{knowledge_base.name}.jsonl"'
         return response
 

@@ -16,13 +16,14 @@ from typing import Any
 from django.db import connection
 
 from ..conf import memoryhub_settings
+from ..items import STORED_FIELDS
 from ..models import MemoryRecord, RecordVersion
 from ..scope import Scope, tenant_scope
 
 __all__ = ["HISTORY_FIELDS", "history", "snapshot", "version_fields"]
 
-#: What a version keeps (and what a change of which makes one).
-HISTORY_FIELDS = ("content", "key", "kind", "tags", "metadata", "expires_at")
+#: What a version keeps (and what a change of which makes one): a record's stored fields.
+HISTORY_FIELDS = STORED_FIELDS
 
 
 def version_fields(state: Any) -> dict[str, Any]:

@@ -72,7 +72,6 @@ MAX_NAMESPACES = 1000
 #: unvalidated job writes a subject's data; larger ones are cancelled to be safe.
 SCAN_LIMIT = 1024 * 1024
 MAX_ERRORS = 20
-ITEM_KEYS = ("content", "key", "kind", "namespace", "tags", "metadata", "expires_at", "ttl_seconds")
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 
 

@@ -29,6 +29,7 @@ from .. import observe, policy, signals
 from ..cache import bump_generation_on_commit
 from ..conf import memoryhub_settings
 from ..exceptions import UnknownSource, ValidationFailed, WriteRefused
+from ..items import ITEM_FIELDS, UPDATABLE_FIELDS
 from ..models import KnowledgeBase, MemoryRecord, Observation, RecordVersion, content_hash
 from ..scope import Scope, tenant_scope
 from . import history
@@ -63,16 +64,6 @@ EXPIRY_RANGE = (
 )
 #: ``ttl_seconds`` may not exceed ten years.
 MAX_TTL_SECONDS = 10 * 365 * 24 * 3600
-ITEM_FIELDS = {
-    "content",
-    "key",
-    "kind",
-    "namespace",
-    "tags",
-    "metadata",
-    "expires_at",
-    "ttl_seconds",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,7 +220,7 @@ def validate_items(raw_items: Any) -> list[WriteItem]:
         if not isinstance(raw, Mapping):
             errors.setdefault(path, []).append("must be an object.")
             continue
-        unknown = sorted(set(raw) - ITEM_FIELDS, key=str)
+        unknown = sorted(set(raw) - set(ITEM_FIELDS), key=str)
         for name in unknown:
             errors.setdefault(f"{path}.{name}", []).append("is not a field of a memory item.")
         content = _validate_text(
@@ -773,11 +764,6 @@ def _unchanged(record: MemoryRecord, item: WriteItem) -> bool:
         and record.metadata == dict(item.metadata)
         and record.expires_at == item.expires_at
     )
-
-
-UPDATABLE_FIELDS = frozenset(
-    {"content", "key", "kind", "tags", "metadata", "expires_at", "ttl_seconds"}
-)
 
 
 def update_record(

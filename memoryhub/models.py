@@ -120,12 +120,26 @@ class KnowledgeBase(models.Model):
         return not self.read_only
 
 
+def live_q(prefix: str = "", now: object = None) -> Q:
+    """The one expiry rule: a record is live until its ``expires_at`` (none: forever).
+    ``prefix`` reaches records through a relation (``"records__"``); ``now`` defaults to
+    the clock (pass ``Now()`` for a statement reused later: the server's now)."""
+    moment = now or timezone.now()
+    return Q(**{f"{prefix}expires_at__isnull": True}) | Q(**{f"{prefix}expires_at__gt": moment})
+
+
+#: The same rule in SQL, for statements written by hand (``{table}``: the records alias).
+LIVE_SQL = "({table}.expires_at IS NULL OR {table}.expires_at > now())"
+
+
 class MemoryRecordQuerySet(models.QuerySet["MemoryRecord"]):
     def live(self, now: object = None) -> MemoryRecordQuerySet:
         """Records that have not expired."""
-        return self.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now or timezone.now()))
+        return self.filter(live_q(now=now))
 
     def expired(self, now: object = None) -> MemoryRecordQuerySet:
+        """Records past their expiry (what the sweeper purges): the complement of
+        :func:`live_q`, spelled so the partial expiry index answers it."""
         return self.filter(expires_at__lte=now or timezone.now())
 
     def in_namespaces(self, namespaces: list[str]) -> MemoryRecordQuerySet:

@@ -18,7 +18,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F, Q, QuerySet
+from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from .. import observe
@@ -251,7 +251,7 @@ def pipeline_status(*, eager: bool) -> dict[str, Any]:
 def purge_expired() -> int:
     """Delete expired records and observations past retention; bump affected caches."""
     now = timezone.now()
-    expired = MemoryRecord.unscoped.filter(Q(expires_at__lte=now))
+    expired = MemoryRecord.unscoped.expired(now)
     scopes = set(expired.values_list("org_id", "domain_id").distinct())
     from .consolidation import detach_sources, orphaned_facts
 

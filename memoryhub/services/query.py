@@ -43,7 +43,7 @@ from ..embedders import Embedder
 from ..exceptions import UnknownSource, ValidationFailed
 from ..filters import compile_where
 from ..items import MemoryItem, dedupe_items, sort_by_score
-from ..models import SEARCH_CONFIG, KnowledgeBase, MemoryRecord, Observation
+from ..models import LIVE_SQL, SEARCH_CONFIG, KnowledgeBase, MemoryRecord, Observation
 from ..scope import Scope, tenant_scope
 from . import indexing
 
@@ -549,7 +549,7 @@ def _fetch(scope: Scope, ids: list[Any]) -> dict[Any, dict[str, Any]]:
             f" r.created_at, r.derived_from FROM {records} r JOIN {knowledge_bases} kb"
             " ON kb.id = r.knowledge_base_id"
             " WHERE r.org_id = %s AND r.domain_id = %s AND r.id = ANY(%s)"
-            " AND (r.expires_at IS NULL OR r.expires_at > now())",
+            f" AND {LIVE_SQL.format(table='r')}",
             [scope.org_id, scope.domain_id, list(ids)],
         )
         rows = cursor.fetchall()

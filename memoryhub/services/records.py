@@ -11,7 +11,7 @@ from django.db.models import QuerySet
 
 from ..exceptions import RecordNotFound, ValidationFailed
 from ..items import STORED_FIELDS
-from ..models import KnowledgeBase, MemoryRecord
+from ..models import KnowledgeBase, MemoryRecord, live_q
 from ..scope import Scope, tenant_scope
 
 __all__ = [
@@ -108,11 +108,11 @@ def get_record(scope: Scope, record_id: Any) -> MemoryRecord:
 
 def summarize_sources(scope: Scope) -> list[dict[str, Any]]:
     """The scope's knowledge bases with their policies and live record counts."""
-    from django.db.models import Count, Q
+    from django.db.models import Count
     from django.utils import timezone
 
     now = timezone.now()
-    live = Q(records__expires_at__isnull=True) | Q(records__expires_at__gt=now)
+    live = live_q("records__", now)
     with tenant_scope(scope):
         rows = (
             KnowledgeBase.objects.annotate(record_count=Count("records", filter=live))

@@ -40,8 +40,8 @@ def content_hash(content: str) -> str:
 
 
 class KnowledgeBaseQuerySet(models.QuerySet["KnowledgeBase"]):
-    def writable(self) -> KnowledgeBaseQuerySet:
-        return self.filter(read_only=False)
+    """Whether a knowledge base takes a write is the policy's to say
+    (``policy.refuses_change``), not a filter's."""
 
 
 class KnowledgeBase(models.Model):

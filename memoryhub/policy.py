@@ -33,9 +33,7 @@ from typing import TYPE_CHECKING, Any
 from django.core.exceptions import PermissionDenied
 
 if TYPE_CHECKING:
-    from django.db.models import QuerySet
-
-    from tenants.models import ApiKey, Org
+    from tenants.models import ApiKey, OrgQuerySet
 
     from .models import KnowledgeBase
     from .scope import Scope
@@ -249,7 +247,7 @@ def require(principal: Principal, action: Action, scope: Scope) -> None:
         raise PolicyDenied(action)
 
 
-def orgs_allowing(principal: Principal, action: Action) -> QuerySet[Org]:
+def orgs_allowing(principal: Principal, action: Action) -> OrgQuerySet:
     """The orgs in which ``principal`` may do ``action`` (for admin lists and choices)."""
     from tenants.models import Org
 

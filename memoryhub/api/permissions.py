@@ -69,7 +69,7 @@ def resolve_domain(request: Request, slug: str, action: policy.Action) -> Scope:
         return _key_scope(request, api_key, slug, action)
     org_slug = request.query_params.get("org")
     principal = request_principal(request)
-    orgs = policy.orgs_allowing(principal, policy.Action.READ).filter(is_active=True)
+    orgs = policy.orgs_allowing(principal, policy.Action.READ).active()
     if org_slug is not None:
         orgs = orgs.filter(slug=org_slug)
     candidates = list(Domain.objects.filter(org__in=orgs, slug=slug).select_related("org")[:2])

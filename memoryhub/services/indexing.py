@@ -202,9 +202,9 @@ def pending_for_sweep(older_than: timedelta | None = None) -> list[str]:
     cutoff = timezone.now() - older_than
     return [
         str(pk)
-        for pk in MemoryRecord.unscoped.filter(
-            status=MemoryRecord.Status.PENDING, updated_at__lte=cutoff
-        ).values_list("id", flat=True)[:10_000]
+        for pk in MemoryRecord.unscoped.pending()
+        .filter(updated_at__lte=cutoff)
+        .values_list("id", flat=True)[:10_000]
     ]
 
 

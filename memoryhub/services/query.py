@@ -43,7 +43,14 @@ from ..embedders import Embedder
 from ..exceptions import UnknownSource, ValidationFailed
 from ..filters import compile_where
 from ..items import MemoryItem, dedupe_items, sort_by_score
-from ..models import LIVE_SQL, SEARCH_CONFIG, KnowledgeBase, MemoryRecord, Observation
+from ..models import (
+    LIVE_SQL,
+    SEARCH_CONFIG,
+    KnowledgeBase,
+    MemoryRecord,
+    MemoryRecordQuerySet,
+    Observation,
+)
 from ..scope import Scope, tenant_scope
 from . import indexing
 
@@ -182,9 +189,9 @@ class QueryResult:
 # --- candidates ------------------------------------------------------------------------
 
 
-def _base_queryset(scope: Scope, request: QueryRequest) -> QuerySet[MemoryRecord]:
+def _base_queryset(scope: Scope, request: QueryRequest) -> MemoryRecordQuerySet:
     # Now(), not the clock: the compiled statement is reused, and expiry is the server's now.
-    records = MemoryRecord.objects.live(now=Now()).filter(namespace__in=list(request.namespaces))
+    records = MemoryRecord.objects.live(now=Now()).in_namespaces(list(request.namespaces))
     if request.sources is not None:
         knowledge_bases = dict(
             KnowledgeBase.objects.filter(name__in=request.sources).values_list("name", "pk")
@@ -273,7 +280,7 @@ class _Plan:
 def _vector_leg(
     scope: Scope,
     request: QueryRequest,
-    records: QuerySet[MemoryRecord],
+    records: MemoryRecordQuerySet,
     depth: int,
     embedder: Embedder | None = None,
     slot: _Slot | None = None,
@@ -282,7 +289,7 @@ def _vector_leg(
     plan it uses, and the settings that plan needs (HNSW)."""
     embedder = embedder or memoryhub_settings.embedder()
     slot = slot or VECTOR
-    scoped = records.filter(embedding_model=embedder.name, status=MemoryRecord.Status.INDEXED)
+    scoped = records.indexed_with(embedder.name)
     threshold = memoryhub_settings.EXACT_SCAN_THRESHOLD
     filters = {**request.canonical(), "query": None, "k": None, "mode": None, "min_score": None}
     description = cache.canonical_json({**filters, "model": embedder.name})

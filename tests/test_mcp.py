@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -544,3 +548,22 @@ def test_calls_are_in_the_access_log_with_the_keys_prefix(live_server, world, js
     [tool_line] = [line for line in lines if line.get("tool") == "memory_get"]
     assert tool_line["outcome"] == "record_not_found" and tool_line["key_prefix"] == prefix
     assert "not-a-uuid" not in json_log.getvalue()
+
+
+def test_the_example_agent_runs_against_the_site(live_server, world):
+    domains, _, keys, _ = world
+    completed = subprocess.run(
+        [sys.executable, "examples/mcp_agent.py", "--url", live_server.url],
+        cwd=Path(__file__).resolve().parent.parent,
+        env={**os.environ, "MEMORYHUB_API_KEY": keys["support"]},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert "wrote 3 memories to memory" in completed.stdout
+    assert "[memory] Alice prefers to be paid in EUR." in completed.stdout
+    assert "forgot user:alice: 3 records" in completed.stdout  # and the fixture's own
+    assert not MemoryRecord.unscoped.filter(
+        namespace="user:alice", org__slug="acme", domain__slug="support"
+    ).exists()

@@ -1,4 +1,4 @@
-"""URLs of the runnable site: admin, the API, its schema and Swagger UI."""
+"""URLs of the runnable site: admin, the API, its schema and Swagger UI, the MCP endpoint."""
 
 from django.contrib import admin
 from django.urls import include, path
@@ -9,6 +9,7 @@ urlpatterns = [
     path("", RedirectView.as_view(url="/admin/", permanent=False)),
     path("admin/", admin.site.urls),
     path("api/v1/", include("memoryhub.api.urls")),
+    path("mcp/", include("memoryhub.mcp.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
 ]

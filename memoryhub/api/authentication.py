@@ -29,9 +29,10 @@ class ApiKeyUser:
     is_superuser = False
     pk = None
 
-    def __init__(self, api_key: ApiKey) -> None:
+    def __init__(self, api_key: ApiKey, *, door: str = "api-key") -> None:
         self.api_key = api_key
-        self.username = f"api-key:{api_key.prefix}"
+        #: Who acted, in observations, history and receipts: the door and the key prefix.
+        self.username = f"{door}:{api_key.prefix}"
 
     def __str__(self) -> str:
         return self.username
@@ -44,10 +45,14 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
     """
 
     keyword = KEYWORD
+    #: The schemes read as an API key (the MCP door also reads ``Bearer``).
+    keywords: tuple[str, ...] = (KEYWORD,)
+    #: What the caller is called as an actor: ``api-key:<prefix>``.
+    door = "api-key"
 
     def authenticate(self, request: Request) -> tuple[ApiKeyUser, ApiKey] | None:
         header = authentication.get_authorization_header(request).split()
-        if not header or header[0].lower() != self.keyword.lower().encode():
+        if not header or header[0].lower() not in {k.lower().encode() for k in self.keywords}:
             return None
         throttling.refuse_if_failing(request)
         try:
@@ -87,7 +92,7 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         if not api_key.org.is_active:
             raise exceptions.AuthenticationFailed(_("Org is inactive."), code="inactive_org")
         self._touch(api_key)
-        return ApiKeyUser(api_key), api_key
+        return ApiKeyUser(api_key, door=self.door), api_key
 
     @staticmethod
     def _touch(api_key: ApiKey) -> None:

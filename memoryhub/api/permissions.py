@@ -18,7 +18,7 @@ from tenants.models import ApiKey, Domain
 from .. import observe, policy
 from ..models import Observation
 from ..scope import Scope
-from .authentication import request_api_key
+from .authentication import ApiKeyUser, request_api_key
 
 
 class DomainNotFound(exceptions.NotFound):
@@ -54,9 +54,12 @@ def _refuse(request: Request, org_id: int, reason: str) -> DomainNotFound:
 
 
 def actor(request: Request) -> str:
+    """Who acts: ``api-key:<prefix>`` (``mcp:<prefix>`` through the MCP door), or
+    ``user:<username>``."""
     api_key = request_api_key(request)
     if api_key is not None:
-        return f"api-key:{api_key.prefix}"
+        user = getattr(request, "user", None)
+        return user.username if isinstance(user, ApiKeyUser) else f"api-key:{api_key.prefix}"
     user = getattr(request, "user", None)
     return f"user:{user.get_username()}" if user is not None and user.is_authenticated else ""
 

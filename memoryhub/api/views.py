@@ -314,23 +314,13 @@ class RecordsView(MemoryAPIView):
         scope = resolve_domain(request, domain, Action.WRITE)
         body = self.body(request)
         wait = _wait_seconds(request)
-        unknown = sorted(set(body) - {"source", "sources", "items", "consolidate"})
-        if unknown:
-            raise exceptions.ValidationError(
-                {name: ["is not a field of a write."] for name in unknown}
-            )
-        if "source" in body and "sources" in body:
-            raise exceptions.ValidationError({"sources": ["give source or sources, not both."]})
-        sources = [body["source"]] if "source" in body else body.get("sources")
-        if "source" in body and not isinstance(body["source"], str):
-            raise exceptions.ValidationError({"source": ["must be a knowledge base name."]})
-        if "items" not in body:
-            raise exceptions.ValidationError({"items": ["This field is required."]})
-        consolidate = body.get("consolidate", False)
-        if not isinstance(consolidate, bool):
-            raise exceptions.ValidationError({"consolidate": ["must be true or false."]})
+        asked = write_service.WriteRequest.from_body(body)
         result = write_service.write(
-            scope, body["items"], sources=sources, actor=actor(request), consolidate=consolidate
+            scope,
+            asked.items,
+            sources=asked.sources,
+            actor=actor(request),
+            consolidate=asked.consolidate,
         )
         records = [s.record_result(record) for record in result.records]
         code: int = status.HTTP_202_ACCEPTED
@@ -582,19 +572,7 @@ class ForgetView(MemoryAPIView):
     )
     def post(self, request: Request, domain: str) -> Response:
         scope = resolve_domain(request, domain, Action.FORGET)
-        body = self.body(request)
-        unknown = sorted(set(body) - {"namespace", "key", "source", "sources", "all"})
-        if unknown:
-            raise exceptions.ValidationError(
-                {name: ["is not a field of a forget."] for name in unknown}
-            )
-        forget_request = forget_service.ForgetRequest(
-            namespace=body.get("namespace"),
-            key=body.get("key"),
-            source=body.get("source"),
-            sources=body.get("sources"),
-            all=body.get("all", False),
-        )
+        forget_request = forget_service.ForgetRequest.from_body(self.body(request))
         if forget_request.is_subject_erasure:
             require(request, Action.ERASE_SUBJECT, scope)
         result = forget_service.forget(scope, forget_request, actor=actor(request))

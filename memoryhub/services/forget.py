@@ -13,7 +13,7 @@ import hashlib
 import hmac
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import partial
@@ -72,6 +72,10 @@ class NothingToForget(ValidationFailed):
         field: str = "non_field_errors",
     ) -> None:
         super().__init__({field: [message]})
+
+
+#: The fields of a forget a door may send (``import_job`` is the admin's own).
+BODY_FIELDS = frozenset({"namespace", "key", "source", "sources", "all"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +137,21 @@ class ForgetRequest:
                 " knowledge base of the domain: name them in sources.",
                 "sources",
             )
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> ForgetRequest:
+        """A forget as a door receives it (a REST body, an MCP tool's arguments): the
+        selectors only; any other field is refused by name."""
+        unknown = sorted(set(body) - BODY_FIELDS)
+        if unknown:
+            raise ValidationFailed({name: ["is not a field of a forget."] for name in unknown})
+        return cls(
+            namespace=body.get("namespace"),
+            key=body.get("key"),
+            source=body.get("source"),
+            sources=body.get("sources"),
+            all=body.get("all", False),
+        )
 
     @property
     def is_subject_erasure(self) -> bool:

@@ -42,6 +42,7 @@ __all__ = [
     "ValidationFailed",
     "WriteItem",
     "WriteRefused",
+    "WriteRequest",
     "WriteResult",
     "accepts_writes",
     "count_refusal",
@@ -64,6 +65,8 @@ EXPIRY_RANGE = (
 )
 #: ``ttl_seconds`` may not exceed ten years.
 MAX_TTL_SECONDS = 10 * 365 * 24 * 3600
+#: The fields of a write a door may send.
+WRITE_FIELDS = frozenset({"source", "sources", "items", "consolidate"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +93,34 @@ class RecordResult:
     status: str
     deduplicated: bool
     source: str
+
+
+@dataclass(frozen=True, slots=True)
+class WriteRequest:
+    """A write as a door receives it (a REST body, an MCP tool's arguments), checked as a
+    whole before any item is: the fields it may name, one of ``source`` or ``sources``."""
+
+    items: Any
+    sources: Any = None
+    consolidate: bool = False
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> WriteRequest:
+        """Raise :class:`ValidationFailed` naming the first thing wrong with ``body``."""
+        unknown = sorted(set(body) - WRITE_FIELDS)
+        if unknown:
+            raise ValidationFailed({name: ["is not a field of a write."] for name in unknown})
+        if "source" in body and "sources" in body:
+            raise ValidationFailed({"sources": ["give source or sources, not both."]})
+        if "source" in body and not isinstance(body["source"], str):
+            raise ValidationFailed({"source": ["must be a knowledge base name."]})
+        if "items" not in body:
+            raise ValidationFailed({"items": ["This field is required."]})
+        consolidate = body.get("consolidate", False)
+        if not isinstance(consolidate, bool):
+            raise ValidationFailed({"consolidate": ["must be true or false."]})
+        sources = [body["source"]] if "source" in body else body.get("sources")
+        return cls(items=body["items"], sources=sources, consolidate=consolidate)
 
 
 @dataclass(slots=True)

@@ -1,0 +1,80 @@
+"""An agent that keeps its memory in memoryhub over MCP: no model, no memoryhub import.
+
+Start the site with ``make run``, make a key, then run this with the official MCP SDK
+(``pip install mcp``; ``make install`` has it)::
+
+    KEY=$(.venv/bin/python manage.py create_api_key demo --domain support --name agent \\
+          --read --write --forget | tail -1)
+    MEMORYHUB_API_KEY=$KEY .venv/bin/python examples/mcp_agent.py
+
+It writes a few memories, queries them, prints the grounding block a model would get in
+its prompt, and forgets the user it made up. ``--url`` (``MEMORYHUB_URL``) is the site,
+``--key`` (``MEMORYHUB_API_KEY``) the key, ``--domain`` the domain for an org-wide key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from typing import Any
+
+import httpx2
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+MEMORIES = [
+    {"content": "Alice prefers to be paid in EUR.", "key": "currency", "namespace": "user:alice"},
+    {"content": "Alice's invoices go to billing@alice.example.", "namespace": "user:alice"},
+    {"content": "Refunds over $100 need a receipt.", "metadata": {"team": "billing"}},
+]
+
+
+async def use(client: ClientSession, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    result = await client.call_tool(tool, arguments)
+    body = json.loads(result.content[0].text)
+    if result.is_error:  # {"code", "detail", "errors"?}, as the REST API answers
+        raise SystemExit(
+            f"{tool} failed: {body['code']}: {body['detail']} {body.get('errors', '')}"
+        )
+    return body
+
+
+async def main(url: str, key: str, domain: str | None) -> None:
+    where = {"domain": domain} if domain else {}
+    headers = {"Authorization": f"Bearer {key}"}
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=30) as http,
+        streamable_http_client(f"{url.rstrip('/')}/mcp/", http_client=http) as (read, send),
+        ClientSession(read, send) as client,
+    ):
+        hello = await client.initialize()
+        print(f"connected to {hello.server_info.name} {hello.server_info.version}")
+        print("tools:", ", ".join(tool.name for tool in (await client.list_tools()).tools))
+
+        written = await use(client, "memory_write", {**where, "items": MEMORIES})
+        print(f"wrote {len(written['records'])} memories to {', '.join(written['accepted'])}")
+
+        question = "how should Alice be paid"
+        found = await use(
+            client,
+            "memory_query",
+            {**where, "query": question, "k": 3, "namespaces": ["", "user:alice"]},
+        )
+        print(f"\nQ: {question}\n{found['grounding']}\n")
+
+        forgotten = await use(client, "memory_forget", {**where, "namespace": "user:alice"})
+        print(f"forgot user:alice: {forgotten['deleted']} records, receipt {forgotten['receipt']}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", default=os.environ.get("MEMORYHUB_URL", "http://127.0.0.1:8000"))
+    parser.add_argument("--key", default=os.environ.get("MEMORYHUB_API_KEY"))
+    parser.add_argument("--domain", default=os.environ.get("MEMORYHUB_DOMAIN"))
+    options = parser.parse_args()
+    if not options.key:
+        sys.exit("Give the API key with --key or MEMORYHUB_API_KEY.")
+    asyncio.run(main(options.url, options.key, options.domain))

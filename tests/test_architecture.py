@@ -9,7 +9,14 @@ from pathlib import Path
 import memoryhub
 
 PACKAGE = Path(memoryhub.__file__).parent
-FRONT_DOORS = ("memoryhub.tasks", "memoryhub.api", "memoryhub.admin", "memoryhub.management")
+FRONT_DOORS = (
+    "memoryhub.tasks",
+    "memoryhub.api",
+    "memoryhub.admin",
+    "memoryhub.management",
+    "memoryhub.mcp",
+    "memoryhub.sources",
+)
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -48,4 +55,6 @@ def test_no_service_imports_a_front_door():
         for name in sorted(imported_modules(path)):
             if name.startswith(FRONT_DOORS):
                 offences.append(f"{path.name} imports {name}")
-    assert offences == [], "services must not import tasks, api, admin or commands"
+    assert offences == [], (
+        "services must not import a front door (tasks, api, admin, commands, mcp, sources)"
+    )

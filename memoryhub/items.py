@@ -246,3 +246,9 @@ def as_write_item(item: MemoryItem, *, default_namespace: str | None = None) -> 
     if item.tags:
         raw["tags"] = list(item.tags)
     return raw
+
+
+def grounding_lines(items: Sequence[MemoryItem]) -> str:
+    """Seed 003's lines: one ``[source] content`` line per item (the one spelling of it:
+    ``as_grounder`` and ``render_grounding`` both use it)."""
+    return "\n".join(f"[{item.source}] {item.content}" for item in items)

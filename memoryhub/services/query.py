@@ -42,7 +42,7 @@ from ..conf import memoryhub_settings
 from ..embedders import Embedder
 from ..exceptions import UnknownSource, ValidationFailed
 from ..filters import compile_where
-from ..items import MemoryItem, dedupe_items, sort_by_score
+from ..items import MemoryItem, dedupe_items, grounding_lines, sort_by_score
 from ..models import (
     LIVE_SQL,
     SEARCH_CONFIG,
@@ -758,10 +758,7 @@ def render_grounding(items: Sequence[MemoryItem], format: Any = None) -> str | N
     """
     if not items:
         return None
-    if format is None:
-        body = "\n".join(f"[{item.source}] {item.content}" for item in items)
-    else:
-        body = format(list(items))
+    body = grounding_lines(items) if format is None else format(list(items))
     if not body or not body.strip():
         return None
     return f"Relevant context:\n{body}"

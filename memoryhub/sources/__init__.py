@@ -22,7 +22,7 @@ of :class:`StoredRecord` values): :class:`DjangoMemoryStore` in process,
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..items import MemoryItem, dedupe_items, deep_freeze
+from ..items import MemoryItem, dedupe_items, deep_freeze, grounding_lines
 from ..services.query import render_grounding
 from .base import MemoryContext, MemorySource, MemoryWriteRefused, Reranker, accepts_writes
 from .compositions import CompositeMemory, CompositeWriteError, SequentialMemory, score_sort_rerank
@@ -59,7 +59,7 @@ def as_grounder(
             return ""
         if format is not None:
             return format(items)
-        return "\n".join(f"[{item.source}] {item.content}" for item in items)
+        return grounding_lines(items)
 
     return grounder
 

@@ -102,7 +102,7 @@ def start_gunicorn(
     """
     import httpx
 
-    from tests.services import database_url, free_port, wait_for
+    from tests.programs import database_url, free_port, wait_for
 
     port = free_port()
     environment = {
@@ -150,7 +150,7 @@ def start_gunicorn(
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
-    from tests.services import stop_process
+    from tests.programs import stop_process
 
     stop_process(process, timeout=30)
 
@@ -489,7 +489,7 @@ def backend(logs: Path, *, shared_cache: bool = True) -> Iterator[dict[str, Any]
     """
     import shutil
 
-    from tests.services import free_port, start_redis, start_worker
+    from tests.programs import free_port, start_redis, start_worker
 
     logs.mkdir(parents=True, exist_ok=True)
     if shutil.which("redis-server") is None:
@@ -535,7 +535,7 @@ def measure(
             stop(process)
         redis = services.get("redis")
         if redis is not None:
-            from tests.services import wait_for
+            from tests.programs import wait_for
 
             def drained() -> bool:
                 pending = MemoryRecord.unscoped.filter(status="pending").count()

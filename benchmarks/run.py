@@ -134,7 +134,7 @@ def ingest_service(
 
     from memoryhub.models import MemoryRecord
     from memoryhub.services import write
-    from tests.services import start_worker, wait_for
+    from tests.programs import start_worker, wait_for
 
     current_app.conf.task_always_eager = False
     current_app.conf.broker_url = broker_url
@@ -545,7 +545,7 @@ def main(scale: str, output: Path) -> dict[str, Any]:
     from memoryhub.conf import memoryhub_settings
     from memoryhub.services import query as query_service
     from tenants.models import ApiKey
-    from tests.services import redis_server
+    from tests.programs import redis_server
 
     results: dict[str, Any] = {
         "scale": scale,

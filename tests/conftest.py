@@ -17,6 +17,7 @@ from memoryhub.services.query import clear_plans
 from tenants.models import Domain
 
 from .factories import DomainFactory, OrgFactory
+from .programs import Worker
 
 
 @dataclass
@@ -93,3 +94,13 @@ def without_receipt(body: dict) -> dict:
     """A forget response without its receipt id (a new UUID each time)."""
     assert "receipt" in body
     return {key: value for key, value in body.items() if key != "receipt"}
+
+
+@pytest.fixture
+def workers() -> Iterator[list[Worker]]:
+    """Celery worker processes a test starts (``tests.programs.start_worker``), stopped
+    after it."""
+    started: list[Worker] = []
+    yield started
+    for worker in started:
+        worker.stop()

@@ -177,7 +177,7 @@ def test_operator_home_a_large_kb_a_live_import_and_its_undo(
     from memoryhub.scope import Scope
     from memoryhub.services import write
 
-    from .services import celery_broker, redis_server, start_worker
+    from .programs import celery_broker, redis_server, start_worker
 
     def wait(condition, timeout: float = 60):  # type: ignore[no-untyped-def]
         return WebDriverWait(browser, timeout).until(condition)

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.mark.django_db(transaction=True)
 def test_benchmark_harness_smoke(tmp_path):
-    from .services import database_url
+    from .programs import database_url
 
     # The harness makes its own database on the same server as the tests.
     env = {key: value for key, value in os.environ.items() if key != "DJANGO_SETTINGS_MODULE"}

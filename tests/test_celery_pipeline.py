@@ -17,7 +17,7 @@ from memoryhub.models import MemoryRecord
 from memoryhub.services import write
 from memoryhub.services.forget import ForgetRequest, forget
 
-from .services import RedisServer, Worker, celery_broker, redis_server, start_worker, wait_for
+from .programs import RedisServer, celery_broker, redis_server, start_worker, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -35,14 +35,6 @@ def broker(redis: RedisServer) -> Iterator[RedisServer]:
     """Send this process's tasks to Redis instead of running them eagerly."""
     with celery_broker(redis.url()):
         yield redis
-
-
-@pytest.fixture
-def workers(tmp_path) -> Iterator[list[Worker]]:  # type: ignore[no-untyped-def]
-    started: list[Worker] = []
-    yield started
-    for worker in started:
-        worker.stop()
 
 
 def queued(redis: RedisServer) -> int:

@@ -12,7 +12,7 @@ from django.db.backends.postgresql import base as django_postgresql
 
 from memoryhub.contrib.postgresql.base import DatabaseWrapper
 
-from .services import wait_for
+from .programs import wait_for
 
 
 def test_the_site_uses_the_backend_for_database_urls(monkeypatch):

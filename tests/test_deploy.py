@@ -32,7 +32,7 @@ from memoryhub.tasks import index_records
 from tenants.models import Domain
 
 from .factories import create_api_key
-from .services import ROOT, RedisServer, database_url, free_port, start_redis, wait_for
+from .programs import ROOT, RedisServer, database_url, free_port, start_redis, wait_for
 
 STRONG_KEY = secrets.token_urlsafe(50)
 

@@ -32,7 +32,7 @@ from memoryhub.services.forget import ForgetRequest, forget, salted_hash
 
 from .conftest import without_receipt
 from .factories import create_api_key
-from .services import free_port, start_redis
+from .programs import free_port, start_redis
 
 SUBJECTS = 100
 API = "/api/v1/domains/support"

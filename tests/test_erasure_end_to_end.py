@@ -26,7 +26,7 @@ from memoryhub.services import imports, write
 from memoryhub.services.forget import vacuum_erased_tables
 
 from .factories import create_api_key
-from .services import RedisServer, celery_broker, redis_server, start_worker, wait_for
+from .programs import RedisServer, celery_broker, redis_server, start_worker, wait_for
 from .test_erasure_audit import scan_database
 
 pytestmark = pytest.mark.django_db(transaction=True)

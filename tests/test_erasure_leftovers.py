@@ -252,7 +252,7 @@ def test_a_write_in_flight_is_erased_not_left_behind(tenant, selector):
 
     from django.db import connection, transaction
 
-    from .services import wait_for
+    from .programs import wait_for
 
     write.ensure_knowledge_base(tenant.scope, "memory")
     writing, release = threading.Event(), threading.Event()

@@ -11,7 +11,7 @@ import pytest
 
 from memoryhub.scope import Scope
 
-from .services import database_url
+from .programs import database_url
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -30,11 +30,10 @@ from memoryhub.services import indexing, write
 from memoryhub.tasks import sweep
 
 from .factories import create_api_key
-from .services import (
+from .programs import (
     ROOT,
     PostgresServer,
     RedisServer,
-    Worker,
     celery_broker,
     free_port,
     indexed_transitions,
@@ -50,19 +49,11 @@ SWEEP_AFTER = {"SWEEP_PENDING_AFTER": 1}
 
 
 @pytest.fixture
-def redis(tmp_path: Path) -> Iterator[RedisServer]:
+def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
     """A private redis-server (no persistence) that the test may stop and kill."""
     server = start_redis(free_port(), tmp_path)
     yield server
     server.stop()
-
-
-@pytest.fixture
-def workers() -> Iterator[list[Worker]]:
-    started: list[Worker] = []
-    yield started
-    for worker in started:
-        worker.stop()
 
 
 @pytest.fixture
@@ -134,7 +125,7 @@ def report(message: str) -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_writes_while_the_broker_is_down_are_accepted_and_indexed_once_it_returns(
-    tenant, redis, workers, transitions, settings, tmp_path, caplog
+    tenant, private_redis, workers, transitions, settings, tmp_path, caplog
 ):
     settings.MEMORYHUB = SWEEP_AFTER
     _, key = create_api_key(org=tenant.org, can_read=True, can_write=True)
@@ -143,8 +134,8 @@ def test_writes_while_the_broker_is_down_are_accepted_and_indexed_once_it_return
     url = "/api/v1/domains/support/records"
     caplog.set_level(logging.WARNING, logger="memoryhub.services.write")
 
-    with celery_broker(redis.url()):
-        redis.stop()
+    with celery_broker(private_redis.url()):
+        private_redis.stop()
         ids: list[str] = []
         started = time.monotonic()
         for batch in range(10):
@@ -178,9 +169,9 @@ def test_writes_while_the_broker_is_down_are_accepted_and_indexed_once_it_return
         # Redis returns on the same port, empty; a worker starts. The web process
         # reconnects by itself: a new write is enqueued and indexed without the sweeper.
         returned = time.monotonic()
-        redis.start_again(tmp_path)
+        private_redis.start_again(tmp_path)
         log = tmp_path / "worker.log"
-        workers.append(start_worker(redis.url(), log, memoryhub=SWEEP_AFTER))
+        workers.append(start_worker(private_redis.url(), log, memoryhub=SWEEP_AFTER))
         response = api.post(
             url + "?wait=20",
             {"items": [{"content": "Written after Redis returned."}]},
@@ -206,7 +197,7 @@ def test_writes_while_the_broker_is_down_are_accepted_and_indexed_once_it_return
 
 @pytest.mark.django_db(transaction=True)
 def test_an_import_job_enqueued_while_the_broker_is_down_runs_once_it_returns(
-    tenant, redis, workers, settings, tmp_path, caplog
+    tenant, private_redis, workers, settings, tmp_path, caplog
 ):
     from django.db import transaction
 
@@ -219,8 +210,8 @@ def test_an_import_job_enqueued_while_the_broker_is_down_runs_once_it_returns(
     text = "\n".join(
         f'{{"content": "Imported while the broker was down, line {n}."}}' for n in range(5)
     )
-    with celery_broker(redis.url()):
-        redis.stop()
+    with celery_broker(private_redis.url()):
+        private_redis.stop()
         with transaction.atomic():
             job = imports.create_job(
                 tenant.scope, knowledge_base, text=text, format="jsonl", filename="a.jsonl"
@@ -229,8 +220,10 @@ def test_an_import_job_enqueued_while_the_broker_is_down_runs_once_it_returns(
         assert any("left queued for the sweeper" in m for m in caplog.messages)
         assert ImportJob.unscoped.get(pk=job.pk).status == ImportJob.Status.QUEUED
 
-        redis.start_again(tmp_path)
-        workers.append(start_worker(redis.url(), tmp_path / "worker.log", memoryhub=SWEEP_AFTER))
+        private_redis.start_again(tmp_path)
+        workers.append(
+            start_worker(private_redis.url(), tmp_path / "worker.log", memoryhub=SWEEP_AFTER)
+        )
         wait_for(
             lambda: job.pk in imports.queued_for_sweep(),
             timeout=10,
@@ -250,7 +243,7 @@ def test_an_import_job_enqueued_while_the_broker_is_down_runs_once_it_returns(
 
 @pytest.mark.django_db(transaction=True)
 def test_redis_killed_mid_run_loses_no_committed_record(
-    tenant, redis, workers, transitions, settings, tmp_path
+    tenant, private_redis, workers, transitions, settings, tmp_path
 ):
     settings.MEMORYHUB = SWEEP_AFTER
     marker = tmp_path / "batches.txt"
@@ -260,9 +253,11 @@ def test_redis_killed_mid_run_loses_no_committed_record(
         "EMBEDDER": "tests.embedders.SlowEmbedder",
         "EMBEDDER_OPTIONS": {"marker": str(marker), "delay": 0.5},
     }
-    with celery_broker(redis.url()):
+    with celery_broker(private_redis.url()):
         log = tmp_path / "worker.log"
-        worker = start_worker(redis.url(), log, pool="prefork", concurrency=2, memoryhub=slow)
+        worker = start_worker(
+            private_redis.url(), log, pool="prefork", concurrency=2, memoryhub=slow
+        )
         workers.append(worker)
         ids: list[str] = []
         started = time.monotonic()
@@ -279,11 +274,11 @@ def test_redis_killed_mid_run_loses_no_committed_record(
         assert len(set(ids)) == 1000
         wait_for(lambda: indexed_count() >= 100, timeout=60, what="indexing to be under way")
 
-        redis.kill()
+        private_redis.kill()
         at_kill = indexed_count()
         queued_lost = 1000 - at_kill
         assert queued_lost > 0, "indexing finished before Redis was killed"
-        redis.start_again(tmp_path)
+        private_redis.start_again(tmp_path)
         returned = time.monotonic()
 
         sweep_when_due()
@@ -311,7 +306,7 @@ def test_redis_killed_mid_run_loses_no_committed_record(
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("trial", range(1, 6))
 def test_worker_killed_mid_batch_loses_nothing_and_indexes_once(
-    trial, tenant, redis, workers, transitions, settings, tmp_path
+    trial, tenant, private_redis, workers, transitions, settings, tmp_path
 ):
     """Trial k kills a two-process worker while its k-th batch is being embedded, so the
     kill lands after 0..4 batches were stored (and, with two processes, sometimes while
@@ -323,14 +318,18 @@ def test_worker_killed_mid_batch_loses_nothing_and_indexes_once(
         "EMBEDDER": "tests.embedders.SlowEmbedder",
         "EMBEDDER_OPTIONS": {"marker": str(marker), "delay": 1.5},
     }
-    with celery_broker(redis.url()):
+    with celery_broker(private_redis.url()):
         ids = write.write(
             tenant.scope, [{"content": f"trial {trial}, note {n}"} for n in range(50)]
         ).record_ids
-        assert redis.client().llen("celery") == 5
+        assert private_redis.client().llen("celery") == 5
 
         victim = start_worker(
-            redis.url(), tmp_path / "victim.log", pool="prefork", concurrency=2, memoryhub=slow
+            private_redis.url(),
+            tmp_path / "victim.log",
+            pool="prefork",
+            concurrency=2,
+            memoryhub=slow,
         )
         workers.append(victim)
         wait_for(
@@ -347,7 +346,7 @@ def test_worker_killed_mid_batch_loses_nothing_and_indexes_once(
             "EMBEDDER": "tests.embedders.SlowEmbedder",
             "EMBEDDER_OPTIONS": {"marker": str(marker)},
         }
-        workers.append(start_worker(redis.url(), tmp_path / "second.log", memoryhub=fast))
+        workers.append(start_worker(private_redis.url(), tmp_path / "second.log", memoryhub=fast))
         # One sweeper pass re-enqueues what the dead worker held.
         write.schedule_indexing(indexing.pending_for_sweep(older_than=timedelta(0)))
         wait_for(lambda: statuses() == {"indexed": 50}, timeout=60, what="all 50 records indexed")

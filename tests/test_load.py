@@ -12,7 +12,7 @@ import pytest
 
 from benchmarks.load import create_tenants, measure, start_gunicorn, stop
 
-from .services import require_program
+from .programs import require_program
 
 
 @pytest.mark.services
@@ -52,7 +52,7 @@ def test_no_gunicorn_worker_serves_a_forgotten_namespace(tmp_path, shared_cache)
     from memoryhub.services import write
     from tenants.models import Domain
 
-    from .services import free_port, start_redis
+    from .programs import free_port, start_redis
 
     [tenant] = create_tenants(1, records=0)
     scope = Scope.for_domain(Domain.objects.get(org__slug__startswith="load-"))

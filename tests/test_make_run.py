@@ -22,7 +22,7 @@ import pytest
 from config import embedded_redis
 from memoryhub.contrib.embedded_postgres import server as embedded
 
-from .services import free_port, wait_for
+from .programs import free_port, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 

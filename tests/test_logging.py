@@ -1,17 +1,11 @@
-"""Production settings, structured logs and the read-replica router, run for real.
-
-Settings are read in subprocesses with a clean environment (settings are evaluated once
-per process); the logs of real requests come from gunicorn started with the compose
-file's own command, and those of tasks from a real Celery worker on Redis.
-"""
+"""Logs as production runs them: request ids, JSON lines from gunicorn and Celery, never
+secrets; a task carries the id of the request that enqueued it."""
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import re
-import secrets
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -21,145 +15,15 @@ import httpx
 import pytest
 import yaml
 from celery import current_app
-from django.db import connections, transaction
-from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
-from memoryhub.models import MemoryRecord, Observation
-from memoryhub.routing import replica_reads
+from memoryhub.models import MemoryRecord
 from memoryhub.services import write
 from memoryhub.tasks import index_records
-from tenants.models import Domain
 
 from .factories import create_api_key
 from .programs import ROOT, RedisServer, database_url, free_port, start_redis, wait_for
-
-STRONG_KEY = secrets.token_urlsafe(50)
-
-
-def run_site(code: str, **env: str) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` after ``django.setup()`` in a fresh process whose only env is ``env``."""
-    environment = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp"), **env}
-    environment.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-    script = "import django, json\ndjango.setup()\nfrom django.conf import settings\n" + code
-    return subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=ROOT,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
-def manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    code = f"from django.core.management import call_command\ncall_command(*{list(args)!r})"
-    return run_site(code, **env)
-
-
-#: A production environment: no database is contacted by ``check``.
-PRODUCTION = {
-    "DEBUG": "0",
-    "SECRET_KEY": STRONG_KEY,
-    "MEMORYHUB_ERASURE_RECEIPT_KEY": STRONG_KEY[::-1],
-    "ALLOWED_HOSTS": "memory.example.com",
-    "DATABASE_URL": "postgres://memoryhub@db.invalid:5432/memoryhub",
-}
-
-
-def settings_in(**env: str) -> dict[str, object]:
-    names = [
-        "DEBUG",
-        "SECURE_SSL_REDIRECT",
-        "SECURE_HSTS_SECONDS",
-        "SECURE_HSTS_INCLUDE_SUBDOMAINS",
-        "SECURE_HSTS_PRELOAD",
-        "SESSION_COOKIE_SECURE",
-        "CSRF_COOKIE_SECURE",
-        "SECURE_PROXY_SSL_HEADER",
-        "LOG_FORMAT",
-        "DATABASE_ROUTERS",
-    ]
-    code = (
-        f"values = {{name: getattr(settings, name, None) for name in {names!r}}}\n"
-        "values['DATABASES'] = {alias: {'TEST': db.get('TEST', {})}"
-        " for alias, db in settings.DATABASES.items()}\n"
-        "print(json.dumps(values))"
-    )
-    result = run_site(code, **env)
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
-
-# --- settings ------------------------------------------------------------------------------
-
-
-def test_check_deploy_reports_no_warning_in_production():
-    result = manage("check", "--deploy", "--fail-level", "WARNING", **PRODUCTION)
-    assert result.returncode == 0, result.stderr
-    assert "System check identified no issues" in result.stdout + result.stderr
-
-
-def test_development_defaults_are_untouched():
-    values = settings_in()
-    assert values["DEBUG"] is True
-    assert values["SECURE_SSL_REDIRECT"] is False
-    assert values["SECURE_HSTS_SECONDS"] == 0
-    assert values["SESSION_COOKIE_SECURE"] is False
-    assert values["CSRF_COOKIE_SECURE"] is False
-    assert values["LOG_FORMAT"] == "text"
-    result = manage("check", "--deploy")
-    assert result.returncode == 0, result.stderr
-    for warning in ("W004", "W008", "W009", "W012", "W016", "W018"):
-        assert f"security.{warning}" in result.stderr, warning
-    assert "memoryhub.W002" in result.stderr  # no receipt key of its own
-
-
-def test_production_hardening_is_on_and_tunable_from_the_environment():
-    values = settings_in(**PRODUCTION)
-    assert values["SECURE_SSL_REDIRECT"] is True
-    assert values["SECURE_HSTS_SECONDS"] == 31_536_000
-    assert values["SECURE_HSTS_INCLUDE_SUBDOMAINS"] is True
-    assert values["SECURE_HSTS_PRELOAD"] is True
-    assert values["SESSION_COOKIE_SECURE"] is True
-    assert values["CSRF_COOKIE_SECURE"] is True
-    assert values["SECURE_PROXY_SSL_HEADER"] is None
-    assert values["LOG_FORMAT"] == "json"
-    tuned = settings_in(
-        **PRODUCTION,
-        SECURE_HSTS_SECONDS="300",
-        SECURE_PROXY_SSL_HEADER="X-Forwarded-Proto",
-        LOG_FORMAT="text",
-    )
-    assert tuned["SECURE_HSTS_SECONDS"] == 300
-    assert tuned["SECURE_PROXY_SSL_HEADER"] == ["HTTP_X_FORWARDED_PROTO", "https"]
-    assert tuned["LOG_FORMAT"] == "text"
-
-
-@pytest.mark.parametrize(
-    ("env", "message"),
-    [
-        ({"DEBUG": "0"}, "SECRET_KEY must be set when DEBUG is off."),
-        ({**PRODUCTION, "LOG_FORMAT": "xml"}, "LOG_FORMAT must be json or text"),
-        ({**PRODUCTION, "SECURE_HSTS_SECONDS": "a year"}, "SECURE_HSTS_SECONDS must be an"),
-    ],
-)
-def test_production_refuses_to_start_misconfigured(env, message):
-    result = run_site("print('started')", **env)
-    assert result.returncode != 0
-    assert "ImproperlyConfigured" in result.stderr
-    assert message in result.stderr
-    assert "started" not in result.stdout
-
-
-def test_a_replica_url_adds_a_mirrored_alias_and_the_router():
-    assert settings_in(**PRODUCTION)["DATABASE_ROUTERS"] == []
-    url = "postgres://reader@replica.invalid:5432/memoryhub"
-    values = settings_in(**PRODUCTION, REPLICA_DATABASE_URL=url)
-    assert values["DATABASE_ROUTERS"] == ["config.routers.ReplicaRouter"]
-    assert values["DATABASES"]["replica"]["TEST"]["MIRROR"] == "default"
-
+from .site_process import PRODUCTION
 
 # --- logs: request ids ---------------------------------------------------------------------
 
@@ -449,108 +313,3 @@ def test_a_task_logs_the_id_of_the_request_that_enqueued_it(tenant, worker_log):
         what="the indexing task's log line",
     )
     assert {entry.get("request_id") for entry in task_lines()} == {"enqueue-42"}
-
-
-# --- read replica --------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def replica_alias(django_db_setup) -> Iterator[str]:  # type: ignore[no-untyped-def]
-    """A ``replica`` alias mirroring the test database, in a read-only session.
-
-    Added before the test cases start, so they can declare it in ``databases``.
-    """
-    alias = copy.deepcopy(connections["default"].settings_dict)
-    alias["TEST"] = {**alias.get("TEST", {}), "MIRROR": "default"}
-    # A hot standby refuses writes; so does this session, so a misrouted write fails.
-    options = {**alias.get("OPTIONS", {}), "options": "-c default_transaction_read_only=on"}
-    alias["OPTIONS"] = options
-    connections.settings["replica"] = alias
-    try:
-        yield "replica"
-    finally:
-        connections["replica"].close()
-        del connections["replica"]
-        del connections.settings["replica"]
-
-
-@pytest.fixture
-def replica(replica_alias: str, settings) -> str:  # type: ignore[no-untyped-def]
-    settings.DATABASE_ROUTERS = ["config.routers.ReplicaRouter"]
-    return replica_alias
-
-
-ON_REPLICA = pytest.mark.django_db(transaction=True, databases=["default", "replica"])
-
-
-def memory_queries(alias: str, context: CaptureQueriesContext) -> list[str]:
-    return [q["sql"] for q in context.captured_queries if "memoryhub_memoryrecord" in q["sql"]]
-
-
-@ON_REPLICA
-def test_get_endpoints_read_memory_from_the_replica(tenant, replica):
-    _, key = create_api_key(org=tenant.org, can_read=True, can_write=True)
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Api-Key {key}")
-    written = client.post(
-        "/api/v1/domains/support/records?wait=5",
-        {"items": [{"content": "Replicated fact", "namespace": "user:bob"}]},
-        format="json",
-    )
-    assert written.status_code == 200
-    record_id = written.json()["records"][0]["id"]
-    with (
-        CaptureQueriesContext(connections["default"]) as primary,
-        CaptureQueriesContext(connections[replica]) as secondary,
-    ):
-        listed = client.get("/api/v1/domains/support/records?namespace=user:bob")
-        one = client.get(f"/api/v1/domains/support/records/{record_id}")
-        sources = client.get("/api/v1/domains/support/sources")
-    assert listed.json()["results"][0]["content"] == "Replicated fact"
-    assert one.json()["id"] == record_id
-    assert sources.json()[0]["name"] == "memory"
-    assert memory_queries(replica, secondary)
-    assert not memory_queries("default", primary)
-    # Tenancy and keys (revocation) are read from the primary.
-    assert not any("tenants_" in q["sql"] for q in secondary.captured_queries)
-
-
-@ON_REPLICA
-def test_writes_queries_and_forgets_use_the_primary(tenant, replica):
-    _, key = create_api_key(org=tenant.org, can_read=True, can_write=True, can_forget=True)
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Api-Key {key}")
-    with CaptureQueriesContext(connections[replica]) as secondary:
-        written = client.post(
-            "/api/v1/domains/support/records?wait=5",
-            {"items": [{"content": "Primary fact", "namespace": "user:eve"}]},
-            format="json",
-        )
-        found = client.post(
-            "/api/v1/domains/support/query",
-            {"query": "primary fact", "namespaces": ["user:eve"]},
-            format="json",
-        )
-        forgotten = client.post(
-            "/api/v1/domains/support/forget", {"namespace": "user:eve"}, format="json"
-        )
-    assert written.status_code == 200
-    assert found.json()["items"][0]["content"] == "Primary fact"
-    assert forgotten.json()["deleted"] == 1
-    assert secondary.captured_queries == []
-
-
-@ON_REPLICA
-def test_replica_reads_stop_inside_a_transaction_and_after_a_write(tenant, replica):
-    records = MemoryRecord.unscoped.all()
-    assert records.db == "default"  # not marked read-only
-    with replica_reads():
-        assert records.db == replica
-        assert Domain.objects.all().db == "default"
-        with transaction.atomic():
-            assert records.db == "default"
-        assert records.db == replica
-        Observation.unscoped.create(kind="scope.refused", org=tenant.org, count=1)
-        assert records.db == "default"
-    with replica_reads():
-        assert records.db == replica

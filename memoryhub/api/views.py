@@ -314,14 +314,7 @@ class RecordsView(MemoryAPIView):
         scope = resolve_domain(request, domain, Action.WRITE)
         body = self.body(request)
         wait = _wait_seconds(request)
-        asked = write_service.WriteRequest.from_body(body)
-        result = write_service.write(
-            scope,
-            asked.items,
-            sources=asked.sources,
-            actor=actor(request),
-            consolidate=asked.consolidate,
-        )
+        result = write_service.write_body(scope, body, actor=actor(request))
         records = [s.record_result(record) for record in result.records]
         code: int = status.HTTP_202_ACCEPTED
         reason: dict[str, str] = {}

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 import httpx
 
+from ..openai_compatible import bearer_client
 from .base import (
     OPERATIONS,
     Episode,
@@ -364,14 +365,8 @@ class OpenAICompatibleExtractor:
     @property
     def client(self) -> httpx.Client:
         if self._client is None:
-            headers = {"Content-Type": "application/json"}
-            if self._api_key:
-                headers["Authorization"] = f"Bearer {self._api_key}"
-            self._client = httpx.Client(
-                base_url=self.base_url,
-                headers=headers,
-                timeout=self.timeout,
-                transport=self.transport,
+            self._client = bearer_client(
+                self.base_url, self._api_key, timeout=self.timeout, transport=self.transport
             )
         return self._client
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 
+from ..openai_compatible import bearer_client
 from .base import EmbedderError
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
@@ -57,12 +58,7 @@ class OpenAICompatibleEmbedder:
     @property
     def client(self) -> httpx.Client:
         if self._client is None:
-            headers = {"Content-Type": "application/json"}
-            if self._api_key:
-                headers["Authorization"] = f"Bearer {self._api_key}"
-            self._client = httpx.Client(
-                base_url=self.base_url, headers=headers, timeout=self.timeout
-            )
+            self._client = bearer_client(self.base_url, self._api_key, timeout=self.timeout)
         return self._client
 
     def _post(self, texts: list[str]) -> list[list[float]]:

@@ -191,14 +191,7 @@ def _write_properties() -> dict[str, Any]:
 
 
 def _write(request: Request, scope: Scope, arguments: Arguments) -> dict[str, Any]:
-    asked = write_service.WriteRequest.from_body(arguments)
-    result = write_service.write(
-        scope,
-        asked.items,
-        sources=asked.sources,
-        actor=actor(request),
-        consolidate=asked.consolidate,
-    )
+    result = write_service.write_body(scope, arguments, actor=actor(request))
     return {
         "accepted": result.accepted,
         "refused": result.refused,

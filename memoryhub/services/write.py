@@ -123,6 +123,15 @@ class WriteRequest:
         return cls(items=body["items"], sources=sources, consolidate=consolidate)
 
 
+def write_body(scope: Scope, body: Mapping[str, Any], *, actor: str = "") -> WriteResult:
+    """A door's write (a REST body, an MCP tool's arguments): checked as a whole
+    (:meth:`WriteRequest.from_body`), then :func:`write`."""
+    asked = WriteRequest.from_body(body)
+    return write(
+        scope, asked.items, sources=asked.sources, actor=actor, consolidate=asked.consolidate
+    )
+
+
 @dataclass(slots=True)
 class WriteResult:
     """Per-KB outcome: ``refused`` is not a slice of ``accepted`` (seed 000)."""

@@ -1,39 +1,38 @@
-"""Writing memory: validation, upsert by key, dedupe by content, read-only policies.
+"""Writing memory: upsert by key, dedupe by content, read-only policies, history.
 
 ``write(scope, items, sources=...)`` is what every front door calls. A batch is
-validated as a whole first: one bad item rejects the request with errors that name the
-item index and field, and nothing is written. Then, inside one transaction, each target
-knowledge base either accepts the items, refuses them (a read-only KB with
-``on_write="refuse"``) or ignores them (``on_write="ignore"``), exactly as the seeds'
-``ReadOnlyMemory`` and ``CompositeMemory`` specify. Accepted records are stored
-``pending``; indexing is scheduled when the transaction commits, so a rolled-back write
-schedules nothing.
+validated as a whole first (``services/validation.py``): one bad item rejects the
+request with errors that name the item index and field, and nothing is written. Then,
+inside one transaction, each target knowledge base either accepts the items, refuses
+them (a read-only KB with ``on_write="refuse"``) or ignores them (``on_write="ignore"``),
+exactly as the seeds' ``ReadOnlyMemory`` and ``CompositeMemory`` specify. Accepted
+records are stored ``pending``; indexing is scheduled when the transaction commits, so a
+rolled-back write schedules nothing.
 """
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from functools import partial
 from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 
 from .. import observe, policy, signals
 from ..cache import bump_generation_on_commit
 from ..conf import memoryhub_settings
 from ..exceptions import UnknownSource, ValidationFailed, WriteRefused
-from ..items import ITEM_FIELDS, UPDATABLE_FIELDS
-from ..models import KnowledgeBase, MemoryRecord, Observation, RecordVersion, content_hash
+from ..items import UPDATABLE_FIELDS
+from ..models import KnowledgeBase, MemoryRecord, Observation, RecordVersion
 from ..scope import Scope, tenant_scope
 from . import history
+from .knowledge_bases import accepts_writes, ensure_knowledge_base, resolve_sources, source_names
 from .scheduling import send
+from .validation import MAX_TTL_SECONDS, WriteItem, validate_items
 
 __all__ = [
     "MAX_TTL_SECONDS",
@@ -57,33 +56,8 @@ __all__ = [
 ]
 
 
-#: ``expires_at`` must fall inside this range: every value in it is representable in
-#: every time zone, by Python and by PostgreSQL, so no accepted value can break a page.
-EXPIRY_RANGE = (
-    datetime(2000, 1, 1, tzinfo=UTC),
-    datetime(9000, 1, 1, tzinfo=UTC),
-)
-#: ``ttl_seconds`` may not exceed ten years.
-MAX_TTL_SECONDS = 10 * 365 * 24 * 3600
 #: The fields of a write a door may send.
 WRITE_FIELDS = frozenset({"source", "sources", "items", "consolidate"})
-
-
-@dataclass(frozen=True, slots=True)
-class WriteItem:
-    """One validated item of a write."""
-
-    content: str
-    key: str | None = None
-    kind: str = MemoryRecord.Kind.SEMANTIC
-    namespace: str = ""
-    tags: tuple[str, ...] = ()
-    metadata: Mapping[str, Any] = field(default_factory=dict)
-    expires_at: datetime | None = None
-
-    @property
-    def content_hash(self) -> str:
-        return content_hash(self.content)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,285 +121,6 @@ class WriteResult:
 
 
 # --- validation ---------------------------------------------------------------------
-
-
-def _has_nul(value: str) -> bool:
-    return "\x00" in value
-
-
-def _check_json(value: Any, path: str, errors: dict[str, list[str]], depth: int = 0) -> None:
-    if depth > 20:
-        errors.setdefault(path, []).append("is nested too deeply (at most 20 levels).")
-    elif isinstance(value, dict):
-        for key, inner in value.items():
-            if not isinstance(key, str):
-                errors.setdefault(path, []).append("keys must be strings.")
-                return
-            if _has_nul(key):
-                errors.setdefault(path, []).append("keys may not contain NUL characters.")
-                return
-            _check_json(inner, f"{path}.{key}", errors, depth + 1)
-    elif isinstance(value, list):
-        for index, inner in enumerate(value):
-            _check_json(inner, f"{path}[{index}]", errors, depth + 1)
-    elif isinstance(value, str):
-        if _has_nul(value):
-            errors.setdefault(path, []).append("may not contain NUL characters.")
-    elif isinstance(value, float):
-        if not math.isfinite(value):
-            errors.setdefault(path, []).append("must be a finite number.")
-    elif value is not None and not isinstance(value, bool | int):
-        errors.setdefault(path, []).append(f"{type(value).__name__} is not a JSON value.")
-
-
-def _validate_text(
-    value: Any, path: str, errors: dict[str, list[str]], *, max_length: int, blank: bool
-) -> str | None:
-    if not isinstance(value, str):
-        errors.setdefault(path, []).append("must be a string.")
-        return None
-    if _has_nul(value):
-        errors.setdefault(path, []).append("may not contain NUL characters.")
-        return None
-    if not blank and not value.strip():
-        errors.setdefault(path, []).append("may not be blank.")
-        return None
-    if len(value) > max_length:
-        errors.setdefault(path, []).append(f"is longer than {max_length} characters.")
-        return None
-    return value
-
-
-def _validate_expiry(
-    raw: Mapping[str, Any], path: str, errors: dict[str, list[str]], now: datetime
-) -> datetime | None:
-    expires_at = raw.get("expires_at")
-    ttl = raw.get("ttl_seconds")
-    if expires_at is not None and ttl is not None:
-        errors.setdefault(f"{path}.ttl_seconds", []).append(
-            "give either expires_at or ttl_seconds, not both."
-        )
-        return None
-    if ttl is not None:
-        if isinstance(ttl, bool) or not isinstance(ttl, int) or not 1 <= ttl <= MAX_TTL_SECONDS:
-            errors.setdefault(f"{path}.ttl_seconds", []).append(
-                f"must be an integer from 1 to {MAX_TTL_SECONDS}."
-            )
-            return None
-        return now + timedelta(seconds=ttl)
-    if expires_at is None:
-        return None
-    moment = expires_at
-    if isinstance(expires_at, str):
-        try:
-            moment = parse_datetime(expires_at)
-        except ValueError:
-            moment = None
-    if not isinstance(moment, datetime):
-        errors.setdefault(f"{path}.expires_at", []).append(
-            "must be an ISO 8601 date-time with a time zone."
-        )
-        return None
-    if timezone.is_naive(moment):
-        errors.setdefault(f"{path}.expires_at", []).append("must include a time zone.")
-        return None
-    try:
-        in_range = EXPIRY_RANGE[0] <= moment <= EXPIRY_RANGE[1]
-    except OverflowError:  # an offset that moves the moment outside datetime's years
-        in_range = False
-    if not in_range:
-        errors.setdefault(f"{path}.expires_at", []).append(
-            f"must be between {EXPIRY_RANGE[0]:%Y-%m-%d} and {EXPIRY_RANGE[1]:%Y-%m-%d} (UTC)."
-        )
-        return None
-    return moment
-
-
-def validate_items(raw_items: Any) -> list[WriteItem]:
-    """Validate a batch of raw items (mappings); raise :class:`ValidationFailed`."""
-    settings = memoryhub_settings
-    if not isinstance(raw_items, list | tuple):
-        raise ValidationFailed({"items": ["must be a list."]})
-    if len(raw_items) > settings.MAX_WRITE_ITEMS:
-        raise ValidationFailed({"items": [f"at most {settings.MAX_WRITE_ITEMS} items per write."]})
-    errors: dict[str, list[str]] = {}
-    items: list[WriteItem] = []
-    seen_keys: dict[tuple[str, str], int] = {}
-    now = timezone.now()
-    for index, raw in enumerate(raw_items):
-        path = f"items[{index}]"
-        if isinstance(raw, WriteItem):
-            items.append(raw)
-            continue
-        if not isinstance(raw, Mapping):
-            errors.setdefault(path, []).append("must be an object.")
-            continue
-        unknown = sorted(set(raw) - set(ITEM_FIELDS), key=str)
-        for name in unknown:
-            errors.setdefault(f"{path}.{name}", []).append("is not a field of a memory item.")
-        content = _validate_text(
-            raw.get("content"),
-            f"{path}.content",
-            errors,
-            max_length=settings.MAX_CONTENT_LENGTH,
-            blank=False,
-        )
-        key = raw.get("key")
-        if key is not None:
-            key = _validate_text(
-                key, f"{path}.key", errors, max_length=settings.MAX_KEY_LENGTH, blank=False
-            )
-        kind = raw.get("kind", MemoryRecord.Kind.SEMANTIC)
-        if kind not in MemoryRecord.Kind.values:
-            errors.setdefault(f"{path}.kind", []).append(
-                f"must be one of {', '.join(MemoryRecord.Kind.values)}."
-            )
-        namespace = raw.get("namespace", "")
-        namespace = _validate_text(
-            "" if namespace is None else namespace,
-            f"{path}.namespace",
-            errors,
-            max_length=settings.MAX_NAMESPACE_LENGTH,
-            blank=True,
-        )
-        tags = _validate_tags(raw.get("tags", []), f"{path}.tags", errors)
-        metadata = raw.get("metadata", {})
-        if metadata is None:
-            metadata = {}
-        if not isinstance(metadata, dict):
-            errors.setdefault(f"{path}.metadata", []).append("must be an object.")
-        else:
-            _check_json(metadata, f"{path}.metadata", errors)
-            if f"{path}.metadata" not in errors:
-                size = len(json.dumps(metadata, ensure_ascii=False).encode("utf-8"))
-                if size > settings.MAX_METADATA_BYTES:
-                    errors.setdefault(f"{path}.metadata", []).append(
-                        f"is {size} bytes of JSON; at most {settings.MAX_METADATA_BYTES}."
-                    )
-        expires_at = _validate_expiry(raw, path, errors, now)
-        if key is not None and namespace is not None:
-            first = seen_keys.setdefault((namespace, key), index)
-            if first != index:
-                errors.setdefault(f"{path}.key", []).append(
-                    f"repeats the key of items[{first}] in the same namespace."
-                )
-        if any(error_path.startswith(path) for error_path in errors):
-            continue
-        assert content is not None and namespace is not None and tags is not None
-        items.append(
-            WriteItem(
-                content=content,
-                key=key,
-                kind=kind,
-                namespace=namespace,
-                tags=tags,
-                metadata=metadata,
-                expires_at=expires_at,
-            )
-        )
-    if errors:
-        raise ValidationFailed(errors)
-    return items
-
-
-def _validate_tags(value: Any, path: str, errors: dict[str, list[str]]) -> tuple[str, ...] | None:
-    settings = memoryhub_settings
-    if value is None:
-        return ()
-    if not isinstance(value, list | tuple):
-        errors.setdefault(path, []).append("must be a list of strings.")
-        return None
-    if len(value) > settings.MAX_TAGS:
-        errors.setdefault(path, []).append(f"at most {settings.MAX_TAGS} tags.")
-        return None
-    tags: list[str] = []
-    for index, tag in enumerate(value):
-        checked = _validate_text(
-            tag, f"{path}[{index}]", errors, max_length=settings.MAX_TAG_LENGTH, blank=False
-        )
-        if checked is not None and checked not in tags:
-            tags.append(checked)
-    return tuple(tags)
-
-
-# --- knowledge bases ------------------------------------------------------------------
-
-
-def ensure_knowledge_base(
-    scope: Scope,
-    name: str,
-    *,
-    read_only: bool = False,
-    on_write: str = KnowledgeBase.OnWrite.REFUSE,
-    description: str = "",
-) -> KnowledgeBase:
-    """Get the knowledge base ``name`` of the scope, creating it with these settings."""
-    with tenant_scope(scope):
-        knowledge_base, _ = KnowledgeBase.objects.get_or_create(
-            name=name,
-            defaults={
-                "org_id": scope.org_id,
-                "domain_id": scope.domain_id,
-                "read_only": read_only,
-                "on_write": on_write,
-                "description": description,
-            },
-        )
-    return knowledge_base
-
-
-def _resolve_sources(scope: Scope, names: Sequence[str]) -> list[KnowledgeBase]:
-    with tenant_scope(scope):
-        # A knowledge base being deleted takes no writes (its records are being erased).
-        found = {
-            kb.name: kb
-            for kb in KnowledgeBase.objects.filter(name__in=names, deleting_since__isnull=True)
-        }
-    resolved = []
-    for name in names:
-        if name not in found:
-            if name != KnowledgeBase.DEFAULT_NAME or _being_deleted(scope, name):
-                raise UnknownSource(name)
-            found[name] = ensure_knowledge_base(scope, name)
-        resolved.append(found[name])
-    return resolved
-
-
-def accepts_writes(scope: Scope, source: str = KnowledgeBase.DEFAULT_NAME) -> bool:
-    """Whether an agent's write to ``source`` would commit: not for a read-only knowledge
-    base (whatever its ``on_write``), one being deleted, or one the domain lacks (the
-    default ``memory`` excepted: the first write creates it)."""
-    with tenant_scope(scope):
-        knowledge_base = KnowledgeBase.objects.filter(name=source).first()
-    if knowledge_base is None:
-        return source == KnowledgeBase.DEFAULT_NAME
-    if knowledge_base.deleting_since is not None:
-        return False
-    return not policy.refuses_change([knowledge_base], operator=False)
-
-
-def _being_deleted(scope: Scope, name: str) -> bool:
-    with tenant_scope(scope):
-        return KnowledgeBase.objects.filter(name=name, deleting_since__isnull=False).exists()
-
-
-def _validate_source_names(sources: Any) -> list[str]:
-    if sources is None:
-        return [KnowledgeBase.DEFAULT_NAME]
-    if isinstance(sources, str) or not isinstance(sources, list | tuple):
-        raise ValidationFailed({"sources": ["must be a list of knowledge base names."]})
-    if not sources:
-        raise ValidationFailed({"sources": ["name at least one knowledge base."]})
-    names: list[str] = []
-    for index, name in enumerate(sources):
-        if not isinstance(name, str) or not name or len(name) > 64 or _has_nul(name):
-            raise ValidationFailed({f"sources[{index}]": ["must be a knowledge base name."]})
-        if name not in names:
-            names.append(name)
-    return names
-
-
-# --- the write ------------------------------------------------------------------------
 
 
 def count_refusal(
@@ -736,9 +431,9 @@ def write(
     """
     if not isinstance(scope, Scope):
         raise TypeError("write() needs a Scope.")
-    names = _validate_source_names(sources)
+    names = source_names(sources)
     validated = validate_items(items)
-    knowledge_bases = _resolve_sources(scope, names)
+    knowledge_bases = resolve_sources(scope, names)
     result = WriteResult()
     refusal: WriteRefused | None = None
     with transaction.atomic(), tenant_scope(scope):

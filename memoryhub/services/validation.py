@@ -1,0 +1,254 @@
+"""Validating a write's items: every door's items pass here before anything is written.
+
+A batch is checked as a whole: one bad item rejects the request with errors that name
+the item index and field (``items[2].tags``), and nothing is written. The bounds are the
+``MEMORYHUB`` settings.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from ..conf import memoryhub_settings
+from ..exceptions import ValidationFailed
+from ..items import ITEM_FIELDS
+from ..models import MemoryRecord, content_hash
+
+__all__ = ["EXPIRY_RANGE", "MAX_TTL_SECONDS", "WriteItem", "validate_items"]
+
+
+#: ``expires_at`` must fall inside this range: every value in it is representable in
+#: every time zone, by Python and by PostgreSQL, so no accepted value can break a page.
+EXPIRY_RANGE = (
+    datetime(2000, 1, 1, tzinfo=UTC),
+    datetime(9000, 1, 1, tzinfo=UTC),
+)
+#: ``ttl_seconds`` may not exceed ten years.
+MAX_TTL_SECONDS = 10 * 365 * 24 * 3600
+
+
+@dataclass(frozen=True, slots=True)
+class WriteItem:
+    """One validated item of a write."""
+
+    content: str
+    key: str | None = None
+    kind: str = MemoryRecord.Kind.SEMANTIC
+    namespace: str = ""
+    tags: tuple[str, ...] = ()
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    expires_at: datetime | None = None
+
+    @property
+    def content_hash(self) -> str:
+        return content_hash(self.content)
+
+
+def _has_nul(value: str) -> bool:
+    return "\x00" in value
+
+
+def _check_json(value: Any, path: str, errors: dict[str, list[str]], depth: int = 0) -> None:
+    if depth > 20:
+        errors.setdefault(path, []).append("is nested too deeply (at most 20 levels).")
+    elif isinstance(value, dict):
+        for key, inner in value.items():
+            if not isinstance(key, str):
+                errors.setdefault(path, []).append("keys must be strings.")
+                return
+            if _has_nul(key):
+                errors.setdefault(path, []).append("keys may not contain NUL characters.")
+                return
+            _check_json(inner, f"{path}.{key}", errors, depth + 1)
+    elif isinstance(value, list):
+        for index, inner in enumerate(value):
+            _check_json(inner, f"{path}[{index}]", errors, depth + 1)
+    elif isinstance(value, str):
+        if _has_nul(value):
+            errors.setdefault(path, []).append("may not contain NUL characters.")
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            errors.setdefault(path, []).append("must be a finite number.")
+    elif value is not None and not isinstance(value, bool | int):
+        errors.setdefault(path, []).append(f"{type(value).__name__} is not a JSON value.")
+
+
+def _validate_text(
+    value: Any, path: str, errors: dict[str, list[str]], *, max_length: int, blank: bool
+) -> str | None:
+    if not isinstance(value, str):
+        errors.setdefault(path, []).append("must be a string.")
+        return None
+    if _has_nul(value):
+        errors.setdefault(path, []).append("may not contain NUL characters.")
+        return None
+    if not blank and not value.strip():
+        errors.setdefault(path, []).append("may not be blank.")
+        return None
+    if len(value) > max_length:
+        errors.setdefault(path, []).append(f"is longer than {max_length} characters.")
+        return None
+    return value
+
+
+def _validate_expiry(
+    raw: Mapping[str, Any], path: str, errors: dict[str, list[str]], now: datetime
+) -> datetime | None:
+    expires_at = raw.get("expires_at")
+    ttl = raw.get("ttl_seconds")
+    if expires_at is not None and ttl is not None:
+        errors.setdefault(f"{path}.ttl_seconds", []).append(
+            "give either expires_at or ttl_seconds, not both."
+        )
+        return None
+    if ttl is not None:
+        if isinstance(ttl, bool) or not isinstance(ttl, int) or not 1 <= ttl <= MAX_TTL_SECONDS:
+            errors.setdefault(f"{path}.ttl_seconds", []).append(
+                f"must be an integer from 1 to {MAX_TTL_SECONDS}."
+            )
+            return None
+        return now + timedelta(seconds=ttl)
+    if expires_at is None:
+        return None
+    moment = expires_at
+    if isinstance(expires_at, str):
+        try:
+            moment = parse_datetime(expires_at)
+        except ValueError:
+            moment = None
+    if not isinstance(moment, datetime):
+        errors.setdefault(f"{path}.expires_at", []).append(
+            "must be an ISO 8601 date-time with a time zone."
+        )
+        return None
+    if timezone.is_naive(moment):
+        errors.setdefault(f"{path}.expires_at", []).append("must include a time zone.")
+        return None
+    try:
+        in_range = EXPIRY_RANGE[0] <= moment <= EXPIRY_RANGE[1]
+    except OverflowError:  # an offset that moves the moment outside datetime's years
+        in_range = False
+    if not in_range:
+        errors.setdefault(f"{path}.expires_at", []).append(
+            f"must be between {EXPIRY_RANGE[0]:%Y-%m-%d} and {EXPIRY_RANGE[1]:%Y-%m-%d} (UTC)."
+        )
+        return None
+    return moment
+
+
+def validate_items(raw_items: Any) -> list[WriteItem]:
+    """Validate a batch of raw items (mappings); raise :class:`ValidationFailed`."""
+    settings = memoryhub_settings
+    if not isinstance(raw_items, list | tuple):
+        raise ValidationFailed({"items": ["must be a list."]})
+    if len(raw_items) > settings.MAX_WRITE_ITEMS:
+        raise ValidationFailed({"items": [f"at most {settings.MAX_WRITE_ITEMS} items per write."]})
+    errors: dict[str, list[str]] = {}
+    items: list[WriteItem] = []
+    seen_keys: dict[tuple[str, str], int] = {}
+    now = timezone.now()
+    for index, raw in enumerate(raw_items):
+        path = f"items[{index}]"
+        if isinstance(raw, WriteItem):
+            items.append(raw)
+            continue
+        if not isinstance(raw, Mapping):
+            errors.setdefault(path, []).append("must be an object.")
+            continue
+        unknown = sorted(set(raw) - set(ITEM_FIELDS), key=str)
+        for name in unknown:
+            errors.setdefault(f"{path}.{name}", []).append("is not a field of a memory item.")
+        content = _validate_text(
+            raw.get("content"),
+            f"{path}.content",
+            errors,
+            max_length=settings.MAX_CONTENT_LENGTH,
+            blank=False,
+        )
+        key = raw.get("key")
+        if key is not None:
+            key = _validate_text(
+                key, f"{path}.key", errors, max_length=settings.MAX_KEY_LENGTH, blank=False
+            )
+        kind = raw.get("kind", MemoryRecord.Kind.SEMANTIC)
+        if kind not in MemoryRecord.Kind.values:
+            errors.setdefault(f"{path}.kind", []).append(
+                f"must be one of {', '.join(MemoryRecord.Kind.values)}."
+            )
+        namespace = raw.get("namespace", "")
+        namespace = _validate_text(
+            "" if namespace is None else namespace,
+            f"{path}.namespace",
+            errors,
+            max_length=settings.MAX_NAMESPACE_LENGTH,
+            blank=True,
+        )
+        tags = _validate_tags(raw.get("tags", []), f"{path}.tags", errors)
+        metadata = raw.get("metadata", {})
+        if metadata is None:
+            metadata = {}
+        if not isinstance(metadata, dict):
+            errors.setdefault(f"{path}.metadata", []).append("must be an object.")
+        else:
+            _check_json(metadata, f"{path}.metadata", errors)
+            if f"{path}.metadata" not in errors:
+                size = len(json.dumps(metadata, ensure_ascii=False).encode("utf-8"))
+                if size > settings.MAX_METADATA_BYTES:
+                    errors.setdefault(f"{path}.metadata", []).append(
+                        f"is {size} bytes of JSON; at most {settings.MAX_METADATA_BYTES}."
+                    )
+        expires_at = _validate_expiry(raw, path, errors, now)
+        if key is not None and namespace is not None:
+            first = seen_keys.setdefault((namespace, key), index)
+            if first != index:
+                errors.setdefault(f"{path}.key", []).append(
+                    f"repeats the key of items[{first}] in the same namespace."
+                )
+        if any(error_path.startswith(path) for error_path in errors):
+            continue
+        assert content is not None and namespace is not None and tags is not None
+        items.append(
+            WriteItem(
+                content=content,
+                key=key,
+                kind=kind,
+                namespace=namespace,
+                tags=tags,
+                metadata=metadata,
+                expires_at=expires_at,
+            )
+        )
+    if errors:
+        raise ValidationFailed(errors)
+    return items
+
+
+def _validate_tags(value: Any, path: str, errors: dict[str, list[str]]) -> tuple[str, ...] | None:
+    settings = memoryhub_settings
+    if value is None:
+        return ()
+    if not isinstance(value, list | tuple):
+        errors.setdefault(path, []).append("must be a list of strings.")
+        return None
+    if len(value) > settings.MAX_TAGS:
+        errors.setdefault(path, []).append(f"at most {settings.MAX_TAGS} tags.")
+        return None
+    tags: list[str] = []
+    for index, tag in enumerate(value):
+        checked = _validate_text(
+            tag, f"{path}[{index}]", errors, max_length=settings.MAX_TAG_LENGTH, blank=False
+        )
+        if checked is not None and checked not in tags:
+            tags.append(checked)
+    return tuple(tags)
+
+
+# --- knowledge bases ------------------------------------------------------------------

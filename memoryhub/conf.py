@@ -276,8 +276,51 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
         )
     if memoryhub_settings.DEFAULT_K > memoryhub_settings.MAX_K:
         messages.append(Error("MEMORYHUB['DEFAULT_K'] exceeds MAX_K.", id="memoryhub.E002"))
+    messages.extend(_check_columns())
+    messages.extend(_check_cache_alias())
     messages.extend(_check_embedder())
     return messages
+
+
+def _check_columns() -> list[CheckMessage]:
+    """``memoryhub.E012``: a length setting larger than the column that stores it would
+    accept an item the database then refuses (a 500 mid-write instead of a 400)."""
+    from .models import MemoryRecord
+
+    fields = MemoryRecord._meta
+    columns = {
+        "MAX_KEY_LENGTH": fields.get_field("key").max_length,
+        "MAX_NAMESPACE_LENGTH": fields.get_field("namespace").max_length,
+        "MAX_TAG_LENGTH": fields.get_field("tags").base_field.max_length,
+    }
+    messages: list[CheckMessage] = []
+    for name, width in columns.items():
+        value = memoryhub_settings.user_settings.get(name, DEFAULTS[name])
+        if isinstance(value, int) and width is not None and value > width:
+            messages.append(
+                Error(
+                    f"MEMORYHUB[{name!r}] = {value} exceeds its column ({width} characters).",
+                    hint=f"Use at most {width}.",
+                    id="memoryhub.E012",
+                )
+            )
+    return messages
+
+
+def _check_cache_alias() -> list[CheckMessage]:
+    """``memoryhub.E013``: the query cache and the domain generations live in the cache
+    named by ``CACHE_ALIAS``; a name ``CACHES`` lacks fails every query at run time."""
+    alias = memoryhub_settings.CACHE_ALIAS
+    caches = getattr(settings, "CACHES", None) or {"default": {}}
+    if alias not in caches:
+        return [
+            Error(
+                f"MEMORYHUB['CACHE_ALIAS'] = {alias!r} is not in CACHES ({', '.join(caches)}).",
+                hint="Name one of settings.CACHES (a shared one, e.g. Redis, in production).",
+                id="memoryhub.E013",
+            )
+        ]
+    return []
 
 
 def check_deploy_settings(**kwargs: Any) -> list[CheckMessage]:

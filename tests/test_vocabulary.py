@@ -48,3 +48,26 @@ def test_the_playground_takes_its_bounds_from_the_settings(tenant, tight):
         {"domain": tenant.domain.pk, "query": "refunds", "k": 7, "mode": "hybrid"}, domains=domains
     )
     assert form.is_valid(), form.errors
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "fine"),
+    [("MAX_KEY_LENGTH", 300, 255), ("MAX_NAMESPACE_LENGTH", 500, 200), ("MAX_TAG_LENGTH", 65, 64)],
+)
+def test_a_length_setting_wider_than_its_column_is_an_error(settings, setting, value, fine):
+    from django.core.checks import run_checks
+
+    settings.MEMORYHUB = {**settings.MEMORYHUB, setting: fine}
+    assert "memoryhub.E012" not in {m.id for m in run_checks(tags=["memoryhub"])}
+    settings.MEMORYHUB = {**settings.MEMORYHUB, setting: value}
+    [error] = [m for m in run_checks(tags=["memoryhub"]) if m.id == "memoryhub.E012"]
+    assert setting in error.msg and str(fine) in error.msg
+
+
+def test_a_cache_alias_caches_lacks_is_an_error(settings):
+    from django.core.checks import run_checks
+
+    settings.MEMORYHUB = {**settings.MEMORYHUB, "CACHE_ALIAS": "nope"}
+    assert "memoryhub.E013" in {m.id for m in run_checks(tags=["memoryhub"])}
+    settings.MEMORYHUB = {**settings.MEMORYHUB, "CACHE_ALIAS": "default"}
+    assert "memoryhub.E013" not in {m.id for m in run_checks(tags=["memoryhub"])}

@@ -127,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     from memoryhub.conf import memoryhub_settings
     from memoryhub.models import MemoryRecord
     from memoryhub.scope import Scope
-    from memoryhub.services import indexing, query, write
+    from memoryhub.services import indexing, write
+    from memoryhub.services.query import fusion
     from tenants.models import Domain, Org
 
     current_app.conf.task_always_eager = True
@@ -165,9 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     indexing.reembed(MemoryRecord.unscoped.filter(pk__in=half))
     results["reembed_half_seconds"] = round(time.perf_counter() - started, 1)
     for how in MERGES:
-        query.MODEL_MERGE = how
+        fusion.MODEL_MERGE = how
         results["states"][f"half ({how})"] = measure(scope, pairs)
-    query.MODEL_MERGE = chosen_merge = query.MODEL_MERGE_DEFAULT
+    fusion.MODEL_MERGE = chosen_merge = fusion.MODEL_MERGE_DEFAULT
     indexing.reembed(MemoryRecord.unscoped.all())
     results["states"]["after"] = measure(scope, pairs)
     merges = {
@@ -177,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     results["chosen_merge"] = chosen_merge
     results["best_measured_merge"] = max(merges, key=lambda how: merges[how])
-    best = results["states"][f"half ({query.MODEL_MERGE})"]
+    best = results["states"][f"half ({fusion.MODEL_MERGE})"]
     results["target_met"] = all(
         best[mode]["recall@10"] >= results["states"]["before"][mode]["recall@10"]
         for mode in ("vector", "hybrid")

@@ -51,7 +51,7 @@ def test_the_walker_sees_relative_and_function_level_imports(tmp_path):
 
 def test_no_service_imports_a_front_door():
     offences = []
-    for path in sorted((PACKAGE / "services").glob("*.py")):
+    for path in sorted((PACKAGE / "services").rglob("*.py")):
         for name in sorted(imported_modules(path)):
             if name.startswith(FRONT_DOORS):
                 offences.append(f"{path.name} imports {name}")

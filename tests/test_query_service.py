@@ -16,7 +16,7 @@ from memoryhub.models import MemoryRecord, Observation
 from memoryhub.scope import Scope, tenant_scope
 from memoryhub.services import query, write
 from memoryhub.services.errors import UnknownSource, ValidationFailed
-from memoryhub.services.query import QueryRequest, render_grounding
+from memoryhub.services.query import QueryRequest, plans, render_grounding
 
 from .factories import DomainFactory, OrgFactory
 
@@ -255,7 +255,7 @@ def test_compiled_plans_are_reused_per_shape_and_rebuilt_after_a_write(
 
     query.clear_plans()
     first = query.query(tenant.scope, query="refunds", k=1, mode="hybrid")
-    assert len(query._PLANS) == 1
+    assert len(plans._PLANS) == 1
     # Same shape, other words: the compiled plan is reused (no count, no KB lookup), and
     # the slots carry this query's vector and words, not the first one's.
     reads = []
@@ -267,7 +267,7 @@ def test_compiled_plans_are_reused_per_shape_and_rebuilt_after_a_write(
         second = query.query(tenant.scope, query="manager approval orders", k=1, mode="hybrid")
     monkeypatch.undo()
     assert reads == [1]  # one cache read of the generation for the key and the plan
-    assert len(query._PLANS) == 1
+    assert len(plans._PLANS) == 1
     sent = [q["sql"] for q in statements if not q["sql"].startswith(("SAVEPOINT", "RELEASE"))]
     assert len(sent) == 2 and all("ORDER BY" in sql for sql in sent)  # the two legs only
     assert first.items[0].content == HANDBOOK[0]
@@ -275,7 +275,7 @@ def test_compiled_plans_are_reused_per_shape_and_rebuilt_after_a_write(
     # Another shape (k, mode, filters) or another tenant gets its own plan.
     query.query(tenant.scope, query="refunds", k=2, mode="hybrid")
     assert query.query(other_tenant.scope, query="refunds", k=1, mode="hybrid").items == []
-    assert len(query._PLANS) == 3
+    assert len(plans._PLANS) == 3
 
     # Expiry is the server's now, when the statement runs: a reused plan does not keep an
     # expired record (the update bypasses the service, so nothing is invalidated).
@@ -284,21 +284,21 @@ def test_compiled_plans_are_reused_per_shape_and_rebuilt_after_a_write(
     )
     later = query.query(tenant.scope, query="refunds policy", k=1, mode="hybrid")
     assert HANDBOOK[0] not in [item.content for item in later.items]
-    assert len(query._PLANS) == 3
+    assert len(plans._PLANS) == 3
 
     # A write moves the domain's generation on: the next query compiles afresh.
     committed(write.write, tenant.scope, [{"content": "Refunds for gift cards are not possible."}])
     fresh = query.query(tenant.scope, query="refunds gift cards", k=1, mode="hybrid")
-    assert len(query._PLANS) == 4
+    assert len(plans._PLANS) == 4
     assert fresh.items[0].content.startswith("Refunds for gift cards")
 
 
 def test_a_query_without_words_sends_no_keyword_leg_through_a_reused_plan(tenant, handbook):
     words = query.query(tenant.scope, query="refunds", k=2, mode="keyword")
     assert words.items[0].content == HANDBOOK[0]
-    assert len(query._PLANS) == 1
+    assert len(plans._PLANS) == 1
     assert query.query(tenant.scope, query="?!", k=2, mode="keyword").items == []
-    assert len(query._PLANS) == 1
+    assert len(plans._PLANS) == 1
 
 
 # --- plans: exact scan for small scopes, HNSW with iterative scan for large ones -------------

@@ -1,0 +1,288 @@
+"""Candidate statements: the vector legs (one per model the scope holds) and the keyword
+leg of a request shape, compiled once per domain generation and kept in this process."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.postgres.search import SearchQuery, SearchRank
+from django.core.exceptions import EmptyResultSet
+from django.db.models import CharField, F, FloatField, QuerySet
+from django.db.models.expressions import RawSQL
+from django.db.models.functions import Cast, Now
+from pgvector.django import CosineDistance, VectorField
+
+from ... import cache
+from ...conf import memoryhub_settings
+from ...embedders import Embedder
+from ...exceptions import UnknownSource
+from ...filters import compile_where
+from ...models import (
+    SEARCH_CONFIG,
+    KnowledgeBase,
+    MemoryRecord,
+    MemoryRecordQuerySet,
+)
+from ...scope import Scope, tenant_scope
+from .. import indexing
+from .request import _WORD, QueryRequest
+
+#: pgvector's default ``hnsw.ef_search``: the least a tenant index is searched with.
+MIN_EF_SEARCH = 40
+
+
+#: What an item needs of its record, besides its id; the candidate statements select it,
+#: so a query's rows come with its ranking, in the same round trip.
+ROW_FIELDS: tuple[str, ...] = ("content", "knowledge_base__name", "metadata", "key", "kind")
+ROW_FIELDS += ("namespace", "tags", "created_at", "derived_from")
+
+
+def _base_queryset(scope: Scope, request: QueryRequest) -> MemoryRecordQuerySet:
+    # Now(), not the clock: the compiled statement is reused, and expiry is the server's now.
+    records = MemoryRecord.objects.live(now=Now()).in_namespaces(list(request.namespaces))
+    if request.sources is not None:
+        knowledge_bases = dict(
+            KnowledgeBase.objects.filter(name__in=request.sources).values_list("name", "pk")
+        )
+        for name in request.sources:
+            if name not in knowledge_bases:
+                raise UnknownSource(name)
+        records = records.filter(knowledge_base_id__in=list(knowledge_bases.values()))
+    if request.kinds is not None:
+        records = records.filter(kind__in=list(request.kinds))
+    if request.tags:
+        records = records.filter(tags__contains=list(request.tags))
+    if request.where:
+        records = records.filter(compile_where(request.where))
+    return records
+
+
+def _scope_size(scope: Scope, records: QuerySet[MemoryRecord], limit: int, description: str) -> int:
+    """How many rows the filter selects, counting at most ``limit + 1``.
+
+    The count decides the plan, not the answer, so it is cached per domain generation
+    (any write invalidates it) even when query results are not.
+    """
+    key = cache.plan_key(scope, f"{description}|{limit}")
+    size = cache.get_plan(key)
+    if size is None:
+        size = records.values("pk")[: limit + 1].count()
+        cache.set_plan(key, size)
+    return int(size)
+
+
+class _Slot:
+    """A parameter of a compiled statement filled in per query (found by identity)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<slot {self.name}>"
+
+
+VECTOR = _Slot("query vector")
+WORDS = _Slot("query words")
+
+
+@dataclass(frozen=True)
+class _Leg:
+    """A ranked candidate list: one statement selecting ``(id, value, *ROW_FIELDS)``, best
+    first, with slots for the query, and how ``value`` (a distance or a rank) becomes the
+    mode's score."""
+
+    sql: str
+    params: tuple[Any, ...]
+    to_score: Callable[[float], float]
+    slot: _Slot
+
+    @classmethod
+    def compile(
+        cls, queryset: QuerySet[Any, Any], to_score: Callable[[float], float], slot: _Slot
+    ) -> _Leg | None:
+        """None when the filter can match nothing (e.g. ``kinds=[]``): nothing to send."""
+        try:
+            sql, params = queryset.query.sql_with_params()
+        except EmptyResultSet:
+            return None
+        return cls(sql, tuple(params), to_score, slot)
+
+    def bind(self, values: dict[_Slot, Any]) -> list[Any]:
+        return [values[p] if isinstance(p, _Slot) else p for p in self.params]
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """The compiled legs of one request shape (filters, mode, k) in one domain generation,
+    the strategy they use, and the settings that strategy needs."""
+
+    vector: _Leg | None
+    keyword: _Leg | None
+    strategy: str
+    settings: dict[str, str]
+    #: During a change of embedder: a vector leg per previous model still holding
+    #: vectors in the scope, with its model's name (the query is embedded once per model).
+    previous: tuple[tuple[str, _Leg], ...] = ()
+
+
+def _vector_leg(
+    scope: Scope,
+    request: QueryRequest,
+    records: MemoryRecordQuerySet,
+    depth: int,
+    embedder: Embedder | None = None,
+    slot: _Slot | None = None,
+) -> tuple[_Leg | None, str, dict[str, str]]:
+    """The vector leg over ``embedder``'s vectors (default: the configured model's), the
+    plan it uses, and the settings that plan needs (HNSW)."""
+    embedder = embedder or memoryhub_settings.embedder()
+    slot = slot or VECTOR
+    scoped = records.indexed_with(embedder.name)
+    threshold = memoryhub_settings.EXACT_SCAN_THRESHOLD
+    filters = {**request.canonical(), "query": None, "k": None, "mode": None, "min_score": None}
+    description = cache.canonical_json({**filters, "model": embedder.name})
+    settings: dict[str, str] = {}
+    if threshold > 0 and _scope_size(scope, scoped, threshold, description) <= threshold:
+        # Not the indexed expression: the planner scans the filtered rows exactly.
+        expression: Any = F("embedding")
+        strategy = "exact"
+    else:
+        expression = Cast("embedding", VectorField(dimensions=embedder.dimensions))
+        ef_search = memoryhub_settings.HNSW_EF_SEARCH
+        strategy = "hnsw"
+        share = indexing.tenant_index_share(scope, embedder.name)
+        if share is not None:
+            # The domain's own index (the planner picks it: the predicate matches and it
+            # is smaller): the same effort per record of the domain as the shared index
+            # gives it, so the same recall or better, at ``share`` of the cost.
+            floor = min(MIN_EF_SEARCH, ef_search)  # never above the operator's setting
+            ef_search, strategy = max(round(ef_search * share), floor), "hnsw-tenant"
+        # enable_sort=off: we chose HNSW for this scope, and a sort would mean the planner
+        # fell back to scanning the whole scope (it underestimates large tenants).
+        settings = {
+            "hnsw.iterative_scan": "relaxed_order",
+            "enable_sort": "off",
+            "hnsw.max_scan_tuples": str(int(memoryhub_settings.HNSW_MAX_SCAN_TUPLES)),
+            "hnsw.ef_search": str(min(max(ef_search, depth), 1000)),
+        }
+    vector = RawSQL("%s", (slot,), output_field=VectorField())
+    # The distance is computed once per row: ORDER BY reuses the SELECT column.
+    ranked = (
+        scoped.annotate(distance=CosineDistance(expression, vector))
+        .order_by("distance")
+        .values_list("id", "distance", *ROW_FIELDS)[:depth]
+    )
+    return _Leg.compile(ranked, lambda distance: 1.0 - distance, slot), strategy, settings
+
+
+#: At most this many previous models serve queries at once (each costs an embedding of
+#: the query and a leg): a migration has one; more means re-embedding is overdue.
+MAX_PREVIOUS_MODELS = 2
+
+
+def _previous_embedders(scope: Scope) -> list[tuple[str, Embedder]]:
+    """The models other than the configured one whose vectors the scope's domain still
+    holds (an embedding-model change in progress), with their embedders; a model no
+    embedder is known for is skipped (``PREVIOUS_EMBEDDERS``)."""
+    current = memoryhub_settings.embedder().name
+    found: list[tuple[str, Embedder]] = []
+    for name in indexing.models_in_domain(scope):
+        if name == current:
+            continue
+        embedder = memoryhub_settings.embedder_for(name)
+        if embedder is not None:
+            found.append((name, embedder))
+    return found[:MAX_PREVIOUS_MODELS]
+
+
+def _keyword_words(text: str) -> str | None:
+    """The query's words as a raw tsquery OR (stemmed, stop words dropped by PostgreSQL:
+    any match ranks); None when it has no words."""
+    words = _WORD.findall(text.lower())[:64]
+    return " | ".join(words) if words else None
+
+
+def _keyword_leg(records: QuerySet[MemoryRecord], depth: int) -> _Leg | None:
+    """The best ``depth`` full-text matches, ranked by ``ts_rank`` normalised to [0, 1)."""
+    words = RawSQL("%s", (WORDS,), output_field=CharField())
+    search = SearchQuery(words, config=SEARCH_CONFIG, search_type="raw")
+    rank = Cast(SearchRank(F("search_vector"), search, normalization=32), FloatField())
+    ranked = (
+        records.filter(search_vector=search)
+        .annotate(rank=rank)
+        .order_by("-rank", "-created_at")
+        .values_list("id", "rank", *ROW_FIELDS)[:depth]
+    )
+    return _Leg.compile(ranked, float, WORDS)
+
+
+#: Compiled plans by request shape, settings and domain generation, in this process:
+#: building and compiling the querysets cost about 1 ms a query on the benchmark machine,
+#: as much as a small tenant's statement. Kept at most ``PLAN_SECONDS``.
+_PLANS: OrderedDict[str, tuple[float, _Plan]] = OrderedDict()
+_PLANS_LOCK = threading.Lock()
+PLANS_KEPT = 512
+PLAN_SECONDS = 60.0
+
+
+def clear_plans() -> None:
+    """Forget this process's compiled plans (tests)."""
+    with _PLANS_LOCK:
+        _PLANS.clear()
+
+
+def _plan(scope: Scope, request: QueryRequest, gen: int | None = None) -> _Plan:
+    """The compiled legs for ``request``'s shape, from this process's plans when the
+    domain has not changed since (same generation ``gen``, default the current one), nor
+    the settings the plan depends on, and the plan is younger than ``PLAN_SECONDS``."""
+    settings = memoryhub_settings
+    shape = {
+        **request.canonical(),
+        "query": None,
+        "min_score": None,
+        "model": settings.embedder().name,
+        "previous": settings.PREVIOUS_EMBEDDERS,
+        "exact": settings.EXACT_SCAN_THRESHOLD,
+        "ef": settings.HNSW_EF_SEARCH,
+        "tuples": settings.HNSW_MAX_SCAN_TUPLES,
+    }
+    key = cache.plan_key(scope, "statements|" + cache.canonical_json(shape), gen)
+    now = time.monotonic()
+    with _PLANS_LOCK:
+        found = _PLANS.get(key)
+        if found is not None and now - found[0] < PLAN_SECONDS:
+            _PLANS.move_to_end(key)
+            return found[1]
+    with tenant_scope(scope):
+        records = _base_queryset(scope, request)
+        depth = max(request.k * 4, 40) if request.mode == "hybrid" else request.k * 2 + 10
+        vector: _Leg | None = None
+        keyword: _Leg | None = None
+        hnsw: dict[str, str] = {}
+        strategy = request.mode
+        previous: list[tuple[str, _Leg]] = []
+        if request.mode in ("vector", "hybrid"):
+            vector, chosen, hnsw = _vector_leg(scope, request, records, depth)
+            for name, embedder in _previous_embedders(scope):
+                leg, _, leg_settings = _vector_leg(
+                    scope, request, records, depth, embedder, _Slot(f"query vector {name}")
+                )
+                if leg is not None:
+                    previous.append((name, leg))
+                    hnsw = hnsw or leg_settings  # an HNSW leg needs its iterative scan
+            strategy = chosen if request.mode == "vector" else f"hybrid+{chosen}"
+            if previous:
+                strategy += f"+{len(previous) + 1}models"
+        if request.mode in ("keyword", "hybrid"):
+            keyword = _keyword_leg(records, depth)
+    plan = _Plan(vector, keyword, strategy, hnsw, tuple(previous))
+    with _PLANS_LOCK:
+        _PLANS[key] = (now, plan)
+        while len(_PLANS) > PLANS_KEPT:
+            _PLANS.popitem(last=False)
+    return plan

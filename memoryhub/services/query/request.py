@@ -1,0 +1,137 @@
+"""A query as asked: validated fields (:class:`QueryRequest`) and what comes back."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...conf import memoryhub_settings
+from ...exceptions import ValidationFailed
+from ...filters import compile_where
+from ...items import MemoryItem
+from ...models import (
+    MemoryRecord,
+)
+
+MODES = ("vector", "keyword", "hybrid")
+MAX_FILTER_VALUES = 50
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+@dataclass(frozen=True)
+class QueryRequest:
+    """A validated query. Build with :meth:`build` from raw (e.g. JSON) input."""
+
+    query: str
+    k: int
+    sources: tuple[str, ...] | None = None
+    namespaces: tuple[str, ...] = ("",)
+    kinds: tuple[str, ...] | None = None
+    tags: tuple[str, ...] | None = None
+    where: dict[str, Any] | None = None
+    mode: str = "hybrid"
+    min_score: float | None = None
+
+    @classmethod
+    def build(cls, /, **raw: Any) -> QueryRequest:
+        """Validate raw input; raise :class:`ValidationFailed` naming each bad field."""
+        settings = memoryhub_settings
+        errors: dict[str, list[str]] = {}
+        unknown = sorted(set(raw) - {f for f in cls.__dataclass_fields__} - {"format"})
+        for name in unknown:
+            errors.setdefault(name, []).append("is not a query field.")
+        text = raw.get("query")
+        if not isinstance(text, str) or not text.strip():
+            errors.setdefault("query", []).append("must be a non-empty string.")
+        elif len(text) > settings.MAX_QUERY_LENGTH:
+            errors.setdefault("query", []).append(
+                f"is longer than {settings.MAX_QUERY_LENGTH} characters."
+            )
+        elif "\x00" in text:
+            errors.setdefault("query", []).append("may not contain NUL characters.")
+        k = raw.get("k", settings.DEFAULT_K)
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= settings.MAX_K:
+            errors.setdefault("k", []).append(f"must be an integer from 1 to {settings.MAX_K}.")
+        mode = raw.get("mode", "hybrid")
+        if mode not in MODES:
+            errors.setdefault("mode", []).append(f"must be one of {', '.join(MODES)}.")
+        min_score = raw.get("min_score")
+        if min_score is not None and (
+            isinstance(min_score, bool)
+            or not isinstance(min_score, int | float)
+            or not -1.0 <= float(min_score) <= 1.0
+        ):
+            errors.setdefault("min_score", []).append("must be a number from -1 to 1.")
+        lists: dict[str, tuple[str, ...] | None] = {}
+        for name in ("sources", "namespaces", "kinds", "tags"):
+            lists[name] = _string_list(raw.get(name), name, errors)
+        if lists["kinds"]:
+            for index, kind in enumerate(lists["kinds"]):
+                if kind not in MemoryRecord.Kind.values:
+                    errors.setdefault(f"kinds[{index}]", []).append(
+                        f"must be one of {', '.join(MemoryRecord.Kind.values)}."
+                    )
+        where = raw.get("where")
+        if where is not None:
+            try:
+                compile_where(where)
+            except ValidationFailed as exc:
+                for path, messages in exc.errors.items():
+                    errors.setdefault(path, []).extend(messages)
+        if errors:
+            raise ValidationFailed(errors)
+        return cls(
+            query=text.strip(),  # type: ignore[union-attr]
+            k=k,
+            sources=lists["sources"],
+            namespaces=lists["namespaces"] or ("",),
+            kinds=lists["kinds"],
+            tags=lists["tags"],
+            where=where or None,
+            mode=mode,
+            min_score=None if min_score is None else float(min_score),
+        )
+
+    def canonical(self) -> dict[str, Any]:
+        """The normalised request, for cache keys: order-insensitive lists sorted."""
+        return {
+            "query": self.query,
+            "k": self.k,
+            "sources": sorted(self.sources) if self.sources is not None else None,
+            "namespaces": sorted(self.namespaces),
+            "kinds": sorted(self.kinds) if self.kinds is not None else None,
+            "tags": sorted(self.tags) if self.tags is not None else None,
+            "where": self.where,
+            "mode": self.mode,
+            "min_score": self.min_score,
+        }
+
+
+def _string_list(value: Any, name: str, errors: dict[str, list[str]]) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        errors.setdefault(name, []).append("must be a list of strings.")
+        return None
+    if len(value) > MAX_FILTER_VALUES:
+        errors.setdefault(name, []).append(f"at most {MAX_FILTER_VALUES} values.")
+        return None
+    result: list[str] = []
+    for index, item in enumerate(value):
+        if not isinstance(item, str) or "\x00" in item or len(item) > 255:
+            errors.setdefault(f"{name}[{index}]", []).append("must be a string.")
+        elif item not in result:
+            result.append(item)
+    return tuple(result)
+
+
+@dataclass
+class QueryResult:
+    items: list[MemoryItem] = field(default_factory=list)
+    cached: bool = False
+    strategy: str = ""
+
+
+# --- candidates ------------------------------------------------------------------------

@@ -210,6 +210,37 @@ def test_postgres_keeps_no_samples_of_personal_columns_and_forgets_the_erased(te
         assert cursor.fetchone()[0] >= 1
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_table_an_erasure_empties_keeps_no_statistics_of_it(tenant):
+    """ANALYZE of an empty table leaves its old pg_stats: the vacuum step clears them
+    (what made the 100-subject end-to-end test fail when autovacuum had analysed the
+    import chunks while they existed)."""
+    from django.db import connection
+
+    from memoryhub.models import ImportChunk
+    from memoryhub.services.forget import vacuum_erased_tables
+
+    kb = write.ensure_knowledge_base(tenant.scope, "handbook")
+    job = imports.create_job(
+        tenant.scope,
+        kb,
+        format="jsonl",
+        filename="bob.jsonl",
+        text='{"content": "BOBPII secret"}\n',
+        namespace="user:bob",
+    )
+    # The file's chunks as they are while a big import waits (eager mode ran this one).
+    ImportChunk.objects.bulk_create(
+        ImportChunk(job=job, seq=n, text='{"content": "BOBPII secret"}\n') for n in range(6)
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE memoryhub_importchunk")
+    assert "BOBPII" in _pg_stats_text()  # the precondition: sampled while there
+    forget(tenant.scope, ForgetRequest(namespace="user:bob"))
+    assert "memoryhub_importchunk" in vacuum_erased_tables()
+    assert "BOBPII" not in _pg_stats_text()
+
+
 def test_eager_erasures_each_vacuum_and_queued_ones_share_one_run(tenant, committed, settings):
     from celery import current_app
     from celery.signals import before_task_publish, task_prerun

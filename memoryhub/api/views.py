@@ -9,7 +9,6 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.utils.module_loading import import_string
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
-    OpenApiExample,
     OpenApiParameter,
     OpenApiResponse,
     extend_schema,
@@ -36,6 +35,7 @@ from ..services import indexing as indexing_service
 from ..services import query as query_service
 from ..services import records as records_service
 from ..services import write as write_service
+from . import schema
 from . import serializers as s
 from .authentication import ApiKeyAuthentication, request_api_key
 from .exceptions import exception_handler
@@ -272,43 +272,7 @@ class RecordsView(MemoryAPIView):
                 description="A read-only knowledge base refused the write.",
             ),
         },
-        examples=[
-            OpenApiExample(
-                "Remember a preference",
-                value={
-                    "source": "memory",
-                    "items": [
-                        {
-                            "content": "Alice prefers EUR.",
-                            "key": "currency",
-                            "namespace": "user:alice",
-                            "tags": ["preference"],
-                            "metadata": {"channel": "chat"},
-                        }
-                    ],
-                },
-                request_only=True,
-            ),
-            OpenApiExample(
-                "Accepted",
-                value={
-                    "accepted": ["memory"],
-                    "refused": [],
-                    "failed": {},
-                    "records": [
-                        {
-                            "id": "8d0f3c1e-8a55-4f0e-9a55-2f6e43c2f0a1",
-                            "key": "currency",
-                            "status": "pending",
-                            "deduplicated": False,
-                            "source": "memory",
-                        }
-                    ],
-                },
-                response_only=True,
-                status_codes=["202"],
-            ),
-        ],
+        examples=schema.WRITE_EXAMPLES,
     )
     def post(self, request: Request, domain: str) -> Response:
         scope = resolve_domain(request, domain, Action.WRITE)
@@ -494,40 +458,7 @@ class QueryView(MemoryAPIView):
         parameters=[DOMAIN],
         request=s.QueryRequestSerializer,
         responses={200: s.QueryResponseSerializer, **errors_except()},
-        examples=[
-            OpenApiExample(
-                "Ground an answer",
-                value={
-                    "query": "how long do refunds take",
-                    "k": 3,
-                    "namespaces": ["", "user:alice"],
-                    "where": {"team": {"$in": ["support", "billing"]}},
-                },
-                request_only=True,
-            ),
-            OpenApiExample(
-                "Results",
-                value={
-                    "items": [
-                        {
-                            "id": "8d0f3c1e-8a55-4f0e-9a55-2f6e43c2f0a1",
-                            "content": "Refunds are issued within 5 business days.",
-                            "source": "handbook",
-                            "score": 0.0328,
-                            "metadata": {"team": "support"},
-                            "key": "refunds",
-                            "kind": "semantic",
-                            "namespace": "",
-                            "tags": [],
-                            "created_at": "2026-11-29T12:00:00Z",
-                        }
-                    ],
-                    "grounding": "Relevant context:\n[handbook] Refunds are issued "
-                    "within 5 business days.",
-                },
-                response_only=True,
-            ),
-        ],
+        examples=schema.QUERY_EXAMPLES,
     )
     def post(self, request: Request, domain: str) -> Response:
         scope = resolve_domain(request, domain, Action.READ)
@@ -552,16 +483,7 @@ class ForgetView(MemoryAPIView):
         parameters=[DOMAIN],
         request=s.ForgetRequestSerializer,
         responses={200: s.ForgetResponseSerializer, **errors_except()},
-        examples=[
-            OpenApiExample(
-                "Erase a data subject", value={"namespace": "user:alice"}, request_only=True
-            ),
-            OpenApiExample(
-                "Erased",
-                value={"deleted": 3, "by_source": {"memory": 2, "notes": 1}},
-                response_only=True,
-            ),
-        ],
+        examples=schema.FORGET_EXAMPLES,
     )
     def post(self, request: Request, domain: str) -> Response:
         scope = resolve_domain(request, domain, Action.FORGET)

@@ -21,7 +21,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.cache import caches
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Count, Q, QuerySet, TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
@@ -566,8 +566,34 @@ def vacuum_erased_tables() -> list[str]:
                 logger.error("cannot vacuum %s after an erasure: not its owner", table)
                 continue
             cursor.execute(f"VACUUM (ANALYZE) {connection.ops.quote_name(table)}")
+            _clear_stats_if_empty(cursor, table)
             done.append(table)
     return done
+
+
+def _clear_stats_if_empty(cursor: Any, table: str) -> None:
+    """ANALYZE of a table left empty keeps its old statistics (PostgreSQL only replaces
+    them from a sample of rows): an erasure that emptied it would leave erased values in
+    ``pg_stats``. PostgreSQL 18 can clear them (``pg_clear_attribute_stats``, the table
+    owner may); on older servers the stale values stay until rows come back and are
+    analysed, and an error is logged."""
+    cursor.execute(f"SELECT EXISTS (SELECT 1 FROM {connection.ops.quote_name(table)})")
+    if cursor.fetchone()[0]:
+        return
+    cursor.execute("SELECT to_regprocedure('pg_clear_attribute_stats(text,text,text,boolean)')")
+    if cursor.fetchone()[0] is None:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stats WHERE schemaname = current_schema() AND tablename = %s",
+            [table],
+        )
+        if cursor.fetchone()[0]:
+            logger.error("%s is empty after an erasure, and keeps old statistics", table)
+        return
+    cursor.execute(
+        "SELECT pg_clear_attribute_stats(schemaname::text, tablename::text, attname::text,"
+        " inherited) FROM pg_stats WHERE schemaname = current_schema() AND tablename = %s",
+        [table],
+    )
 
 
 def forget_org(org_id: int, *, actor: str = "", batch: uuid.UUID | None = None) -> ForgetResult:

@@ -23,7 +23,6 @@ from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.translation import gettext_lazy as _
 
-from ..cache import bump_generation_on_commit
 from ..conf import memoryhub_settings
 from ..exceptions import ValidationFailed
 from ..items import STORED_FIELDS
@@ -31,7 +30,7 @@ from ..models import ImportJob, KnowledgeBase, MemoryRecord
 from ..policy import Action
 from ..scope import Scope
 from ..services import forget as forget_service
-from ..services import imports
+from ..services import imports, knowledge_bases
 from ..services import records as record_service
 from ..services import write as write_service
 from .base import OperatorAdmin, actor, admin_context, deletion_summary, operator_view
@@ -199,10 +198,7 @@ class KnowledgeBaseAdmin(OperatorAdmin):
         return deletion_summary(self, objs, request, records_of="knowledge_base")
 
     def save_model(self, request: HttpRequest, obj: KnowledgeBase, form: Any, change: bool) -> None:
-        obj.org_id = obj.domain.org_id
-        super().save_model(request, obj, form, change)
-        # A rename changes what a query's ``sources`` select: cached plans and results go.
-        bump_generation_on_commit(Scope(obj.org_id, obj.domain_id))
+        knowledge_bases.save_knowledge_base(obj)
 
     def delete_model(self, request: HttpRequest, obj: KnowledgeBase) -> None:
         """A worker erases the records (with a receipt) and then the knowledge base."""

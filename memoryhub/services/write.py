@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
@@ -190,21 +190,44 @@ def _apply(record: MemoryRecord, item: WriteItem, *, content_changed: bool) -> N
         record.indexed_at = None
 
 
-def _write_to(
-    scope: Scope,
-    knowledge_base: KnowledgeBase,
-    items: Sequence[WriteItem],
-    actor: str,
-    operator: bool,
-    import_job: int | None = None,
-    cause: str = RecordVersion.Cause.UPSERT,
-    consolidate: bool = False,
-) -> list[RecordResult]:
-    """Upsert ``items`` into one writable knowledge base; return one result per item.
+#: What an upsert of an existing record may change (``bulk_update``'s fields).
+UPSERT_FIELDS = [
+    "content",
+    "content_hash",
+    "kind",
+    "tags",
+    "metadata",
+    "expires_at",
+    "updated_at",
+    "status",
+    "embedding",
+    "embedding_model",
+    "attempts",
+    "last_error",
+    "indexed_at",
+    "version",
+    "changed_by",
+    "change_cause",
+    "consolidation",
+]
 
-    A record written again by key keeps its previous state in its history (``cause``)
-    when a field changes."""
-    lock_namespaces(knowledge_base, (item.namespace for item in items))
+
+@dataclass
+class _Batch:
+    """One knowledge base's share of a write, as planned: records to create, records to
+    change, one result per item, and how many items merged into an existing record."""
+
+    new_records: list[MemoryRecord] = field(default_factory=list)
+    changed: list[MemoryRecord] = field(default_factory=list)
+    results: list[RecordResult] = field(default_factory=list)
+    deduplicated: int = 0
+
+
+def _existing(
+    knowledge_base: KnowledgeBase, items: Sequence[WriteItem]
+) -> tuple[dict[tuple[str, str], MemoryRecord], dict[tuple[str, str], str]]:
+    """The records ``items`` meet: by (namespace, key), locked, and by (namespace,
+    content hash)."""
     records = MemoryRecord.objects.filter(knowledge_base=knowledge_base)
     keys = {(item.namespace, item.key) for item in items if item.key is not None}
     hashes = {(item.namespace, item.content_hash) for item in items}
@@ -221,13 +244,28 @@ def _write_to(
         content_hash__in={digest for _, digest in hashes}, namespace__in={ns for ns, _ in hashes}
     ).values_list("id", "namespace", "content_hash"):
         by_hash.setdefault((namespace, digest), str(record_id))
+    return by_key, by_hash
 
+
+def _write_to(
+    scope: Scope,
+    knowledge_base: KnowledgeBase,
+    items: Sequence[WriteItem],
+    actor: str,
+    operator: bool,
+    import_job: int | None = None,
+    cause: str = RecordVersion.Cause.UPSERT,
+    consolidate: bool = False,
+) -> list[RecordResult]:
+    """Upsert ``items`` into one writable knowledge base; return one result per item.
+
+    A record written again by key keeps its previous state in its history (``cause``)
+    when a field changes."""
+    lock_namespaces(knowledge_base, (item.namespace for item in items))
+    by_key, by_hash = _existing(knowledge_base, items)
     now = timezone.now()
-    results: list[RecordResult] = []
+    batch = _Batch()
     created: set[Any] = set()  # a key written twice in one call: one record, no history
-    new_records: list[MemoryRecord] = []
-    changed: list[MemoryRecord] = []
-    deduplicated = 0
     for item in items:
         digest = item.content_hash
         existing = by_key.get((item.namespace, item.key)) if item.key is not None else None
@@ -239,9 +277,9 @@ def _write_to(
             if consolidate and content_changed and item.kind == MemoryRecord.Kind.EPISODIC:
                 existing.consolidation = "pending"
             existing.updated_at = now
-            changed.append(existing)
+            batch.changed.append(existing)
             by_hash.setdefault((item.namespace, digest), str(existing.pk))
-            results.append(
+            batch.results.append(
                 RecordResult(
                     str(existing.pk), item.key, existing.status, False, knowledge_base.name
                 )
@@ -249,103 +287,98 @@ def _write_to(
             continue
         duplicate_of = by_hash.get((item.namespace, digest))
         if duplicate_of is not None and item.key is None:
-            deduplicated += 1
-            results.append(RecordResult(duplicate_of, None, "", True, knowledge_base.name))
+            batch.deduplicated += 1
+            batch.results.append(RecordResult(duplicate_of, None, "", True, knowledge_base.name))
             continue
-        record = MemoryRecord(
-            org_id=scope.org_id,
-            domain_id=scope.domain_id,
-            knowledge_base=knowledge_base,
-            namespace=item.namespace,
-            key=item.key,
-            kind=item.kind,
-            content=item.content,
-            content_hash=digest,
-            metadata=dict(item.metadata),
-            tags=list(item.tags),
-            expires_at=item.expires_at,
-            # Distinct, increasing timestamps keep a batch's order in newest-first lists.
-            created_at=now + timedelta(microseconds=len(new_records)),
-            updated_at=now,
-            import_job_id=import_job,
-        )
+        record = _new_record(scope, knowledge_base, item, now, len(batch.new_records))
+        record.import_job_id = import_job
         record.changed_by, record.change_cause = actor[:200], _creation_cause(cause)
         if consolidate and item.kind == MemoryRecord.Kind.EPISODIC:
             record.consolidation = "pending"
-        new_records.append(record)
+        batch.new_records.append(record)
         created.add(record.pk)
         if item.key is not None:
             by_key[(item.namespace, item.key)] = record
         by_hash.setdefault((item.namespace, digest), str(record.pk))
-        results.append(
+        batch.results.append(
             RecordResult(str(record.pk), item.key, record.status, False, knowledge_base.name)
         )
+    _save(batch)
+    _announce(scope, knowledge_base, batch, actor=actor, operator=operator)
+    return batch.results
 
-    if new_records:
-        MemoryRecord.objects.bulk_create(new_records)
-    if changed:
-        MemoryRecord.objects.bulk_update(
-            changed,
-            [
-                "content",
-                "content_hash",
-                "kind",
-                "tags",
-                "metadata",
-                "expires_at",
-                "updated_at",
-                "status",
-                "embedding",
-                "embedding_model",
-                "attempts",
-                "last_error",
-                "indexed_at",
-                "version",
-                "changed_by",
-                "change_cause",
-                "consolidation",
-            ],
-        )
-    statuses = {str(record.pk): record.status for record in [*new_records, *changed]}
-    if new_records or changed:
+
+def _new_record(
+    scope: Scope, knowledge_base: KnowledgeBase, item: WriteItem, now: datetime, position: int
+) -> MemoryRecord:
+    return MemoryRecord(
+        org_id=scope.org_id,
+        domain_id=scope.domain_id,
+        knowledge_base=knowledge_base,
+        namespace=item.namespace,
+        key=item.key,
+        kind=item.kind,
+        content=item.content,
+        content_hash=item.content_hash,
+        metadata=dict(item.metadata),
+        tags=list(item.tags),
+        expires_at=item.expires_at,
+        # Distinct, increasing timestamps keep a batch's order in newest-first lists.
+        created_at=now + timedelta(microseconds=position),
+        updated_at=now,
+    )
+
+
+def _save(batch: _Batch) -> None:
+    if batch.new_records:
+        MemoryRecord.objects.bulk_create(batch.new_records)
+    if batch.changed:
+        MemoryRecord.objects.bulk_update(batch.changed, UPSERT_FIELDS)
+
+
+def _announce(
+    scope: Scope, knowledge_base: KnowledgeBase, batch: _Batch, *, actor: str, operator: bool
+) -> None:
+    """What a saved batch tells the rest: the ``record_written`` signal, the dedupe and
+    written observations, and the records to embed (once the transaction commits)."""
+    written = [*batch.new_records, *batch.changed]
+    if written:
         signals.send_on_commit(
             signals.record_written,
             scope=scope,
             source=knowledge_base.name,
-            created=[str(record.pk) for record in new_records],
-            updated=[str(record.pk) for record in changed],
+            created=[str(record.pk) for record in batch.new_records],
+            updated=[str(record.pk) for record in batch.changed],
             actor=actor,
         )
-    if deduplicated:
+    if batch.deduplicated:
         observe.record_in_scope(
             Observation.Kind.MEMORY_DEDUPLICATED,
             scope,
             source=knowledge_base.name,
-            count=deduplicated,
-            payload={"source": knowledge_base.name, "n": deduplicated},
+            count=batch.deduplicated,
+            payload={"source": knowledge_base.name, "n": batch.deduplicated},
             actor=actor,
         )
-    written = len(new_records) + len(changed)
     if written:
         observe.record_in_scope(
             Observation.Kind.MEMORY_WRITTEN,
             scope,
             source=knowledge_base.name,
-            count=written,
+            count=len(written),
             payload={
                 "source": knowledge_base.name,
-                "n": written,
-                "created": len(new_records),
-                "updated": len(changed),
+                "n": len(written),
+                "created": len(batch.new_records),
+                "updated": len(batch.changed),
                 "operator": operator,
             },
             actor=actor,
         )
-    pending = [
-        record_id for record_id, status in statuses.items() if status == MemoryRecord.Status.PENDING
-    ]
-    schedule_indexing(pending)
-    return results
+    statuses = {str(record.pk): record.status for record in written}
+    schedule_indexing(
+        [pk for pk, status in statuses.items() if status == MemoryRecord.Status.PENDING]
+    )
 
 
 def _fill_dedupe_status(records: list[RecordResult]) -> list[RecordResult]:

@@ -145,7 +145,11 @@ def _validate_expiry(
 
 
 def validate_items(raw_items: Any) -> list[WriteItem]:
-    """Validate a batch of raw items (mappings); raise :class:`ValidationFailed`."""
+    """Validate a batch of raw items (mappings); raise :class:`ValidationFailed`.
+
+    One pass over the batch, a block per field, collecting every error before raising
+    (a client fixes them all at once): longer than most functions here on purpose, each
+    field's rule reads where the field is read; the reusable checks are the helpers."""
     settings = memoryhub_settings
     if not isinstance(raw_items, list | tuple):
         raise ValidationFailed({"items": ["must be a list."]})

@@ -534,6 +534,43 @@ def _unchanged(record: MemoryRecord, item: WriteItem) -> bool:
     )
 
 
+def _check_update_fields(changes: Any) -> None:
+    """An update names only fields a record's update may change (each other one named)."""
+    if not isinstance(changes, Mapping):
+        raise ValidationFailed({"non_field_errors": ["The body must be an object."]})
+    errors: dict[str, list[str]] = {}
+    for name in changes:
+        if name not in UPDATABLE_FIELDS:
+            message = (
+                "cannot be changed; write a new record instead."
+                if name in ("namespace", "source", "id")
+                else "is not a field of a memory item."
+            )
+            errors.setdefault(str(name), []).append(message)
+    if errors:
+        raise ValidationFailed(errors)
+
+
+def _updated_item(record: MemoryRecord, changes: Mapping[str, Any], *, partial: bool) -> WriteItem:
+    """The record as the update would leave it, validated like any written item (PATCH
+    merges into the current fields, PUT replaces them; the namespace stays)."""
+    if partial:
+        current: dict[str, Any] = history.version_fields(record)
+        if "ttl_seconds" in changes:
+            current.pop("expires_at")
+        merged = {**current, **changes}
+    else:
+        merged = dict(changes)
+    merged["namespace"] = record.namespace
+    try:
+        [item] = validate_items([merged])
+    except ValidationFailed as exc:
+        raise ValidationFailed(
+            {path.removeprefix("items[0]."): messages for path, messages in exc.errors.items()}
+        ) from None
+    return item
+
+
 def update_record(
     scope: Scope,
     record_id: Any,
@@ -555,46 +592,14 @@ def update_record(
     """
     from .records import RecordNotFound, get_record
 
-    if not isinstance(changes, Mapping):
-        raise ValidationFailed({"non_field_errors": ["The body must be an object."]})
-    errors: dict[str, list[str]] = {}
-    for name in changes:
-        if name not in UPDATABLE_FIELDS:
-            message = (
-                "cannot be changed; write a new record instead."
-                if name in ("namespace", "source", "id")
-                else "is not a field of a memory item."
-            )
-            errors.setdefault(str(name), []).append(message)
-    if errors:
-        raise ValidationFailed(errors)
+    _check_update_fields(changes)
     record = get_record(scope, record_id)
     knowledge_base = record.knowledge_base
     if policy.refuses_change([knowledge_base], operator=operator):
         with transaction.atomic():
             count_refusal(scope, knowledge_base, 1, actor, change="update")
         raise WriteRefused(knowledge_base.name, 1)
-    if partial:
-        current: dict[str, Any] = {
-            "content": record.content,
-            "key": record.key,
-            "kind": record.kind,
-            "tags": list(record.tags),
-            "metadata": record.metadata,
-            "expires_at": record.expires_at,
-        }
-        if "ttl_seconds" in changes:
-            current.pop("expires_at")
-        merged = {**current, **changes}
-    else:
-        merged = dict(changes)
-    merged["namespace"] = record.namespace
-    try:
-        [item] = validate_items([merged])
-    except ValidationFailed as exc:
-        raise ValidationFailed(
-            {path.removeprefix("items[0]."): messages for path, messages in exc.errors.items()}
-        ) from None
+    item = _updated_item(record, changes, partial=partial)
     if _unchanged(record, item):
         # Nothing to change (an empty PATCH): no write, no new updated_at, no observation.
         return RecordResult(str(record.pk), record.key, record.status, False, knowledge_base.name)

@@ -48,6 +48,10 @@ def _run(
     message when the connection binds parameters client-side (Django's default) and no
     transaction is open: one implicit transaction, so the settings end with it. Inside a
     transaction they are sent one by one and the settings restored afterwards.
+
+    One function on purpose: the two paths (one message, or statement by statement
+    inside a caller's transaction with the settings saved and restored) share their
+    bookkeeping, and the query's hot path stays free of calls.
     """
     # A leg whose slot has no value (a query without words) is not sent.
     runnable = [leg if leg and values.get(leg.slot) is not None else None for leg in legs]

@@ -258,3 +258,58 @@ def test_operator_home_a_large_kb_a_live_import_and_its_undo(
             shot(browser, "15-undo-receipt")
         finally:
             worker.stop()
+
+
+def test_operator_reads_a_records_history_restores_it_and_follows_provenance(
+    browser, live_server, django_user_model
+):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from memoryhub.models import MemoryRecord
+    from memoryhub.scope import Scope
+    from memoryhub.services import write
+
+    domain = DomainFactory(org=OrgFactory(slug="acme", name="Acme"), slug="support")
+    scope = Scope.for_domain(domain)
+    turns = ["My favourite colour is blue.", "My home city is Berlin."]
+    write.write(
+        scope,
+        [{"content": t, "kind": "episodic", "namespace": "user:alice"} for t in turns],
+        consolidate=True,
+    )
+    fact = MemoryRecord.unscoped.get(key="home city")
+    write.update_record(
+        scope, fact.pk, {"content": "home city: Munich"}, partial=True, actor="api-key:demo"
+    )
+    django_user_model.objects.create_superuser("operator", "op@example.com", "s3cret-pass")
+    browser.get(f"{live_server.url}/admin/login/")
+    browser.find_element(By.NAME, "username").send_keys("operator")
+    browser.find_element(By.NAME, "password").send_keys("s3cret-pass")
+    browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    WebDriverWait(browser, 30).until(ec.title_contains("Site administration"))
+
+    browser.get(f"{live_server.url}/admin/memoryhub/memoryrecord/{fact.pk}/change/")
+    history = browser.find_element(By.ID, "mh-history")
+    browser.execute_script("arguments[0].scrollIntoView()", history)
+    assert [
+        row.get_attribute("data-version")
+        for row in history.find_elements(By.CSS_SELECTOR, "tr.mh-version")
+    ] == ["2", "1"]
+    assert history.find_element(By.TAG_NAME, "del").text == "Berlin"
+    assert history.find_element(By.TAG_NAME, "ins").text == "Munich"
+    provenance = browser.find_element(By.ID, "mh-provenance")
+    assert "My home city is Berlin." in provenance.text
+    shot(browser, "16-record-history-and-sources")
+    history.find_element(By.CSS_SELECTOR, "button[formaction$='/restore/1/']").click()
+    WebDriverWait(browser, 30).until(ec.presence_of_element_located((By.CSS_SELECTOR, ".success")))
+    assert "Version 1 restored" in browser.find_element(By.CSS_SELECTOR, ".success").text
+    fact.refresh_from_db()
+    assert (fact.content, fact.version, fact.change_cause) == ("home city: Berlin", 3, "restore")
+    shot(browser, "17-restored")
+    # From the source turn to what was learned from it.
+    link = browser.find_element(By.CSS_SELECTOR, "#mh-provenance a")
+    link.click()
+    WebDriverWait(browser, 30).until(ec.presence_of_element_located((By.CSS_SELECTOR, ".mh-facts")))
+    assert "home city: Berlin" in browser.find_element(By.CSS_SELECTOR, ".mh-facts").text

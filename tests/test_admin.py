@@ -339,6 +339,36 @@ def test_large_import_runs_as_a_job_with_progress(operator, data, settings, comm
 # --- erasure --------------------------------------------------------------------------------
 
 
+def test_erase_subject_finds_a_users_namespace_without_telling_who_has_an_account(
+    operator, data, tenant, other_tenant, django_user_model
+):
+    url = "/admin/memoryhub/memoryrecord/erase-subject/"
+    bob = django_user_model.objects.create_user("bob", password="x")
+    django_user_model.objects.create_user("carol", password="x")  # an account, no memory
+    write.write(tenant.scope, [{"content": "bob likes coffee", "namespace": f"user:{bob.pk}"}])
+    write.write(  # the other org's memory of bob is not this operator's to see
+        other_tenant.scope, [{"content": "bob at globex", "namespace": f"user:{bob.pk}"}]
+    )
+    form = {"org": tenant.org.pk, "user": "bob"}
+    page = operator.post(url, form).content.decode()
+    assert 'id="erasure-preview"' in page and f"user:{bob.pk}" in page
+    assert "Erase the memory of user" in page
+    operator.post(url, {**form, "post": "yes"}, follow=True)
+    assert not MemoryRecord.unscoped.filter(org=tenant.org, namespace=f"user:{bob.pk}").exists()
+    assert MemoryRecord.unscoped.filter(org=other_tenant.org, namespace=f"user:{bob.pk}").exists()
+
+    def answer(username: str) -> str:
+        html = operator.post(url, {"org": tenant.org.pk, "user": username}).content.decode()
+        body = html.split('id="content-main"', 1)[1].split("</div>", 1)[0]
+        return body.replace(username, "NAME")
+
+    # A user with no memory here and a name nobody has read the same.
+    assert answer("carol") == answer("nobody-at-all")
+    assert "Nothing to erase" in answer("carol") and "user:" not in answer("carol")
+    both = operator.post(url, {"org": tenant.org.pk, "user": "bob", "namespace": "user:x"})
+    assert "Give a namespace or a user, not both." in both.content.decode()
+
+
 def test_erase_subject_confirms_then_erases_and_shows_a_receipt(operator, data, tenant):
     form = {"org": tenant.org.pk, "namespace": "user:alice"}
     first = operator.post("/admin/memoryhub/memoryrecord/erase-subject/", form)

@@ -27,6 +27,7 @@ from django.utils.translation import ngettext
 from tenants.models import Domain, Org
 
 from ..models import MemoryRecord
+from ..namespaces import for_user
 from ..policy import Action
 from ..scope import Scope, tenant_scope
 from ..services import consolidation as consolidation_service
@@ -350,7 +351,12 @@ class MemoryRecordAdmin(OperatorAdmin):
         context = admin_context(self, request, title=_("Erase a data subject"), form=form)
         if request.method == "POST" and form.is_valid():
             domains = form.selected_domains()
-            selector = forget_service.ForgetRequest(namespace=form.cleaned_data["namespace"])
+            namespace = form.cleaned_data["namespace"]
+            context["by_user"] = form.cleaned_data.get("by_user")
+            if namespace is None:  # no such user: nothing to erase, said as for any user
+                context.update(rows=[], total=0, confirm=True)
+                return TemplateResponse(request, "admin/memoryhub/erase_subject.html", context)
+            selector = forget_service.ForgetRequest(namespace=namespace)
             if request.POST.get("post") != "yes":
                 rows = [
                     (domain, name, count)
@@ -379,6 +385,15 @@ class MemoryRecordAdmin(OperatorAdmin):
         return super().changelist_view(request, extra_context)
 
 
+def _user_namespace(username: str) -> str | None:
+    """The namespace of the site's user ``username`` (None: no such user)."""
+    from django.contrib.auth import get_user_model
+
+    model = get_user_model()
+    user = model._default_manager.filter(**{model.USERNAME_FIELD: username}).first()
+    return for_user(user) if user is not None else None
+
+
 class EraseSubjectForm(forms.Form):
     org: forms.ModelChoiceField = forms.ModelChoiceField(
         queryset=Org.objects.none(), help_text=_("The org the person's memory is in.")
@@ -389,7 +404,18 @@ class EraseSubjectForm(forms.Form):
         help_text=_("Empty: every domain of the org."),
     )
     namespace = forms.CharField(
-        max_length=200, help_text=_("The data subject's namespace, e.g. user:alice.")
+        max_length=200,
+        required=False,
+        help_text=_("The data subject's namespace, e.g. user:alice."),
+    )
+    user = forms.CharField(
+        max_length=150,
+        required=False,
+        label=_("or user"),
+        help_text=_(
+            "A user of this site (their username): their namespace is found for you "
+            "(memoryhub.namespaces.for_user)."
+        ),
     )
 
     def __init__(self, *args: Any, domains: QuerySet[Domain], **kwargs: Any) -> None:
@@ -405,8 +431,17 @@ class EraseSubjectForm(forms.Form):
         org, domain = cleaned.get("org"), cleaned.get("domain")
         if org is not None and domain is not None and domain.org_id != org.pk:
             self.add_error("domain", _("This domain belongs to another org."))
-        if not (cleaned.get("namespace") or "").strip():
-            self.add_error("namespace", _("Name the data subject's namespace."))
+        namespace = (cleaned.get("namespace") or "").strip()
+        username = (cleaned.get("user") or "").strip()
+        if namespace and username:
+            self.add_error("user", _("Give a namespace or a user, not both."))
+        elif username:
+            # Unknown users and users with no memory read the same ("nothing to erase"):
+            # the page is not a way to learn who has an account.
+            cleaned["namespace"] = _user_namespace(username)
+            cleaned["by_user"] = username
+        elif not namespace:
+            self.add_error("namespace", _("Name the data subject's namespace, or a user."))
         return cleaned
 
     def selected_domains(self) -> list[Domain]:

@@ -330,7 +330,8 @@ def raw_sql(
     from django.db import connection
 
     from memoryhub.conf import memoryhub_settings
-    from memoryhub.services.query import _WORD, RRF_K
+    from memoryhub.services.query import RRF_K
+    from memoryhub.services.query.request import _WORD
 
     embedder = memoryhub_settings.embedder()
     literal = "[" + ",".join(repr(float(x)) for x in vector) + "]"

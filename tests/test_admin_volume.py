@@ -158,3 +158,42 @@ def test_the_big_lists_read_no_unbounded_group_or_distinct(admin_client, big_kb,
         and '"created_at" >=' not in q["sql"]
     ]
     assert unbounded == []
+
+
+def test_a_big_knowledge_bases_namespaces_are_estimated_from_a_sample(
+    tenant, other_tenant, monkeypatch, admin_client
+):
+    from memoryhub.services import records
+
+    handbook = write.ensure_knowledge_base(tenant.scope, "big")
+    MemoryRecord.unscoped.bulk_create(
+        MemoryRecord(
+            org_id=handbook.org_id,
+            domain_id=handbook.domain_id,
+            knowledge_base=handbook,
+            # Interleaved, so every page holds every namespace in the same proportions.
+            namespace="big" if i % 10 < 6 else "mid" if i % 10 < 9 else "small",
+            content=f"fact {i}",
+            content_hash=content_hash(f"fact {i}"),
+            status=MemoryRecord.Status.FAILED if i < 5 else MemoryRecord.Status.INDEXED,
+        )
+        for i in range(3000)
+    )
+    _bulk(write.ensure_knowledge_base(other_tenant.scope, "big"), 500)  # not counted
+    exact = records.knowledge_base_stats(handbook)
+    assert (exact["total"], exact["pending"], exact["failed"]) == (3000, 0, 5)
+    assert exact["namespaces"] == [("big", 1800), ("mid", 900), ("small", 300)]
+    assert exact["namespaces_estimated"] is False
+    monkeypatch.setattr(records, "NAMESPACE_EXACT_MAX", 1000)
+    monkeypatch.setattr(records, "NAMESPACE_SAMPLE", 1500)
+    estimate = records.knowledge_base_stats(handbook)
+    assert (estimate["total"], estimate["failed"], estimate["namespaces_estimated"]) == (
+        3000,
+        5,
+        True,
+    )
+    assert [name for name, _ in estimate["namespaces"]] == ["big", "mid", "small"]
+    for (_, guess), (_, truth) in zip(estimate["namespaces"], exact["namespaces"], strict=True):
+        assert abs(guess - truth) <= truth * 0.4
+    page = admin_client.get(f"/admin/memoryhub/knowledgebase/{handbook.pk}/change/")
+    assert "estimated from a sample" in page.content.decode()

@@ -177,41 +177,68 @@ def measure_import(knowledge_base: Any, lines: int) -> dict[str, Any]:
     }
 
 
-def section(results: dict[str, Any]) -> str:
-    records, lines = results["records"], results["import"]["lines"]
+def section(runs: list[dict[str, Any]]) -> str:
+    """The report's "Admin" section: every scale measured, side by side."""
+    runs = sorted(runs, key=lambda run: run["records"])
+    names = list(runs[-1]["pages"])
+    header = "| page | " + " | ".join(f"{run['records']:,} records" for run in runs) + " |"
     rows = [
-        f"| {name} | {row['ms']} ms | {row['kb']} KB | {row['status']} |"
-        for name, row in results["pages"].items()
+        f"| {name} | "
+        + " | ".join(
+            f"{run['pages'][name]['ms']} ms, {run['pages'][name]['kb']} KB"
+            f" ({run['pages'][name]['status']})"
+            if name in run["pages"]
+            else "—"
+            for run in runs
+        )
+        + " |"
+        for name in names
     ]
-    imp = results["import"]
+    imports = [
+        f"- {imp['lines']:,} JSON lines ({imp['file_mb']} MB, {run['date']}): the request "
+        f"stored it in {imp['chunks']} chunks in {imp['request_seconds']} s; the worker "
+        f"validated and wrote it in {imp['worker_seconds']} s (**{imp['lines_per_second']:,} "
+        f"lines/s**, records left pending for the indexing pipeline) with a peak RSS of "
+        f"**{imp['worker_peak_rss_mb']} MB** (status {imp['status']})."
+        for run in runs
+        for imp in [run["import"]]
+    ]
     return "\n".join(
         [
             BEGIN,
             "## Admin at volume",
             "",
-            f"`python -m benchmarks.admin --records {records} --lines {lines}` "
-            f"({results['date']}, {results['cpus']} CPUs). A knowledge base of {records:,} "
-            "records (loaded straight into the table); pages through Django's test client "
-            "in process, median of 5. Targets: the KB page < 300 ms and < 200 KB at 1M "
-            "records; an import's worker < 300 MB peak RSS at 1M lines.",
+            "`python -m benchmarks.admin --records N --lines M` "
+            f"({runs[-1]['cpus']} CPUs). A knowledge base of N records (loaded straight "
+            "into the table); pages through Django's test client in process, median of 5. "
+            "Targets: the KB page < 300 ms and < 200 KB at 1M records; an import's worker "
+            "< 300 MB peak RSS at 1M lines.",
             "",
-            "| page | time | size | status |",
-            "|---|---|---|---|",
+            header,
+            "|---|" + "---|" * len(runs),
             *rows,
             "",
-            f"Import of {lines:,} JSON lines ({imp['file_mb']} MB): the request stored it in "
-            f"{imp['chunks']} chunks in {imp['request_seconds']} s; the worker validated and "
-            f"wrote it in {imp['worker_seconds']} s (**{imp['lines_per_second']:,} lines/s**, "
-            f"records left pending for the indexing pipeline) with a peak RSS of "
-            f"**{imp['worker_peak_rss_mb']} MB** (status {imp['status']}).",
+            "Imports:",
+            "",
+            *imports,
             END,
         ]
     )
 
 
+def results_path(records: int) -> Path:
+    return ROOT / "benchmarks" / f"results-admin-{records}.json"
+
+
 def write_report(results: dict[str, Any]) -> None:
+    """Keep this run's results beside the other scales', then rewrite the section."""
+    results_path(results["records"]).write_text(json.dumps(results, indent=2) + "\n")
+    runs = [
+        json.loads(path.read_text())
+        for path in sorted((ROOT / "benchmarks").glob("results-admin-*.json"))
+    ]
     text = REPORT.read_text() if REPORT.exists() else ""
-    block = section(results)
+    block = section(runs)
     if BEGIN in text and END in text:
         head, rest = text.split(BEGIN, 1)
         text = head + block + rest.split(END, 1)[1]
@@ -238,7 +265,7 @@ def pages_again() -> int:
     from memoryhub.models import KnowledgeBase
 
     get_user_model().objects.filter(username="bench-admin").delete()
-    results = json.loads(RESULTS.read_text())
+    results = json.loads(RESULTS.read_text())  # the last run's database
     results["pages"] = measure_pages(KnowledgeBase.unscoped.get(name="handbook"))
     results["pages_date"] = datetime.now(UTC).isoformat(timespec="seconds")
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")

@@ -197,3 +197,22 @@ def test_a_big_knowledge_bases_namespaces_are_estimated_from_a_sample(
         assert abs(guess - truth) <= truth * 0.4
     page = admin_client.get(f"/admin/memoryhub/knowledgebase/{handbook.pk}/change/")
     assert "estimated from a sample" in page.content.decode()
+
+
+def test_the_home_counts_a_big_backlog_only_up_to_its_cap(
+    tenant, other_tenant, monkeypatch, admin_client
+):
+    from memoryhub.services import overview
+
+    _bulk(write.ensure_knowledge_base(tenant.scope, "imports"), 8, status="pending")
+    _bulk(write.ensure_knowledge_base(other_tenant.scope, "imports"), 2, status="pending")
+    _bulk(write.ensure_knowledge_base(other_tenant.scope, "other"), 1, status="failed")
+    html = admin_client.get("/admin/").content.decode()
+    row = re.search(r'data-domain="acme/support">(.*?)</tr>', html, re.S).group(1)  # type: ignore[union-attr]
+    assert re.findall(r'<td class="num">(?:<a[^>]*>)?([\d+]+)', row)[:3] == ["8", "8", "0"]
+    monkeypatch.setattr(overview, "UNINDEXED_CAP", 5)
+    html = admin_client.get("/admin/").content.decode()
+    acme = re.search(r'data-domain="acme/support">(.*?)</tr>', html, re.S).group(1)  # type: ignore[union-attr]
+    globex = re.search(r'data-domain="globex/support">(.*?)</tr>', html, re.S).group(1)  # type: ignore[union-attr]
+    assert re.findall(r'<td class="num">(?:<a[^>]*>)?([\d+]+)', acme)[:3] == ["8", "5+", "0"]
+    assert re.findall(r'<td class="num">(?:<a[^>]*>)?([\d+]+)', globex)[:3] == ["3", "2", "1"]

@@ -233,7 +233,7 @@ def pipeline_status(*, eager: bool) -> dict[str, Any]:
 
     now = timezone.now()
     pending_records = MemoryRecord.unscoped.filter(status=MemoryRecord.Status.PENDING)
-    pending = pending_records.values("pk")[: PENDING_COUNT_CAP + 1].count()
+    pending = pending_records.order_by().values("pk")[: PENDING_COUNT_CAP + 1].count()
     oldest = pending_records.order_by("updated_at").values_list("updated_at", flat=True).first()
     oldest_age = (now - oldest).total_seconds() if oldest is not None else None
     status: dict[str, Any] = {

@@ -39,13 +39,7 @@ def overview(principal: policy.Principal) -> dict[str, Any]:
         row["domain_id"]: row["n"]
         for row in records.values("domain_id").annotate(n=Count("pk")).order_by()
     }
-    unindexed: dict[tuple[int, str], int] = {
-        (row["domain_id"], row["status"]): row["n"]
-        for row in records.exclude(status=MemoryRecord.Status.INDEXED)
-        .values("domain_id", "status")
-        .annotate(n=Count("pk"))
-        .order_by()
-    }
+    unindexed = _unindexed_counts(records, ids)
     # A change of embedder in progress: indexed records still on a previous model, per
     # domain (one range of the model index per previous model; shrinks as they go).
     current = memoryhub_settings.embedder().name
@@ -90,6 +84,7 @@ def overview(principal: policy.Principal) -> dict[str, Any]:
                 "records": totals.get(domain.pk, 0),
                 "pending": unindexed.get((domain.pk, MemoryRecord.Status.PENDING), 0),
                 "failed": unindexed.get((domain.pk, MemoryRecord.Status.FAILED), 0),
+                "capped_at": UNINDEXED_CAP,
                 "previous_model": previous.get(domain.pk, 0),
                 **{
                     name: counts.get(name) or 0
@@ -125,6 +120,30 @@ def overview(principal: policy.Principal) -> dict[str, Any]:
             action.value: policy.allows_anywhere(principal, action)
             for action in (Action.READ, Action.IMPORT, Action.ERASE_SUBJECT, Action.FORGET)
         },
+    }
+
+
+#: Pending and failed records are counted exactly up to this many per domain (a backlog
+#: of a million imported records must not make the home page count them all).
+UNINDEXED_CAP = 10_000
+
+
+def _unindexed_counts(records: Any, ids: list[int]) -> dict[tuple[int, str], int]:
+    """Pending and failed records per domain: one grouped count when the backlog is
+    small, else a count per domain and status stopped at ``UNINDEXED_CAP + 1``."""
+    unindexed = records.exclude(status=MemoryRecord.Status.INDEXED)
+    if unindexed.order_by().values("pk")[: UNINDEXED_CAP + 1].count() <= UNINDEXED_CAP:
+        return {
+            (row["domain_id"], row["status"]): row["n"]
+            for row in unindexed.values("domain_id", "status").annotate(n=Count("pk")).order_by()
+        }
+    return {
+        (domain_id, status): records.filter(domain_id=domain_id, status=status)
+        .order_by()
+        .values("pk")[: UNINDEXED_CAP + 1]
+        .count()
+        for domain_id in ids
+        for status in (MemoryRecord.Status.PENDING, MemoryRecord.Status.FAILED)
     }
 
 

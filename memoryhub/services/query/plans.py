@@ -71,7 +71,7 @@ def _scope_size(scope: Scope, records: QuerySet[MemoryRecord], limit: int, descr
     key = cache.plan_key(scope, f"{description}|{limit}")
     size = cache.get_plan(key)
     if size is None:
-        size = records.values("pk")[: limit + 1].count()
+        size = records.order_by().values("pk")[: limit + 1].count()
         cache.set_plan(key, size)
     return int(size)
 

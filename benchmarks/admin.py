@@ -33,6 +33,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from benchmarks.report import replace_section
+
 ROOT = Path(__file__).resolve().parent.parent
 REPORT = ROOT / "benchmarks" / "REPORT.md"
 RESULTS = ROOT / "benchmarks" / "results-admin.json"
@@ -237,14 +239,7 @@ def write_report(results: dict[str, Any]) -> None:
         json.loads(path.read_text())
         for path in sorted((ROOT / "benchmarks").glob("results-admin-*.json"))
     ]
-    text = REPORT.read_text() if REPORT.exists() else ""
-    block = section(runs)
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + block + rest.split(END, 1)[1]
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    REPORT.write_text(text)
+    replace_section(REPORT, BEGIN, END, section(runs))
 
 
 def pages_again() -> int:

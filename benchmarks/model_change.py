@@ -30,6 +30,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from benchmarks.report import replace_section
+
 ROOT = Path(__file__).resolve().parent.parent
 REPORT = ROOT / "benchmarks" / "REPORT.md"
 RESULTS = ROOT / "benchmarks" / "results-model-change.json"
@@ -100,14 +102,7 @@ def section(results: dict[str, Any]) -> str:
 
 
 def write_report(results: dict[str, Any]) -> None:
-    text = REPORT.read_text() if REPORT.exists() else ""
-    block = section(results)
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + block + rest.split(END, 1)[1]
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    REPORT.write_text(text)
+    replace_section(REPORT, BEGIN, END, section(results))
 
 
 def main(argv: list[str] | None = None) -> int:

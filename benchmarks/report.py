@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -203,7 +204,26 @@ def _tenant_index_line(built: dict[str, Any] | None) -> list[str]:
     ]
 
 
+#: A section another harness module keeps in the report (``benchmarks.admin``,
+#: ``benchmarks.model_change``, ...), between ``<!-- name:begin -->`` and its end marker.
+SECTION = re.compile(r"<!-- ([a-z-]+):begin -->.*?<!-- \1:end -->", re.S)
+
+
+def replace_section(path: Path, begin: str, end: str, block: str) -> None:
+    """Put ``block`` (which starts with ``begin`` and ends with ``end``) in place of the
+    report's section between those markers, or at the end when it has none yet."""
+    text = path.read_text() if path.exists() else ""
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        text = head + block + rest.split(end, 1)[1]
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    path.write_text(text)
+
+
 def write_report(results: dict[str, Any], path: Path) -> None:
+    """Rewrite the main report; the other modules' sections already in it are kept."""
+    kept = [match.group(0) for match in SECTION.finditer(path.read_text())] if path.exists() else []
     machine, settings = results["machine"], results["settings"]
     parts = [
         "# memoryhub benchmarks",
@@ -383,4 +403,4 @@ def write_report(results: dict[str, Any], path: Path) -> None:
             ),
             "",
         ]
-    path.write_text("\n".join(parts))
+    path.write_text("\n".join(parts) + "".join(f"\n\n{section}\n" for section in kept))

@@ -15,7 +15,8 @@ are only ever added). A ``memory.consolidated`` observation records each run.
 Erasure: erasing a namespace erases its facts with its turns (same namespace). Forgetting
 single turns (by id, key, import or expiry) removes them from the ``derived_from`` of the
 facts citing them; a fact left with no source is erased with them
-(:func:`detach_sources`). A fact with sources left is kept as it is.
+(:func:`detach_sources`, called by ``forget.delete_records``). A fact with sources left
+is kept as it is.
 """
 
 from __future__ import annotations
@@ -349,11 +350,6 @@ def detach_sources(records: QuerySet[MemoryRecord]) -> list[str]:
             params,
         )
         return [str(pk) for pk, remaining in cursor.fetchall() if remaining == 0]
-
-
-def orphaned_facts(ids: Sequence[str]) -> QuerySet[MemoryRecord]:
-    """The facts :func:`detach_sources` left without a source, for the caller to erase."""
-    return MemoryRecord.unscoped.filter(pk__in=list(ids))
 
 
 def facts_citing(scope: Scope, record_id: Any, limit: int = 20) -> list[MemoryRecord]:

@@ -245,7 +245,8 @@ def forget(
         if refusal is None:
             result.cancelled_imports = _cancel_imports(imports, request, operator)
         if refusal is None and erased:
-            for kb_id, n in _delete(records.filter(knowledge_base_id__in=erased)).items():
+            _, orphans = delete_records(records.filter(knowledge_base_id__in=erased))
+            for kb_id, n in orphans.items():
                 erased[kb_id] = erased.get(kb_id, 0) + n
                 if kb_id not in knowledge_bases:
                     knowledge_bases[kb_id] = KnowledgeBase.objects.get(pk=kb_id)
@@ -292,22 +293,24 @@ def _lock_writers(scope: Scope, request: ForgetRequest) -> None:
         write.lock_namespaces(knowledge_base, [request.namespace])
 
 
-def _delete(records: QuerySet[MemoryRecord]) -> dict[int, int]:
-    """Delete ``records``, the admin log about them, and the consolidated facts they
-    leave with no source; returns those facts per knowledge base id (they are erased
-    records too, and counted as such)."""
+def delete_records(records: QuerySet[MemoryRecord]) -> tuple[int, dict[int, int]]:
+    """Delete ``records`` (their versions go with them), the admin log about them, and
+    the consolidated facts they leave with no source: every path that deletes records
+    (erasures, the expiry purge) comes here. Returns how many of ``records`` went, and
+    the facts per knowledge base id (erased records too, counted as such)."""
     orphans = consolidation.detach_sources(records)
     _scrub_admin_log(records)
-    MemoryRecord.objects.filter(pk__in=records.values("pk")).delete()
+    _, per_model = MemoryRecord.unscoped.filter(pk__in=records.values("pk")).delete()
+    deleted = per_model.get(MemoryRecord._meta.label, 0)
     if not orphans:
-        return {}
-    facts = consolidation.orphaned_facts(orphans)
+        return deleted, {}
+    facts = MemoryRecord.unscoped.filter(pk__in=orphans)
     counts: dict[int, int] = {}
     for kb_id in facts.values_list("knowledge_base_id", flat=True):
         counts[kb_id] = counts.get(kb_id, 0) + 1
     _scrub_admin_log(facts)
     facts.delete()
-    return counts
+    return deleted, counts
 
 
 #: What an erasure leaves of an import job it touched: no file name or namespaces (and
@@ -638,7 +641,7 @@ def forget_record(
         selected = MemoryRecord.objects.filter(pk=record.pk)
         if not selected.exists():
             return result
-        orphans = _delete(selected)
+        _, orphans = delete_records(selected)
         result.deleted = 1 + sum(orphans.values())
         by_source = {knowledge_base.pk: 1}
         for kb_id, n in orphans.items():

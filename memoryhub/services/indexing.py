@@ -262,15 +262,12 @@ def purge_expired() -> int:
     now = timezone.now()
     expired = MemoryRecord.unscoped.expired(now)
     scopes = set(expired.values_list("org_id", "domain_id").distinct())
-    from .consolidation import detach_sources, orphaned_facts
+    from .forget import delete_records
 
-    # Facts whose every source expired go with them (no fact outlives its sources).
-    orphans = detach_sources(expired)
-    _, per_model = expired.delete()  # the records' versions go with them (counted apart)
-    deleted = per_model.get(MemoryRecord._meta.label, 0)
-    if orphans:
-        _, per_model = orphaned_facts(orphans).delete()
-        deleted += per_model.get(MemoryRecord._meta.label, 0)
+    # The erasures' delete: versions, the admin log, and facts whose every source
+    # expired go with them (no fact outlives its sources).
+    deleted, orphans = delete_records(expired)
+    deleted += sum(orphans.values())
     for org_id, domain_id in scopes:
         bump_generation(Scope(org_id, domain_id))
     retention = timedelta(days=memoryhub_settings.OBSERVATION_RETENTION_DAYS)

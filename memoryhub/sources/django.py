@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar, TypeVar
@@ -20,7 +19,7 @@ from ..services import history as history_service
 from ..services import query as query_service
 from ..services import records as records_service
 from ..services import write as write_service
-from .base import MemoryContext
+from .base import MemoryContext, WritePolicy
 from .stores import (
     MemoryKind,
     StoredRecord,
@@ -117,21 +116,16 @@ class DjangoMemory:
         self.name = name or (
             self.sources[0] if self.sources and len(self.sources) == 1 else write_to
         )
-        self._accepts: tuple[float, bool] | None = None
+        self._policy = WritePolicy(self.POLICY_SECONDS)
 
     @property
     def accepts_writes(self) -> bool:
-        if self.scope is None:
+        scope, source = self.scope, self.write_to
+        if scope is None:
             return True
-        now = time.monotonic()
-        if self._accepts is None or self._accepts[0] <= now:
-            scope, source = self.scope, self.write_to
-            self._remember(_blocking(lambda: write_service.accepts_writes(scope, source)))
-        assert self._accepts is not None
-        return self._accepts[1]
-
-    def _remember(self, accepts: bool) -> None:
-        self._accepts = (time.monotonic() + self.POLICY_SECONDS, accepts)
+        return self._policy.get(
+            lambda: _blocking(lambda: write_service.accepts_writes(scope, source))
+        )
 
     async def query(
         self,
@@ -173,7 +167,7 @@ class DjangoMemory:
 
     def _learn(self, scope: Scope, *, accepts: bool) -> None:
         if scope == self.scope:
-            self._remember(accepts)
+            self._policy.remember(accepts)
 
 
 class DjangoMemoryStore:

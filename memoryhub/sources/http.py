@@ -7,7 +7,6 @@ for scope).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, ClassVar
@@ -16,7 +15,7 @@ import httpx
 
 from ..items import MemoryItem, as_write_item, thaw
 from ..services.write import RecordResult, WriteResult
-from .base import MemoryContext, MemoryWriteRefused
+from .base import MemoryContext, MemoryWriteRefused, WritePolicy
 
 __all__ = ["HttpMemory", "HttpMemoryError"]
 
@@ -75,7 +74,7 @@ class HttpMemory:
         self._headers = {"Authorization": f"Api-Key {api_key}"}
         self._timeout = timeout
         self._transport = transport
-        self._accepts: tuple[float, bool] | None = None
+        self._policy = WritePolicy(self.POLICY_SECONDS)
 
     def __repr__(self) -> str:
         return f"HttpMemory({self.base_url!r}, domain={self.domain!r})"
@@ -93,20 +92,15 @@ class HttpMemory:
     @property
     def accepts_writes(self) -> bool:
         """Whether ``write_to`` takes writes, as the server's ``sources`` say (cached)."""
-        now = time.monotonic()
-        if self._accepts is None or self._accepts[0] <= now:
-            # Blocking, once per POLICY_SECONDS: a property cannot await. A knowledge
-            # base that does not exist yet is created by the first write: it accepts.
-            sync = self._transport if isinstance(self._transport, httpx.BaseTransport) else None
-            with httpx.Client(headers=self._headers, timeout=self._timeout, transport=sync) as c:
-                rows = _payload(c.get(self._url("sources")))
-            read_only = any(row.get("read_only") for row in rows if row["name"] == self.write_to)
-            self._remember(not read_only)
-        assert self._accepts is not None
-        return self._accepts[1]
+        return self._policy.get(self._ask_sources)
 
-    def _remember(self, accepts: bool) -> None:
-        self._accepts = (time.monotonic() + self.POLICY_SECONDS, accepts)
+    def _ask_sources(self) -> bool:
+        # Blocking, once per POLICY_SECONDS: a property cannot await. A knowledge base
+        # that does not exist yet is created by the first write: it accepts.
+        sync = self._transport if isinstance(self._transport, httpx.BaseTransport) else None
+        with httpx.Client(headers=self._headers, timeout=self._timeout, transport=sync) as c:
+            rows = _payload(c.get(self._url("sources")))
+        return not any(row.get("read_only") for row in rows if row["name"] == self.write_to)
 
     async def query(
         self,
@@ -140,7 +134,7 @@ class HttpMemory:
         try:
             payload = await self._post("records", body)
         except MemoryWriteRefused:
-            self._remember(False)
+            self._policy.remember(False)
             raise
         result = WriteResult(
             accepted=list(payload.get("accepted", [])),
@@ -158,9 +152,9 @@ class HttpMemory:
             ],
         )
         if self.write_to in result.refused:
-            self._remember(False)
+            self._policy.remember(False)
         elif self.write_to in result.accepted:
-            self._remember(True)
+            self._policy.remember(True)
         return result
 
 

@@ -29,7 +29,7 @@ from ..exceptions import UnknownSource, ValidationFailed, WriteRefused
 from ..items import UPDATABLE_FIELDS
 from ..models import KnowledgeBase, MemoryRecord, Observation, RecordVersion
 from ..scope import Scope, tenant_scope
-from . import history
+from . import consolidation, history
 from .knowledge_bases import accepts_writes, ensure_knowledge_base, resolve_sources, source_names
 from .scheduling import send
 from .validation import MAX_TTL_SECONDS, WriteItem, validate_items
@@ -275,7 +275,7 @@ def _write_to(
             content_changed = existing.content_hash != digest
             _apply(existing, item, content_changed=content_changed)
             if consolidate and content_changed and item.kind == MemoryRecord.Kind.EPISODIC:
-                existing.consolidation = "pending"
+                existing.consolidation = consolidation.PENDING
             existing.updated_at = now
             batch.changed.append(existing)
             by_hash.setdefault((item.namespace, digest), str(existing.pk))
@@ -294,7 +294,7 @@ def _write_to(
         record.import_job_id = import_job
         record.changed_by, record.change_cause = actor[:200], _creation_cause(cause)
         if consolidate and item.kind == MemoryRecord.Kind.EPISODIC:
-            record.consolidation = "pending"
+            record.consolidation = consolidation.PENDING
         batch.new_records.append(record)
         created.add(record.pk)
         if item.key is not None:

@@ -60,6 +60,11 @@ def bump_generation_on_commit(scope: Scope) -> None:
     transaction.on_commit(lambda: bump_generation(scope))
 
 
+def domain_saved(sender: Any, instance: Any, **kwargs: Any) -> None:
+    """``post_save`` of a domain: its settings (the hybrid weight) shape its queries."""
+    bump_generation_on_commit(Scope(instance.org_id, instance.pk))
+
+
 def _glob_escape(text: str) -> str:
     return "".join(f"\\{char}" if char in "*?[]\\" else char for char in text)
 

@@ -50,6 +50,11 @@ DEFAULTS: dict[str, Any] = {
     "EXACT_SCAN_THRESHOLD": 2_000,
     "HNSW_EF_SEARCH": 200,
     "HNSW_MAX_SCAN_TUPLES": 40_000,
+    # Hybrid search: the vector leg's share of the fused score (the keyword leg has the
+    # rest), from 0 to 1; None: the embedder's own default (``hybrid_vector_weight``:
+    # 0.3 for the hashing embedder, 0.4 for real models). A domain's own weight (admin)
+    # takes precedence.
+    "HYBRID_VECTOR_WEIGHT": None,
     # A domain with at least this many records gets its own (partial) HNSW index, built
     # by the sweeper; its queries search that index with the same effort per record as
     # the shared one (0 disables).
@@ -272,6 +277,17 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
             Error(
                 "MEMORYHUB['ERASURE_RECEIPT_KEY'] must be a string of at least 32 characters.",
                 id="memoryhub.E007",
+            )
+        )
+    weight = memoryhub_settings.HYBRID_VECTOR_WEIGHT
+    if weight is not None and (
+        isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 <= weight <= 1
+    ):
+        messages.append(
+            Error(
+                f"MEMORYHUB['HYBRID_VECTOR_WEIGHT'] must be a number from 0 to 1 or None,"
+                f" not {weight!r}.",
+                id="memoryhub.E015",
             )
         )
     if memoryhub_settings.DEFAULT_K > memoryhub_settings.MAX_K:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from unittest.mock import ANY
 
 import pytest
 from rest_framework.test import APIClient
@@ -202,6 +203,17 @@ def test_query_returns_items_and_grounding(api, tenant):
     assert empty.json() == {"items": [], "grounding": None}
 
 
+def test_query_explain_gives_each_items_legs(api):
+    post(api, "records", {"items": [{"content": "Refunds take 5 days."}]})
+    plain = post(api, "query", {"query": "refunds", "k": 2}).json()
+    assert all("legs" not in item for item in plain["items"])
+    [top] = post(api, "query", {"query": "refunds", "k": 2, "explain": True}).json()["items"]
+    assert top["content"] == "Refunds take 5 days."
+    # Not yet embedded here (no worker ran): the vector leg did not find them.
+    assert top["legs"] == {"vector": None, "keyword": {"rank": 1, "score": ANY}}
+    assert top["legs"]["keyword"]["score"] > 0
+
+
 def test_query_filter_errors_name_the_path(api):
     response = post(
         api, "query", {"query": "x", "where": {"$and": [{"a": 1}, {"price": {"$gte": [1]}}]}}
@@ -220,6 +232,7 @@ def test_query_filter_errors_name_the_path(api):
         ({"query": "x", "mode": "psychic"}, "mode"),
         ({"query": "x", "format": "html"}, "format"),
         ({"query": "x", "sources": ["nope"]}, "sources"),
+        ({"query": "x", "explain": "yes"}, "explain"),
     ],
 )
 def test_query_errors(api, body, field):

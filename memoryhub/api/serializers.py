@@ -124,6 +124,11 @@ class QueryRequestSerializer(SettingsBounds, serializers.Serializer):
     mode = serializers.ChoiceField(choices=["vector", "keyword", "hybrid"], required=False)
     min_score = serializers.FloatField(required=False, min_value=-1, max_value=1)
     format = serializers.ChoiceField(choices=["items", "grounding"], required=False)
+    explain = serializers.BooleanField(
+        required=False,
+        help_text="Return each item's rank and score in the vector and keyword legs "
+        "(`legs`); an explained query is not answered from the cache.",
+    )
 
     def bounded_fields(self) -> dict[str, serializers.Field]:
         settings = memoryhub_settings
@@ -131,6 +136,16 @@ class QueryRequestSerializer(SettingsBounds, serializers.Serializer):
             "query": serializers.CharField(max_length=settings.MAX_QUERY_LENGTH),
             "k": serializers.IntegerField(required=False, min_value=1, max_value=settings.MAX_K),
         }
+
+
+class LegSerializer(serializers.Serializer):
+    rank = serializers.IntegerField()
+    score = serializers.FloatField()
+
+
+class LegsSerializer(serializers.Serializer):
+    vector = LegSerializer(allow_null=True)
+    keyword = LegSerializer(allow_null=True)
 
 
 class QueryItemSerializer(serializers.Serializer):
@@ -150,6 +165,10 @@ class QueryItemSerializer(serializers.Serializer):
     )
     dedupe_count = serializers.IntegerField(required=False)
     dedupe_sources = serializers.ListField(child=serializers.CharField(), required=False)
+    legs = LegsSerializer(
+        required=False,
+        help_text="With explain: where the item stood in each leg (null: not found by it).",
+    )
 
 
 class QueryResponseSerializer(serializers.Serializer):

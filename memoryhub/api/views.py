@@ -467,9 +467,13 @@ class QueryView(MemoryAPIView):
         if output not in ("items", "grounding"):
             raise exceptions.ValidationError({"format": ["must be items or grounding."]})
         result = query_service.query(scope, **body)
+        items = [item.to_dict() for item in result.items]
+        if result.legs:
+            for item in items:
+                item["legs"] = result.legs.get(item["id"])
         return Response(
             {
-                "items": [item.to_dict() for item in result.items],
+                "items": items,
                 "grounding": query_service.render_grounding(result.items),
             }
         )

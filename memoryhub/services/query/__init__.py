@@ -6,8 +6,9 @@ Scores are comparable within a mode:
   embeddings (the configured model only; records still pending are not found);
 * ``keyword``: PostgreSQL full-text rank, ``ts_rank`` normalised to [0, 1)
   (``rank / (rank + 1)``), over the generated ``search_vector`` (finds pending records);
-* ``hybrid`` (default): reciprocal-rank fusion, ``sum(1 / (RRF_K + rank))`` over the two
-  lists, with ``RRF_K = 60`` (Cormack et al.); at most ``2 / 61`` ≈ 0.0328.
+* ``hybrid`` (default): each leg's scores normalised over its candidates and combined
+  with the vector leg's weight (:func:`fusion.fuse`), in [0, 1]. ``explain=True`` returns
+  each item's rank and score in each leg (``QueryResult.legs``).
 
 Vector search picks its plan from the size of the filtered scope: up to
 ``MEMORYHUB["EXACT_SCAN_THRESHOLD"]`` candidate rows it scans them exactly (btree on the tenant
@@ -17,6 +18,8 @@ iterative scans so a selective filter still yields k rows.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,9 +31,9 @@ from ...items import MemoryItem, dedupe_items, grounding_lines, sort_by_score
 from ...models import Observation
 from ...scope import Scope
 from .execution import _fetch, _run, _to_item
-from .fusion import RRF_K, _fuse, merge_models
+from .fusion import RRF_K, fuse, merge_models
 from .plans import VECTOR, WORDS, _keyword_words, _plan, _Slot, clear_plans
-from .request import MAX_FILTER_VALUES, MODES, QueryRequest, QueryResult
+from .request import MAX_FILTER_VALUES, MODES, Legs, QueryRequest, QueryResult
 
 __all__ = [
     "MAX_FILTER_VALUES",
@@ -46,19 +49,43 @@ __all__ = [
 ]
 
 
+#: Query vectors by (model, text), in this process: an agent asks the same question
+#: again, and a real model's embedding of it costs more than the search (about 10 ms of
+#: 14 with all-MiniLM-L6-v2 on the benchmark machine). Bounded, least recently used out.
+_VECTORS: OrderedDict[tuple[str, str], str] = OrderedDict()
+_VECTORS_LOCK = threading.Lock()
+VECTORS_KEPT = 1024
+
+
+def _query_vector(embedder: Any, text: str) -> str:
+    """``text``'s query vector under ``embedder``, as pgvector text."""
+    key = (embedder.name, text)
+    with _VECTORS_LOCK:
+        found = _VECTORS.get(key)
+        if found is not None:
+            _VECTORS.move_to_end(key)
+            return found
+    vector = Vector(embedder.embed_query(text)).to_text()
+    with _VECTORS_LOCK:
+        _VECTORS[key] = vector
+        while len(_VECTORS) > VECTORS_KEPT:
+            _VECTORS.popitem(last=False)
+    return vector
+
+
 def _rank(
     scope: Scope, request: QueryRequest, gen: int
-) -> tuple[list[tuple[Any, float]], str, dict[Any, dict[str, Any]]]:
-    """The best ``(id, score)`` pairs for ``request`` (twice k), the strategy used, and
-    the candidates' rows."""
+) -> tuple[list[tuple[Any, float]], str, dict[Any, dict[str, Any]], dict[str, Legs]]:
+    """The ``(id, score)`` pairs for ``request``, best first, the strategy used, the
+    candidates' rows, and where each candidate stood in each leg (:data:`Legs`)."""
     plan = _plan(scope, request, gen)
     values: dict[_Slot, Any] = {WORDS: _keyword_words(request.query)}
     if plan.vector is not None:
-        values[VECTOR] = Vector(memoryhub_settings.embedder().embed_query(request.query)).to_text()
+        values[VECTOR] = _query_vector(memoryhub_settings.embedder(), request.query)
     for name, leg in plan.previous:
         embedder = memoryhub_settings.embedder_for(name)
         assert embedder is not None  # the plan was built with it
-        values[leg.slot] = Vector(embedder.embed_query(request.query)).to_text()
+        values[leg.slot] = _query_vector(embedder, request.query)
     legs = [plan.vector, plan.keyword, *(leg for _, leg in plan.previous)]
     (vector, keyword, *previous), rows = _run(legs, values, plan.settings)
     # relaxed_order may return the vector leg slightly out of order.
@@ -71,11 +98,20 @@ def _rank(
     elif request.mode == "keyword":
         ranked = keyword
     else:
-        ranked = _fuse(vector, keyword)
+        ranked = fuse(vector, keyword, plan.vector_weight)
     if request.min_score is not None:
         ranked = [(pk, score) for pk, score in ranked if score >= request.min_score]
-    # Twice k: room for duplicates that merge away.
-    return ranked[: request.k * 2], plan.strategy, rows
+    standing: dict[str, Legs] = {}
+    if request.explain:
+        for name, ranking in (("vector", vector), ("keyword", keyword)):
+            for rank, (pk, score) in enumerate(ranking, start=1):
+                standing.setdefault(str(pk), {"vector": None, "keyword": None})[name] = {
+                    "rank": rank,
+                    "score": round(score, 6),
+                }
+    # Every candidate: duplicates that merge away must not leave the answer short of k
+    # (:func:`_items` converts only as many as it needs).
+    return ranked, plan.strategy, rows, standing
 
 
 def _items(
@@ -91,10 +127,17 @@ def _items(
     ``rows`` are the candidates' rows when the ranking was just computed; a cached
     ranking reads them again (a record erased since is simply not there).
     """
-    if rows is None:
-        rows = _fetch(scope, [pk for pk, _ in ranked])
-    items = [_to_item(rows[pk], score) for pk, score in ranked if pk in rows]
-    merged, collapsed = dedupe_items(items, "id")
+    # Twice k first (room for duplicates that merge away), more only while duplicates
+    # leave fewer than k: converting every candidate costs more than the statement.
+    limit = request.k * 2
+    while True:
+        head = ranked[:limit]
+        found = rows if rows is not None else _fetch(scope, [pk for pk, _ in head])
+        items = [_to_item(found[pk], score) for pk, score in head if pk in found]
+        merged, collapsed = dedupe_items(items, "id")
+        if len(merged) >= request.k or limit >= len(ranked):
+            break
+        limit *= 2
     if collapsed and observed:
         stamped = [item for item in merged if item.dedupe_count]
         observe.record_in_scope(
@@ -127,15 +170,19 @@ def query(scope: Scope, request: QueryRequest | None = None, /, **raw: Any) -> Q
     # under the new one.
     gen = cache.generation(scope)
     key = cache.query_key(scope, canonical, gen)
-    cached = cache.get_query(key)
+    # An explained query is ranked afresh: the cache keeps rankings, not the legs.
+    cached = None if request.explain else cache.get_query(key)
     if cached is not None:
         ranked, strategy = cached
         items = _items(scope, request, ranked, observed=False)
         return QueryResult(items=items, cached=True, strategy=strategy)
-    ranked, strategy, rows = _rank(scope, request, gen)
+    ranked, strategy, rows, legs = _rank(scope, request, gen)
     cache.set_query(key, (ranked, strategy))
     items = _items(scope, request, ranked, rows, observed=True)
-    return QueryResult(items=items, strategy=strategy)
+    if request.explain:
+        empty: Legs = {"vector": None, "keyword": None}
+        legs = {item.id: legs.get(item.id, empty) for item in items if item.id}
+    return QueryResult(items=items, strategy=strategy, legs=legs)
 
 
 def render_grounding(items: Sequence[MemoryItem], format: Any = None) -> str | None:

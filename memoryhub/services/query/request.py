@@ -33,6 +33,8 @@ class QueryRequest:
     where: dict[str, Any] | None = None
     mode: str = "hybrid"
     min_score: float | None = None
+    #: Return each item's rank and score in each leg (``QueryResult.legs``).
+    explain: bool = False
 
     @classmethod
     def build(cls, /, **raw: Any) -> QueryRequest:
@@ -64,6 +66,9 @@ class QueryRequest:
             or not -1.0 <= float(min_score) <= 1.0
         ):
             errors.setdefault("min_score", []).append("must be a number from -1 to 1.")
+        explain = raw.get("explain", False)
+        if not isinstance(explain, bool):
+            errors.setdefault("explain", []).append("must be true or false.")
         lists: dict[str, tuple[str, ...] | None] = {}
         for name in ("sources", "namespaces", "kinds", "tags"):
             lists[name] = _string_list(raw.get(name), name, errors)
@@ -92,6 +97,7 @@ class QueryRequest:
             where=where or None,
             mode=mode,
             min_score=None if min_score is None else float(min_score),
+            explain=explain,
         )
 
     def canonical(self) -> dict[str, Any]:
@@ -127,11 +133,18 @@ def _string_list(value: Any, name: str, errors: dict[str, list[str]]) -> tuple[s
     return tuple(result)
 
 
+#: Where an item stood in each leg of its query: ``{"vector": {"rank", "score"} | None,
+#: "keyword": ...}`` (None: the leg did not find it).
+Legs = dict[str, dict[str, float] | None]
+
+
 @dataclass
 class QueryResult:
     items: list[MemoryItem] = field(default_factory=list)
     cached: bool = False
     strategy: str = ""
+    #: With ``explain``: each item's :data:`Legs`, by item id.
+    legs: dict[str, Legs] = field(default_factory=dict)
 
 
 # --- candidates ------------------------------------------------------------------------

@@ -39,6 +39,10 @@ SCORE_HELP = {
         "2/61 ≈ 0.033; only the order is meaningful, not the value."
     ),
 }
+RERANKED_HELP = _(
+    "reranked: the relevance score of the configured reranker (higher is more relevant), "
+    "over the best fused candidates."
+)
 
 
 def source_choices(domains: QuerySet[Domain]) -> list[Any]:
@@ -173,6 +177,7 @@ def playground_view(model_admin: Any, request: HttpRequest) -> HttpResponse:
                 grounding=query_service.render_grounding(result.items),
                 strategy=result.strategy,
                 cached=result.cached,
-                score_help=SCORE_HELP.get(data["mode"], ""),
+                reranked=result.reranked,
+                score_help=RERANKED_HELP if result.reranked else SCORE_HELP.get(data["mode"], ""),
             )
     return TemplateResponse(request, "admin/memoryhub/playground.html", context)

@@ -471,6 +471,7 @@ class QueryView(MemoryAPIView):
             {
                 "items": [item.to_dict() for item in result.items],
                 "grounding": query_service.render_grounding(result.items),
+                "reranked": result.reranked,
             }
         )
 

@@ -9,6 +9,12 @@ Scores are comparable within a mode:
 * ``hybrid`` (default): reciprocal-rank fusion, ``sum(1 / (RRF_K + rank))`` over the two
   lists, with ``RRF_K = 60`` (Cormack et al.); at most ``2 / 61`` ≈ 0.0328.
 
+With a reranker configured (``MEMORYHUB["RERANKER"]``), the best
+``RERANK_CANDIDATES`` fused items (deduplicated, at least k) are reordered by it and the
+best k kept, each with the reranker's score (``QueryResult.reranked``); ``min_score``
+still applies to the mode's scores, before reranking. A failing reranker leaves the
+fused order (see :mod:`.rerank`). ``rerank=False`` opts a query out.
+
 Vector search picks its plan from the size of the filtered scope: up to
 ``MEMORYHUB["EXACT_SCAN_THRESHOLD"]`` candidate rows it scans them exactly (btree on the tenant
 columns, then a sort: recall 1.0), above it it uses the model's HNSW index with pgvector
@@ -27,6 +33,7 @@ from ...conf import memoryhub_settings
 from ...items import MemoryItem, dedupe_items, grounding_lines, sort_by_score
 from ...models import Observation
 from ...scope import Scope
+from . import rerank
 from .execution import _fetch, _run, _to_item
 from .fusion import RRF_K, _fuse, merge_models
 from .plans import VECTOR, WORDS, _keyword_words, _plan, _Slot, clear_plans
@@ -47,11 +54,11 @@ __all__ = [
 
 
 def _rank(
-    scope: Scope, request: QueryRequest, gen: int
+    scope: Scope, request: QueryRequest, gen: int, candidates: int
 ) -> tuple[list[tuple[Any, float]], str, dict[Any, dict[str, Any]]]:
-    """The best ``(id, score)`` pairs for ``request`` (twice k), the strategy used, and
-    the candidates' rows."""
-    plan = _plan(scope, request, gen)
+    """The best ``(id, score)`` pairs for ``request`` (twice ``candidates``), the
+    strategy used, and the candidates' rows."""
+    plan = _plan(scope, request, gen, candidates)
     values: dict[_Slot, Any] = {WORDS: _keyword_words(request.query)}
     if plan.vector is not None:
         values[VECTOR] = Vector(memoryhub_settings.embedder().embed_query(request.query)).to_text()
@@ -74,19 +81,20 @@ def _rank(
         ranked = _fuse(vector, keyword)
     if request.min_score is not None:
         ranked = [(pk, score) for pk, score in ranked if score >= request.min_score]
-    # Twice k: room for duplicates that merge away.
-    return ranked[: request.k * 2], plan.strategy, rows
+    # Twice as many: room for duplicates that merge away.
+    return ranked[: candidates * 2], plan.strategy, rows
 
 
 def _items(
     scope: Scope,
-    request: QueryRequest,
     ranked: list[tuple[Any, float]],
     rows: dict[Any, dict[str, Any]] | None = None,
     *,
+    limit: int,
     observed: bool,
 ) -> list[MemoryItem]:
-    """The ranked records as items, duplicates merged; ``observed`` records the merge.
+    """The best ``limit`` ranked records as items, duplicates merged; ``observed``
+    records the merge.
 
     ``rows`` are the candidates' rows when the ranking was just computed; a cached
     ranking reads them again (a record erased since is simply not there).
@@ -106,7 +114,7 @@ def _items(
                 "sources": sorted({s for item in stamped for s in item.dedupe_sources or ()}),
             },
         )
-    return sort_by_score(merged)[: request.k]
+    return sort_by_score(merged)[:limit]
 
 
 def query(scope: Scope, request: QueryRequest | None = None, /, **raw: Any) -> QueryResult:
@@ -114,14 +122,24 @@ def query(scope: Scope, request: QueryRequest | None = None, /, **raw: Any) -> Q
 
     The ranking (ids and scores, never content) is cached per (scope, domain
     generation, canonical request); any write or forget in the domain invalidates it, and
-    a hit reads the rows again, so erased memory cannot come back from the cache.
+    a hit reads the rows again, so erased memory cannot come back from the cache. The
+    reranker's scores are cached with it; an answer the reranker failed is not cached,
+    so the next query asks it again.
     """
     if not isinstance(scope, Scope):
         raise TypeError("query() needs a Scope.")
     if request is None:
         request = QueryRequest.build(**raw)
-    # The model is part of the key: after a change of embedder, old entries are not reused.
-    canonical = {**request.canonical(), "model": memoryhub_settings.embedder().name}
+    reranker = rerank.reranker_for(request)
+    limit = rerank.candidates(request, reranker)
+    # The models are part of the key: after a change of embedder or reranker, old
+    # entries are not reused.
+    canonical = {
+        **request.canonical(),
+        "model": memoryhub_settings.embedder().name,
+        "reranker": None if reranker is None else reranker.name,
+        "candidates": limit,
+    }
     # One generation for the read, the plan and the write (one cache round trip): a write
     # between them moves the generation on, and this (older) ranking must not be stored
     # under the new one.
@@ -129,13 +147,21 @@ def query(scope: Scope, request: QueryRequest | None = None, /, **raw: Any) -> Q
     key = cache.query_key(scope, canonical, gen)
     cached = cache.get_query(key)
     if cached is not None:
-        ranked, strategy = cached
-        items = _items(scope, request, ranked, observed=False)
-        return QueryResult(items=items, cached=True, strategy=strategy)
-    ranked, strategy, rows = _rank(scope, request, gen)
-    cache.set_query(key, (ranked, strategy))
-    items = _items(scope, request, ranked, rows, observed=True)
-    return QueryResult(items=items, strategy=strategy)
+        ranked, strategy, scores = cached
+        items = _items(scope, ranked, limit=limit, observed=False)
+        if scores is not None:
+            items = rerank.apply(items, scores)
+        return QueryResult(
+            items=items[: request.k], cached=True, strategy=strategy, reranked=scores is not None
+        )
+    ranked, strategy, rows = _rank(scope, request, gen, limit)
+    items = _items(scope, ranked, rows, limit=limit, observed=True)
+    scores = None if reranker is None else rerank.rerank(scope, reranker, request, items)
+    if reranker is None or scores is not None or not items:
+        cache.set_query(key, (ranked, strategy, scores))
+    if scores is not None:
+        items = rerank.apply(items, scores)
+    return QueryResult(items=items[: request.k], strategy=strategy, reranked=scores is not None)
 
 
 def render_grounding(items: Sequence[MemoryItem], format: Any = None) -> str | None:

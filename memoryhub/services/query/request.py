@@ -33,6 +33,8 @@ class QueryRequest:
     where: dict[str, Any] | None = None
     mode: str = "hybrid"
     min_score: float | None = None
+    #: False: keep the fused order even when a reranker is configured.
+    rerank: bool = True
 
     @classmethod
     def build(cls, /, **raw: Any) -> QueryRequest:
@@ -64,6 +66,9 @@ class QueryRequest:
             or not -1.0 <= float(min_score) <= 1.0
         ):
             errors.setdefault("min_score", []).append("must be a number from -1 to 1.")
+        rerank = raw.get("rerank", True)
+        if not isinstance(rerank, bool):
+            errors.setdefault("rerank", []).append("must be true or false.")
         lists: dict[str, tuple[str, ...] | None] = {}
         for name in ("sources", "namespaces", "kinds", "tags"):
             lists[name] = _string_list(raw.get(name), name, errors)
@@ -92,6 +97,7 @@ class QueryRequest:
             where=where or None,
             mode=mode,
             min_score=None if min_score is None else float(min_score),
+            rerank=rerank,
         )
 
     def canonical(self) -> dict[str, Any]:
@@ -106,6 +112,7 @@ class QueryRequest:
             "where": self.where,
             "mode": self.mode,
             "min_score": self.min_score,
+            "rerank": self.rerank,
         }
 
 
@@ -129,9 +136,13 @@ def _string_list(value: Any, name: str, errors: dict[str, list[str]]) -> tuple[s
 
 @dataclass
 class QueryResult:
+    """The items, and how they were found: from the cache or not, the plan's strategy,
+    and whether the reranker ordered them (then each score is the reranker's)."""
+
     items: list[MemoryItem] = field(default_factory=list)
     cached: bool = False
     strategy: str = ""
+    reranked: bool = False
 
 
 # --- candidates ------------------------------------------------------------------------

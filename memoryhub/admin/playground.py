@@ -40,6 +40,10 @@ SCORE_HELP = {
         "where each result stood in each ranking (— : that leg did not find it)."
     ),
 }
+RERANKED_HELP = _(
+    "reranked: the relevance score of the configured reranker (higher is more relevant), "
+    "over the best fused candidates."
+)
 
 
 def source_choices(domains: QuerySet[Domain]) -> list[Any]:
@@ -176,6 +180,7 @@ def playground_view(model_admin: Any, request: HttpRequest) -> HttpResponse:
                 grounding=query_service.render_grounding(result.items),
                 strategy=result.strategy,
                 cached=result.cached,
-                score_help=SCORE_HELP.get(data["mode"], ""),
+                reranked=result.reranked,
+                score_help=RERANKED_HELP if result.reranked else SCORE_HELP.get(data["mode"], ""),
             )
     return TemplateResponse(request, "admin/memoryhub/playground.html", context)

@@ -122,7 +122,16 @@ class QueryRequestSerializer(SettingsBounds, serializers.Serializer):
     tags = serializers.ListField(child=serializers.CharField(), required=False)
     where = serializers.DictField(required=False, help_text="The where filter language.")
     mode = serializers.ChoiceField(choices=["vector", "keyword", "hybrid"], required=False)
-    min_score = serializers.FloatField(required=False, min_value=-1, max_value=1)
+    min_score = serializers.FloatField(
+        required=False,
+        min_value=-1,
+        max_value=1,
+        help_text="The least score in the mode's scale (applied before any reranking).",
+    )
+    rerank = serializers.BooleanField(
+        required=False,
+        help_text="false keeps the fused order when the site has a reranker (default true).",
+    )
     format = serializers.ChoiceField(choices=["items", "grounding"], required=False)
     explain = serializers.BooleanField(
         required=False,
@@ -174,6 +183,11 @@ class QueryItemSerializer(serializers.Serializer):
 class QueryResponseSerializer(serializers.Serializer):
     items = QueryItemSerializer(many=True)
     grounding = serializers.CharField(allow_null=True)
+    reranked = serializers.BooleanField(
+        help_text="true: the site's reranker ordered the items and each score is its "
+        "relevance score (higher is more relevant); false: the mode's order and scores "
+        "(no reranker, rerank=false, or the reranker failed)."
+    )
 
 
 class RecordSerializer(serializers.ModelSerializer):

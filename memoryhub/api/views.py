@@ -475,6 +475,7 @@ class QueryView(MemoryAPIView):
             {
                 "items": items,
                 "grounding": query_service.render_grounding(result.items),
+                "reranked": result.reranked,
             }
         )
 

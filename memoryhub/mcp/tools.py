@@ -155,6 +155,11 @@ def _query_properties() -> dict[str, Any]:
             "$and, $or, $not, $in, $nin, $ne, $gt, $gte, $lt, $lte, $exists, $contains.",
         },
         "min_score": {"type": "number", "minimum": -1, "maximum": 1},
+        "rerank": {
+            "type": "boolean",
+            "default": True,
+            "description": "false keeps the search's order when a reranker is configured.",
+        },
     }
 
 
@@ -163,6 +168,7 @@ def _query(request: Request, scope: Scope, arguments: Arguments) -> dict[str, An
     return {
         "items": [item.to_dict() for item in result.items],
         "grounding": query_service.render_grounding(result.items),
+        "reranked": result.reranked,
     }
 
 

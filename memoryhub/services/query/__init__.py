@@ -10,6 +10,12 @@ Scores are comparable within a mode:
   with the vector leg's weight (:func:`fusion.fuse`), in [0, 1]. ``explain=True`` returns
   each item's rank and score in each leg (``QueryResult.legs``).
 
+With a reranker configured (``MEMORYHUB["RERANKER"]``), the best
+``RERANK_CANDIDATES`` fused items (deduplicated, at least k) are reordered by it and the
+best k kept, each with the reranker's score (``QueryResult.reranked``); ``min_score``
+still applies to the mode's scores, before reranking. A failing reranker leaves the
+fused order (see :mod:`.rerank`). ``rerank=False`` opts a query out.
+
 Vector search picks its plan from the size of the filtered scope: up to
 ``MEMORYHUB["EXACT_SCAN_THRESHOLD"]`` candidate rows it scans them exactly (btree on the tenant
 columns, then a sort: recall 1.0), above it it uses the model's HNSW index with pgvector
@@ -30,6 +36,7 @@ from ...conf import memoryhub_settings
 from ...items import MemoryItem, dedupe_items, grounding_lines, sort_by_score
 from ...models import Observation
 from ...scope import Scope
+from . import rerank
 from .execution import _fetch, _run, _to_item
 from .fusion import RRF_K, fuse, merge_models
 from .plans import VECTOR, WORDS, _keyword_words, _plan, _Slot, clear_plans
@@ -74,11 +81,12 @@ def _query_vector(embedder: Any, text: str) -> str:
 
 
 def _rank(
-    scope: Scope, request: QueryRequest, gen: int
+    scope: Scope, request: QueryRequest, gen: int, candidates: int
 ) -> tuple[list[tuple[Any, float]], str, dict[Any, dict[str, Any]], dict[str, Legs]]:
     """The ``(id, score)`` pairs for ``request``, best first, the strategy used, the
-    candidates' rows, and where each candidate stood in each leg (:data:`Legs`)."""
-    plan = _plan(scope, request, gen)
+    candidates' rows, and where each candidate stood in each leg (:data:`Legs`);
+    ``candidates`` is how many items the caller needs (k, or what the reranker sees)."""
+    plan = _plan(scope, request, gen, candidates)
     values: dict[_Slot, Any] = {WORDS: _keyword_words(request.query)}
     if plan.vector is not None:
         values[VECTOR] = _query_vector(memoryhub_settings.embedder(), request.query)
@@ -116,28 +124,29 @@ def _rank(
 
 def _items(
     scope: Scope,
-    request: QueryRequest,
     ranked: list[tuple[Any, float]],
     rows: dict[Any, dict[str, Any]] | None = None,
     *,
+    limit: int,
     observed: bool,
 ) -> list[MemoryItem]:
-    """The ranked records as items, duplicates merged; ``observed`` records the merge.
+    """The best ``limit`` ranked records as items, duplicates merged; ``observed``
+    records the merge.
 
     ``rows`` are the candidates' rows when the ranking was just computed; a cached
     ranking reads them again (a record erased since is simply not there).
     """
-    # Twice k first (room for duplicates that merge away), more only while duplicates
-    # leave fewer than k: converting every candidate costs more than the statement.
-    limit = request.k * 2
+    # Twice the limit first (room for duplicates that merge away), more only while
+    # duplicates leave fewer: converting every candidate costs more than the statement.
+    taken = limit * 2
     while True:
-        head = ranked[:limit]
+        head = ranked[:taken]
         found = rows if rows is not None else _fetch(scope, [pk for pk, _ in head])
         items = [_to_item(found[pk], score) for pk, score in head if pk in found]
         merged, collapsed = dedupe_items(items, "id")
-        if len(merged) >= request.k or limit >= len(ranked):
+        if len(merged) >= limit or taken >= len(ranked):
             break
-        limit *= 2
+        taken *= 2
     if collapsed and observed:
         stamped = [item for item in merged if item.dedupe_count]
         observe.record_in_scope(
@@ -149,7 +158,7 @@ def _items(
                 "sources": sorted({s for item in stamped for s in item.dedupe_sources or ()}),
             },
         )
-    return sort_by_score(merged)[: request.k]
+    return sort_by_score(merged)[:limit]
 
 
 def query(scope: Scope, request: QueryRequest | None = None, /, **raw: Any) -> QueryResult:
@@ -157,14 +166,24 @@ def query(scope: Scope, request: QueryRequest | None = None, /, **raw: Any) -> Q
 
     The ranking (ids and scores, never content) is cached per (scope, domain
     generation, canonical request); any write or forget in the domain invalidates it, and
-    a hit reads the rows again, so erased memory cannot come back from the cache.
+    a hit reads the rows again, so erased memory cannot come back from the cache. The
+    reranker's scores are cached with it; an answer the reranker failed is not cached,
+    so the next query asks it again.
     """
     if not isinstance(scope, Scope):
         raise TypeError("query() needs a Scope.")
     if request is None:
         request = QueryRequest.build(**raw)
-    # The model is part of the key: after a change of embedder, old entries are not reused.
-    canonical = {**request.canonical(), "model": memoryhub_settings.embedder().name}
+    reranker = rerank.reranker_for(request)
+    limit = rerank.candidates(request, reranker)
+    # The models are part of the key: after a change of embedder or reranker, old
+    # entries are not reused.
+    canonical = {
+        **request.canonical(),
+        "model": memoryhub_settings.embedder().name,
+        "reranker": None if reranker is None else reranker.name,
+        "candidates": limit,
+    }
     # One generation for the read, the plan and the write (one cache round trip): a write
     # between them moves the generation on, and this (older) ranking must not be stored
     # under the new one.
@@ -173,16 +192,25 @@ def query(scope: Scope, request: QueryRequest | None = None, /, **raw: Any) -> Q
     # An explained query is ranked afresh: the cache keeps rankings, not the legs.
     cached = None if request.explain else cache.get_query(key)
     if cached is not None:
-        ranked, strategy = cached
-        items = _items(scope, request, ranked, observed=False)
-        return QueryResult(items=items, cached=True, strategy=strategy)
-    ranked, strategy, rows, legs = _rank(scope, request, gen)
-    cache.set_query(key, (ranked, strategy))
-    items = _items(scope, request, ranked, rows, observed=True)
+        ranked, strategy, scores = cached
+        items = _items(scope, ranked, limit=limit, observed=False)
+        if scores is not None:
+            items = rerank.apply(items, scores)
+        return QueryResult(
+            items=items[: request.k], cached=True, strategy=strategy, reranked=scores is not None
+        )
+    ranked, strategy, rows, legs = _rank(scope, request, gen, limit)
+    items = _items(scope, ranked, rows, limit=limit, observed=True)
+    scores = None if reranker is None else rerank.rerank(scope, reranker, request, items)
+    if reranker is None or scores is not None or not items:
+        cache.set_query(key, (ranked, strategy, scores))
+    if scores is not None:
+        items = rerank.apply(items, scores)
+    items = items[: request.k]
     if request.explain:
         empty: Legs = {"vector": None, "keyword": None}
         legs = {item.id: legs.get(item.id, empty) for item in items if item.id}
-    return QueryResult(items=items, strategy=strategy, legs=legs)
+    return QueryResult(items=items, strategy=strategy, reranked=scores is not None, legs=legs)
 
 
 def render_grounding(items: Sequence[MemoryItem], format: Any = None) -> str | None:

@@ -147,7 +147,10 @@ def _vector_leg(
     slot = slot or VECTOR
     scoped = records.indexed_with(embedder.name)
     threshold = memoryhub_settings.EXACT_SCAN_THRESHOLD
-    filters = {**request.canonical(), "query": None, "k": None, "mode": None, "min_score": None}
+    filters = {
+        **request.canonical(),
+        **dict.fromkeys(("query", "k", "mode", "min_score", "rerank")),
+    }
     description = cache.canonical_json({**filters, "model": embedder.name})
     settings: dict[str, str] = {}
     if threshold > 0 and _scope_size(scope, scoped, threshold, description) <= threshold:
@@ -253,15 +256,22 @@ def clear_plans() -> None:
         _PLANS.clear()
 
 
-def _plan(scope: Scope, request: QueryRequest, gen: int | None = None) -> _Plan:
+def _plan(
+    scope: Scope, request: QueryRequest, gen: int | None = None, candidates: int = 0
+) -> _Plan:
     """The compiled legs for ``request``'s shape, from this process's plans when the
     domain has not changed since (same generation ``gen``, default the current one), nor
-    the settings the plan depends on, and the plan is younger than ``PLAN_SECONDS``."""
+    the settings the plan depends on, and the plan is younger than ``PLAN_SECONDS``.
+
+    Each leg selects at least ``candidates`` rows (the reranker's share), besides its
+    room for k."""
     settings = memoryhub_settings
     shape = {
         **request.canonical(),
         "query": None,
         "min_score": None,
+        "rerank": None,
+        "candidates": candidates,
         "model": settings.embedder().name,
         "previous": settings.PREVIOUS_EMBEDDERS,
         "exact": settings.EXACT_SCAN_THRESHOLD,
@@ -279,6 +289,7 @@ def _plan(scope: Scope, request: QueryRequest, gen: int | None = None) -> _Plan:
     with tenant_scope(scope):
         records = _base_queryset(scope, request)
         depth = max(request.k * 4, 40) if request.mode == "hybrid" else request.k * 2 + 10
+        depth = max(depth, candidates)
         vector: _Leg | None = None
         keyword: _Leg | None = None
         hnsw: dict[str, str] = {}

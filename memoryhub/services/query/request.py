@@ -35,6 +35,8 @@ class QueryRequest:
     min_score: float | None = None
     #: Return each item's rank and score in each leg (``QueryResult.legs``).
     explain: bool = False
+    #: False: keep the fused order even when a reranker is configured.
+    rerank: bool = True
 
     @classmethod
     def build(cls, /, **raw: Any) -> QueryRequest:
@@ -69,6 +71,9 @@ class QueryRequest:
         explain = raw.get("explain", False)
         if not isinstance(explain, bool):
             errors.setdefault("explain", []).append("must be true or false.")
+        rerank = raw.get("rerank", True)
+        if not isinstance(rerank, bool):
+            errors.setdefault("rerank", []).append("must be true or false.")
         lists: dict[str, tuple[str, ...] | None] = {}
         for name in ("sources", "namespaces", "kinds", "tags"):
             lists[name] = _string_list(raw.get(name), name, errors)
@@ -98,6 +103,7 @@ class QueryRequest:
             mode=mode,
             min_score=None if min_score is None else float(min_score),
             explain=explain,
+            rerank=rerank,
         )
 
     def canonical(self) -> dict[str, Any]:
@@ -112,6 +118,7 @@ class QueryRequest:
             "where": self.where,
             "mode": self.mode,
             "min_score": self.min_score,
+            "rerank": self.rerank,
         }
 
 
@@ -140,11 +147,15 @@ Legs = dict[str, dict[str, float] | None]
 
 @dataclass
 class QueryResult:
+    """The items, and how they were found: from the cache or not, the plan's strategy,
+    and whether the reranker ordered them (then each score is the reranker's)."""
+
     items: list[MemoryItem] = field(default_factory=list)
     cached: bool = False
     strategy: str = ""
     #: With ``explain``: each item's :data:`Legs`, by item id.
     legs: dict[str, Legs] = field(default_factory=dict)
+    reranked: bool = False
 
 
 # --- candidates ------------------------------------------------------------------------

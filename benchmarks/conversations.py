@@ -51,8 +51,9 @@ class Turn:
 
     @property
     def content(self) -> str:
-        """What is written to memory: the speaker and what they said."""
-        return f"{self.speaker}: {self.text}"
+        """What is written to memory: the speaker and what they said (a passage without
+        a speaker: its text)."""
+        return f"{self.speaker}: {self.text}" if self.speaker else self.text
 
 
 @dataclass(frozen=True)
@@ -225,6 +226,27 @@ _SMALL_TALK = [
     "Did you watch the game last night?",
     "I need a holiday, seriously.",
 ]
+
+
+def known_items(passages: int = 3000, questions: int = 300, seed: int = 11) -> list[Conversation]:
+    """The main harness's retrieval task as a set: stdlib docstring passages, each
+    question a passage's first sentence lightly reworded (:mod:`benchmarks.corpus`),
+    its evidence that passage. One "conversation" of passages, no dates that matter."""
+    from benchmarks.corpus import known_item_query
+    from benchmarks.corpus import passages as corpus
+
+    rng = random.Random(seed)
+    texts = corpus(passages)
+    when = datetime(2024, 1, 1, tzinfo=UTC)
+    conversation = Conversation(id="known-items")
+    conversation.turns = [
+        Turn(f"P{n}", "", text, 1, when + timedelta(seconds=n)) for n, text in enumerate(texts)
+    ]
+    for n in rng.sample(range(len(texts)), questions):
+        conversation.questions.append(
+            Question(known_item_query(texts[n], rng), (f"P{n}",), "known-item")
+        )
+    return [conversation]
 
 
 def _small_talk(rng: random.Random) -> str:

@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks.conversations import Conversation, generate, load_locomo
+from benchmarks.conversations import Conversation, generate, known_items, load_locomo
 from benchmarks.report import replace_section
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.quality")
     parser.add_argument("--locomo", type=Path, default=os.environ.get("MEMORYHUB_LOCOMO"))
     parser.add_argument("--embedders", default="hashing,minilm")
-    parser.add_argument("--sets", default="generated,locomo")
+    parser.add_argument("--sets", default="known-items,generated,locomo")
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--database", default="memoryhub_bench_quality")
     parser.add_argument("--out", type=Path, default=RESULTS, help="results JSON")
@@ -283,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     setup_django(args.database)
     sets: dict[str, list[Conversation]] = {}
     wanted = args.sets.split(",")
+    if "known-items" in wanted:
+        sets["known items"] = known_items()
     if "generated" in wanted:
         sets["generated"] = generate()
     if "locomo" in wanted and args.locomo:

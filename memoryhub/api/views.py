@@ -467,13 +467,9 @@ class QueryView(MemoryAPIView):
         if output not in ("items", "grounding"):
             raise exceptions.ValidationError({"format": ["must be items or grounding."]})
         result = query_service.query(scope, **body)
-        items = [item.to_dict() for item in result.items]
-        if result.legs:
-            for item in items:
-                item["legs"] = result.legs.get(item["id"])
         return Response(
             {
-                "items": items,
+                "items": result.item_dicts(),
                 "grounding": query_service.render_grounding(result.items),
                 "reranked": result.reranked,
             }

@@ -160,13 +160,19 @@ def _query_properties() -> dict[str, Any]:
             "default": True,
             "description": "false keeps the search's order when a reranker is configured.",
         },
+        "explain": {
+            "type": "boolean",
+            "default": False,
+            "description": "true: each item's rank and score in the vector and keyword "
+            "legs (legs).",
+        },
     }
 
 
 def _query(request: Request, scope: Scope, arguments: Arguments) -> dict[str, Any]:
     result = query_service.query(scope, **arguments)
     return {
-        "items": [item.to_dict() for item in result.items],
+        "items": result.item_dicts(),
         "grounding": query_service.render_grounding(result.items),
         "reranked": result.reranked,
     }

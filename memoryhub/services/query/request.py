@@ -157,5 +157,13 @@ class QueryResult:
     legs: dict[str, Legs] = field(default_factory=dict)
     reranked: bool = False
 
+    def item_dicts(self) -> list[dict[str, Any]]:
+        """The items as the API and MCP answer them (with ``legs`` when explained)."""
+        items = [item.to_dict() for item in self.items]
+        if self.legs:
+            for item in items:
+                item["legs"] = self.legs.get(item["id"])
+        return items
+
 
 # --- candidates ------------------------------------------------------------------------

@@ -1,9 +1,11 @@
 """GDPR erasure of a whole org or domain, added to the tenants admin.
 
-Each action copies Django's ``delete_selected``: the first POST shows what would be
-erased (counts per knowledge base), the second (``post=yes``) erases through the forget
-service and shows the receipt (counts, time, actor; no content). Deleting an org or a
-domain erases its memory through the same service first.
+The tenants admins stay the ones ``tenants.admin`` registers: erasure is an extension
+of theirs (``tenants.admin.extend_admin``). Each action copies Django's
+``delete_selected``: the first POST shows what would be erased (counts per knowledge
+base), the second (``post=yes``) erases through the forget service and shows the receipt
+(counts, time, actor; no content). Deleting an org or a domain erases its memory through
+the same service first.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from tenants.admin import DomainAdmin, OrgAdmin
+from tenants.admin import AdminExtension, OrgRestrictedAdmin, extend_admin
 from tenants.models import Domain, Org
 
 from ..policy import Action
@@ -115,7 +117,7 @@ def _erase_domain(
     return [(domain.org.slug, domain.slug, kb, count) for kb, count in result.by_source.items()]
 
 
-class ErasureMixin:
+class MemoryErasure(AdminExtension):
     """Erasure actions, and deletion through the erasure path, asked of the policy.
 
     Deleting an org or a domain erases its memory through the forget service first and
@@ -124,16 +126,23 @@ class ErasureMixin:
     is also logged (``memoryhub.erasure``: counts and ids, never content).
     """
 
-    def has_erase_permission(self, request: HttpRequest) -> bool:
-        return self.allows(request, Action.FORGET)  # type: ignore[attr-defined]
-
-    def get_deleted_objects(self, objs: Any, request: HttpRequest) -> Any:
-        return deletion_summary(self, objs, request)  # type: ignore[arg-type]
-
     def erase(self, request: HttpRequest, obj: Any) -> list[tuple[str, str, str, int]]:
         raise NotImplementedError
 
-    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+    def erase_memory(
+        self, model_admin: OrgRestrictedAdmin, request: HttpRequest, queryset: QuerySet[Any]
+    ) -> HttpResponse:
+        raise NotImplementedError
+
+    def actions(self, model_admin: OrgRestrictedAdmin, request: HttpRequest) -> list[Any]:
+        return [self.erase_memory] if model_admin.allows(request, Action.FORGET) else []
+
+    def deleted_objects(
+        self, model_admin: OrgRestrictedAdmin, objs: Any, request: HttpRequest
+    ) -> Any:
+        return deletion_summary(model_admin, objs, request)
+
+    def before_delete(self, model_admin: Any, request: HttpRequest, obj: Any) -> None:
         rows = self.erase(request, obj)
         receipt = [*getattr(request, "_memoryhub_receipt", []), *rows]
         request._memoryhub_receipt = receipt  # type: ignore[attr-defined]
@@ -147,13 +156,10 @@ class ErasureMixin:
                 "actor": actor(request),
             },
         )
-        super().delete_model(request, obj)  # type: ignore[misc]
 
-    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        for obj in queryset:
-            self.delete_model(request, obj)
+    def after_bulk_delete(self, model_admin: Any, request: HttpRequest, objs: list[Any]) -> None:
         total = sum(row[3] for row in getattr(request, "_memoryhub_receipt", []))
-        self.message_user(  # type: ignore[attr-defined]
+        model_admin.message_user(
             request,
             ngettext(
                 "Erased %(count)d memory record before deleting.",
@@ -164,19 +170,22 @@ class ErasureMixin:
             messages.SUCCESS,
         )
 
-    def response_delete(self, request: HttpRequest, obj_display: str, obj_id: Any) -> Any:
+    def response_delete(
+        self, model_admin: Any, request: HttpRequest, obj_display: str, obj_id: Any
+    ) -> HttpResponse | None:
         receipt = getattr(request, "_memoryhub_receipt", None)
         if receipt is None:
-            return super().response_delete(request, obj_display, obj_id)  # type: ignore[misc]
-        return show_receipt(self, request, receipt, deleted=obj_display)
+            return None
+        return show_receipt(model_admin, request, receipt, deleted=obj_display)
 
 
-class OrgErasureAdmin(ErasureMixin, OrgAdmin):
-    actions = ["erase_memory"]
-
-    @admin.action(description=_("Erase this org's memory"), permissions=["erase"])
-    def erase_memory(self, request: HttpRequest, queryset: QuerySet[Org]) -> HttpResponse:
-        queryset = self.allowed_rows(request, queryset, Action.FORGET)
+@extend_admin(Org)
+class OrgErasure(MemoryErasure):
+    @admin.action(description=_("Erase this org's memory"))
+    def erase_memory(
+        self, model_admin: OrgRestrictedAdmin, request: HttpRequest, queryset: QuerySet[Org]
+    ) -> HttpResponse:
+        queryset = model_admin.allowed_rows(request, queryset, Action.FORGET)
 
         def erase() -> list[tuple[str, str, str, int]]:
             return [
@@ -187,7 +196,12 @@ class OrgErasureAdmin(ErasureMixin, OrgAdmin):
             ]
 
         return _confirm_or_erase(
-            self, request, queryset, _org_rows(queryset), erase, _("the memory of these orgs")
+            model_admin,
+            request,
+            queryset,
+            _org_rows(queryset),
+            erase,
+            _("the memory of these orgs"),
         )
 
     def erase(self, request: HttpRequest, obj: Org) -> list[tuple[str, str, str, int]]:
@@ -198,12 +212,13 @@ class OrgErasureAdmin(ErasureMixin, OrgAdmin):
         ]
 
 
-class DomainErasureAdmin(ErasureMixin, DomainAdmin):
-    actions = ["erase_memory"]
-
-    @admin.action(description=_("Erase this domain's memory"), permissions=["erase"])
-    def erase_memory(self, request: HttpRequest, queryset: QuerySet[Domain]) -> HttpResponse:
-        queryset = self.allowed_rows(request, queryset, Action.FORGET)
+@extend_admin(Domain)
+class DomainErasure(MemoryErasure):
+    @admin.action(description=_("Erase this domain's memory"))
+    def erase_memory(
+        self, model_admin: OrgRestrictedAdmin, request: HttpRequest, queryset: QuerySet[Domain]
+    ) -> HttpResponse:
+        queryset = model_admin.allowed_rows(request, queryset, Action.FORGET)
 
         def erase() -> list[tuple[str, str, str, int]]:
             return [
@@ -213,14 +228,13 @@ class DomainErasureAdmin(ErasureMixin, DomainAdmin):
             ]
 
         return _confirm_or_erase(
-            self, request, queryset, _domain_rows(queryset), erase, _("the memory of these domains")
+            model_admin,
+            request,
+            queryset,
+            _domain_rows(queryset),
+            erase,
+            _("the memory of these domains"),
         )
 
     def erase(self, request: HttpRequest, obj: Domain) -> list[tuple[str, str, str, int]]:
         return _erase_domain(obj, actor(request), erasure_batch(request))
-
-
-for model, model_admin in ((Org, OrgErasureAdmin), (Domain, DomainErasureAdmin)):
-    if admin.site.is_registered(model):
-        admin.site.unregister(model)
-    admin.site.register(model, model_admin)

@@ -470,21 +470,10 @@ def write(
     result = WriteResult()
     refusal: WriteRefused | None = None
     with transaction.atomic(), tenant_scope(scope):
-        # Every (knowledge base, namespace) lock up front, in one order (by knowledge
-        # base id) that erasures take them in too: a write and an erasure of the same
-        # namespace serialise, and never deadlock.
-        namespaces = {item.namespace for item in validated}
-        lock_domain(scope)
-        for knowledge_base in sorted(knowledge_bases, key=lambda kb: kb.pk):
-            lock_namespaces(knowledge_base, namespaces)
+        _lock_targets(scope, knowledge_bases, validated)
         for knowledge_base in knowledge_bases:
             if policy.refuses_change([knowledge_base], operator=operator):
-                count_refusal(scope, knowledge_base, len(validated), actor)
-                if knowledge_base.on_write == KnowledgeBase.OnWrite.IGNORE:
-                    result.refused.append(knowledge_base.name)
-                else:
-                    result.failed[knowledge_base.name] = WriteRefused.code
-                    refusal = WriteRefused(knowledge_base.name, len(validated))
+                refusal = _refuse(scope, knowledge_base, len(validated), actor, result) or refusal
                 continue
             if validated:
                 with transaction.atomic():
@@ -507,6 +496,32 @@ def write(
     if refusal is not None and len(knowledge_bases) == 1:
         raise refusal
     return result
+
+
+def _lock_targets(
+    scope: Scope, knowledge_bases: Sequence[KnowledgeBase], items: Sequence[WriteItem]
+) -> None:
+    """Every (knowledge base, namespace) lock of a write up front, in one order (by
+    knowledge base id) that erasures take them in too: a write and an erasure of the same
+    namespace serialise, and never deadlock."""
+    namespaces = {item.namespace for item in items}
+    lock_domain(scope)
+    for knowledge_base in sorted(knowledge_bases, key=lambda kb: kb.pk):
+        lock_namespaces(knowledge_base, namespaces)
+
+
+def _refuse(
+    scope: Scope, knowledge_base: KnowledgeBase, count: int, actor: str, result: WriteResult
+) -> WriteRefused | None:
+    """Count a read-only knowledge base's refusal of ``count`` items and report it in
+    ``result``: under ``refused`` (``on_write="ignore"``), or under ``failed`` with the
+    error to raise when it was the write's only target."""
+    count_refusal(scope, knowledge_base, count, actor)
+    if knowledge_base.on_write == KnowledgeBase.OnWrite.IGNORE:
+        result.refused.append(knowledge_base.name)
+        return None
+    result.failed[knowledge_base.name] = WriteRefused.code
+    return WriteRefused(knowledge_base.name, count)
 
 
 def _default_cause(operator: bool, import_job: int | None) -> str:
@@ -606,15 +621,7 @@ def update_record(
     with transaction.atomic(), tenant_scope(scope):
         lock_domain(scope)
         lock_namespaces(knowledge_base, [record.namespace])
-        if (
-            item.key is not None
-            and MemoryRecord.objects.filter(
-                knowledge_base=knowledge_base, namespace=record.namespace, key=item.key
-            )
-            .exclude(pk=record.pk)
-            .exists()
-        ):
-            raise ValidationFailed({"key": ["another record of this namespace has this key."]})
+        _check_key_free(record, item.key)
         locked = MemoryRecord.objects.select_for_update().filter(pk=record.pk).first()
         if locked is None:
             raise RecordNotFound(record_id)
@@ -627,24 +634,46 @@ def update_record(
         locked.key = item.key
         _apply(locked, item, content_changed=content_changed)
         locked.save()
-        observe.record_in_scope(
-            Observation.Kind.MEMORY_WRITTEN,
-            scope,
-            source=knowledge_base.name,
-            count=1,
-            payload={
-                "source": knowledge_base.name,
-                "n": 1,
-                "updated": 1,
-                "created": 0,
-                "operator": operator,
-            },
-            actor=actor,
+        _announce_update(
+            scope, knowledge_base, locked, content_changed, actor=actor, operator=operator
         )
-        if content_changed:
-            schedule_indexing([str(locked.pk)])
-        bump_generation_on_commit(scope)
     return RecordResult(str(locked.pk), locked.key, locked.status, False, knowledge_base.name)
+
+
+def _check_key_free(record: MemoryRecord, key: str | None) -> None:
+    """``ValidationFailed`` if another record of ``record``'s namespace has ``key``."""
+    if key is None:
+        return
+    taken = MemoryRecord.objects.filter(
+        knowledge_base=record.knowledge_base, namespace=record.namespace, key=key
+    ).exclude(pk=record.pk)
+    if taken.exists():
+        raise ValidationFailed({"key": ["another record of this namespace has this key."]})
+
+
+def _announce_update(
+    scope: Scope,
+    knowledge_base: KnowledgeBase,
+    record: MemoryRecord,
+    content_changed: bool,
+    *,
+    actor: str,
+    operator: bool,
+) -> None:
+    """What an updated record tells the rest: the written observation, its embedding
+    (when its content changed) and the domain's cache generation, once committed."""
+    source = knowledge_base.name
+    observe.record_in_scope(
+        Observation.Kind.MEMORY_WRITTEN,
+        scope,
+        source=source,
+        count=1,
+        payload={"source": source, "n": 1, "updated": 1, "created": 0, "operator": operator},
+        actor=actor,
+    )
+    if content_changed:
+        schedule_indexing([str(record.pk)])
+    bump_generation_on_commit(scope)
 
 
 def restore_version(

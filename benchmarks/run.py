@@ -20,6 +20,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 from benchmarks.load import measure as measure_load
 from benchmarks.load import percentiles, start_gunicorn, stop
 
@@ -32,27 +34,6 @@ K = 10
 FILTERED_QUERIES = 100
 #: Seconds of the mixed-load scenario per scale.
 LOAD_SECONDS = {"tiny": 5.0, "small": 30.0, "medium": 60.0, "large": 60.0}
-
-
-class Progress:
-    """A one-line progress bar on stderr."""
-
-    def __init__(self, label: str, total: int) -> None:
-        self.label, self.total, self.done, self.started = label, max(total, 1), 0, time.monotonic()
-
-    def advance(self, n: int = 1) -> None:
-        self.done += n
-        width = 30
-        filled = int(width * min(self.done, self.total) / self.total)
-        elapsed = time.monotonic() - self.started
-        sys.stderr.write(
-            f"\r{self.label:<28} [{'#' * filled}{'.' * (width - filled)}] "
-            f"{self.done}/{self.total} {elapsed:6.1f}s"
-        )
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        sys.stderr.write("\n")
 
 
 def timed(fn: Callable[[], Any], repeat: Iterable[Any]) -> list[float]:
@@ -142,7 +123,7 @@ def ingest_service(
     current_app.amqp._producer_pool = None
     workers = [start_worker(broker_url, logs / "worker.log", pool="prefork", concurrency=2)]
     try:
-        bar = Progress("ingest (service + workers)", len(texts))
+        bar = tqdm(total=len(texts), desc="ingest (service + workers)", unit="record")
         started = time.perf_counter()
         offset = 0
         for scope, size in zip(scopes, sizes, strict=True):
@@ -156,7 +137,7 @@ def ingest_service(
                         for i, text in enumerate(batch)
                     ],
                 )
-                bar.advance(len(batch))
+                bar.update(len(batch))
             offset += size
         bar.close()
         written = time.perf_counter() - started
@@ -442,7 +423,7 @@ def measure_peer(
     figures: dict[str, Any] = {}
     with PostgresStore.from_conn_string(url, index=index) as store:
         store.setup()
-        bar = Progress("ingest (LangGraph peer)", len(texts))
+        bar = tqdm(total=len(texts), desc="ingest (LangGraph peer)", unit="record")
         started = time.perf_counter()
         offset = 0
         for tenant, size in enumerate(sizes):
@@ -454,7 +435,7 @@ def measure_peer(
                         for i in range(start, stop)
                     ]
                 )
-                bar.advance(stop - start)
+                bar.update(stop - start)
             offset += size
         bar.close()
         seconds = time.perf_counter() - started

@@ -35,47 +35,6 @@ from .receipts import batch_url
 logger = logging.getLogger("memoryhub.erasure")
 
 
-def _confirm_or_erase(
-    model_admin: admin.ModelAdmin,
-    request: HttpRequest,
-    queryset: QuerySet[Any],
-    rows: list[tuple[str, str, str, int]],
-    erase: Any,
-    what: Any,
-) -> HttpResponse:
-    context = admin_context(
-        model_admin,
-        request,
-        title=_("Erase %s") % what,
-        queryset=queryset,
-        what=what,
-        action=request.POST.get("action"),
-        action_checkbox_name=helpers.ACTION_CHECKBOX_NAME,
-    )
-    if request.POST.get("post") != "yes":
-        context.update(rows=rows, total=sum(row[3] for row in rows), confirm=True)
-        return TemplateResponse(request, "admin/memoryhub/confirm_erasure.html", context)
-    return show_receipt(model_admin, request, erase())
-
-
-def _org_rows(orgs: QuerySet[Org]) -> list[tuple[str, str, str, int]]:
-    return [
-        (org.slug, domain, kb, count)
-        for org in orgs
-        for domain, kb, count in forget_service.preview_org(org.pk)
-    ]
-
-
-def _domain_rows(domains: QuerySet[Domain]) -> list[tuple[str, str, str, int]]:
-    rows: list[tuple[str, str, str, int]] = []
-    for domain in domains.select_related("org"):
-        preview = forget_service.preview(
-            Scope.for_domain(domain), forget_service.ForgetRequest(all=True)
-        )
-        rows.extend((domain.org.slug, domain.slug, kb, count) for kb, count in preview.items())
-    return rows
-
-
 def erasure_batch(request: HttpRequest) -> uuid.UUID:
     """One operator action's receipts share a batch: the page it redirects to."""
     batch = getattr(request, "_memoryhub_batch", None)
@@ -120,11 +79,27 @@ def _erase_domain(
 class MemoryErasure(AdminExtension):
     """Erasure actions, and deletion through the erasure path, asked of the policy.
 
+    The action copies Django's ``delete_selected``: the first POST shows what would be
+    erased (``preview``: counts per knowledge base), the second (``post=yes``) erases
+    each row (``erase``) through the forget service and shows the receipt. Only rows of
+    orgs where the user may forget are erased.
+
     Deleting an org or a domain erases its memory through the forget service first and
     answers with the erasure receipt (counts per knowledge base, time, actor). Its
     ``memory.forgotten`` observations go with the deleted org or domain, so the receipt
     is also logged (``memoryhub.erasure``: counts and ids, never content).
     """
+
+    #: What the confirmation page says will be erased.
+    what: Any = ""
+
+    def preview(self, queryset: QuerySet[Any]) -> list[tuple[str, str, str, int]]:
+        """``(org, domain, knowledge base, records)`` rows an erasure of ``queryset`` erases."""
+        raise NotImplementedError
+
+    def targets(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        """The rows to erase, as :meth:`erase` reads them."""
+        return queryset
 
     def erase(self, request: HttpRequest, obj: Any) -> list[tuple[str, str, str, int]]:
         raise NotImplementedError
@@ -132,7 +107,23 @@ class MemoryErasure(AdminExtension):
     def erase_memory(
         self, model_admin: OrgRestrictedAdmin, request: HttpRequest, queryset: QuerySet[Any]
     ) -> HttpResponse:
-        raise NotImplementedError
+        """The action (each subclass names it for its model)."""
+        queryset = model_admin.allowed_rows(request, queryset, Action.FORGET)
+        context = admin_context(
+            model_admin,
+            request,
+            title=_("Erase %s") % self.what,
+            queryset=queryset,
+            what=self.what,
+            action=request.POST.get("action"),
+            action_checkbox_name=helpers.ACTION_CHECKBOX_NAME,
+        )
+        if request.POST.get("post") != "yes":
+            rows = self.preview(queryset)
+            context.update(rows=rows, total=sum(row[3] for row in rows), confirm=True)
+            return TemplateResponse(request, "admin/memoryhub/confirm_erasure.html", context)
+        erased = [row for obj in self.targets(queryset) for row in self.erase(request, obj)]
+        return show_receipt(model_admin, request, erased)
 
     def actions(self, model_admin: OrgRestrictedAdmin, request: HttpRequest) -> list[Any]:
         return [self.erase_memory] if model_admin.allows(request, Action.FORGET) else []
@@ -181,28 +172,20 @@ class MemoryErasure(AdminExtension):
 
 @extend_admin(Org)
 class OrgErasure(MemoryErasure):
+    what = _("the memory of these orgs")
+
     @admin.action(description=_("Erase this org's memory"))
     def erase_memory(
-        self, model_admin: OrgRestrictedAdmin, request: HttpRequest, queryset: QuerySet[Org]
+        self, model_admin: OrgRestrictedAdmin, request: HttpRequest, queryset: QuerySet[Any]
     ) -> HttpResponse:
-        queryset = model_admin.allowed_rows(request, queryset, Action.FORGET)
+        return super().erase_memory(model_admin, request, queryset)
 
-        def erase() -> list[tuple[str, str, str, int]]:
-            return [
-                row
-                for org in queryset
-                for domain in org.domains.all()
-                for row in _erase_domain(domain, actor(request), erasure_batch(request))
-            ]
-
-        return _confirm_or_erase(
-            model_admin,
-            request,
-            queryset,
-            _org_rows(queryset),
-            erase,
-            _("the memory of these orgs"),
-        )
+    def preview(self, queryset: QuerySet[Org]) -> list[tuple[str, str, str, int]]:
+        return [
+            (org.slug, domain, kb, count)
+            for org in queryset
+            for domain, kb, count in forget_service.preview_org(org.pk)
+        ]
 
     def erase(self, request: HttpRequest, obj: Org) -> list[tuple[str, str, str, int]]:
         return [
@@ -214,27 +197,25 @@ class OrgErasure(MemoryErasure):
 
 @extend_admin(Domain)
 class DomainErasure(MemoryErasure):
+    what = _("the memory of these domains")
+
     @admin.action(description=_("Erase this domain's memory"))
     def erase_memory(
-        self, model_admin: OrgRestrictedAdmin, request: HttpRequest, queryset: QuerySet[Domain]
+        self, model_admin: OrgRestrictedAdmin, request: HttpRequest, queryset: QuerySet[Any]
     ) -> HttpResponse:
-        queryset = model_admin.allowed_rows(request, queryset, Action.FORGET)
+        return super().erase_memory(model_admin, request, queryset)
 
-        def erase() -> list[tuple[str, str, str, int]]:
-            return [
-                row
-                for domain in queryset.select_related("org")
-                for row in _erase_domain(domain, actor(request), erasure_batch(request))
-            ]
+    def preview(self, queryset: QuerySet[Domain]) -> list[tuple[str, str, str, int]]:
+        rows: list[tuple[str, str, str, int]] = []
+        for domain in self.targets(queryset):
+            preview = forget_service.preview(
+                Scope.for_domain(domain), forget_service.ForgetRequest(all=True)
+            )
+            rows.extend((domain.org.slug, domain.slug, kb, count) for kb, count in preview.items())
+        return rows
 
-        return _confirm_or_erase(
-            model_admin,
-            request,
-            queryset,
-            _domain_rows(queryset),
-            erase,
-            _("the memory of these domains"),
-        )
+    def targets(self, queryset: QuerySet[Domain]) -> QuerySet[Domain]:
+        return queryset.select_related("org")
 
     def erase(self, request: HttpRequest, obj: Domain) -> list[tuple[str, str, str, int]]:
         return _erase_domain(obj, actor(request), erasure_batch(request))

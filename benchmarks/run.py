@@ -20,6 +20,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 from benchmarks.load import measure as measure_load
 from benchmarks.load import percentiles, start_gunicorn, stop
 
@@ -32,27 +34,6 @@ K = 10
 FILTERED_QUERIES = 100
 #: Seconds of the mixed-load scenario per scale.
 LOAD_SECONDS = {"tiny": 5.0, "small": 30.0, "medium": 60.0, "large": 60.0}
-
-
-class Progress:
-    """A one-line progress bar on stderr."""
-
-    def __init__(self, label: str, total: int) -> None:
-        self.label, self.total, self.done, self.started = label, max(total, 1), 0, time.monotonic()
-
-    def advance(self, n: int = 1) -> None:
-        self.done += n
-        width = 30
-        filled = int(width * min(self.done, self.total) / self.total)
-        elapsed = time.monotonic() - self.started
-        sys.stderr.write(
-            f"\r{self.label:<28} [{'#' * filled}{'.' * (width - filled)}] "
-            f"{self.done}/{self.total} {elapsed:6.1f}s"
-        )
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        sys.stderr.write("\n")
 
 
 def timed(fn: Callable[[], Any], repeat: Iterable[Any]) -> list[float]:
@@ -142,7 +123,7 @@ def ingest_service(
     current_app.amqp._producer_pool = None
     workers = [start_worker(broker_url, logs / "worker.log", pool="prefork", concurrency=2)]
     try:
-        bar = Progress("ingest (service + workers)", len(texts))
+        bar = tqdm(total=len(texts), desc="ingest (service + workers)", unit="record")
         started = time.perf_counter()
         offset = 0
         for scope, size in zip(scopes, sizes, strict=True):
@@ -156,7 +137,7 @@ def ingest_service(
                         for i, text in enumerate(batch)
                     ],
                 )
-                bar.advance(len(batch))
+                bar.update(len(batch))
             offset += size
         bar.close()
         written = time.perf_counter() - started
@@ -423,7 +404,10 @@ class KeepAliveClient:
 
 
 def measure_peer(
-    scopes: list[Any], sizes: list[int], texts: list[str], queries: dict[str, list[tuple[str, int]]]
+    scopes: list[Any],
+    sizes: list[int],
+    texts: list[str],
+    queries: dict[str, list[tuple[str, int, int]]],
 ) -> dict[str, Any]:
     """LangGraph's PostgresStore with the same embedder on the same PostgreSQL."""
     try:
@@ -439,7 +423,7 @@ def measure_peer(
     figures: dict[str, Any] = {}
     with PostgresStore.from_conn_string(url, index=index) as store:
         store.setup()
-        bar = Progress("ingest (LangGraph peer)", len(texts))
+        bar = tqdm(total=len(texts), desc="ingest (LangGraph peer)", unit="record")
         started = time.perf_counter()
         offset = 0
         for tenant, size in enumerate(sizes):
@@ -451,7 +435,7 @@ def measure_peer(
                         for i in range(start, stop)
                     ]
                 )
-                bar.advance(stop - start)
+                bar.update(stop - start)
             offset += size
         bar.close()
         seconds = time.perf_counter() - started
@@ -528,272 +512,363 @@ def measure_concurrency(
     return figures
 
 
-def main(scale: str, output: Path) -> dict[str, Any]:
-    import logging
-
-    import numpy as np
-
-    logging.getLogger("httpx").setLevel(logging.WARNING)
-
-    from benchmarks.corpus import known_item_query, passages
-
-    total = SCALES[scale]
-    logs = ROOT / "benchmarks" / ".cache"
-    logs.mkdir(parents=True, exist_ok=True)
-    setup_django(f"memoryhub_bench_{scale}")
-    from django.db import connection
-
-    from memoryhub.conf import memoryhub_settings
-    from memoryhub.services import query as query_service
+def measure_queries(
+    scopes: list[Any], sizes: list[int], texts: list[str], rng: random.Random, logs: Path
+) -> tuple[dict[str, Any], dict[str, list[tuple[str, int, int]]]]:
+    """The large tenant and a 1% one, each asked ``QUERIES`` known-item questions: the
+    latency of the service, the API and the floors, the floors' overlap with the service
+    and known-item recall per mode; then QPS at 1, 4 and 16 clients through gunicorn.
+    Also returns the questions asked (with their targets), for the peer."""
+    from benchmarks.corpus import known_item_query
     from tenants.models import ApiKey
-    from tests.programs import redis_server
 
-    results: dict[str, Any] = {
-        "scale": scale,
-        "records": total,
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+    small_index = min(range(TENANTS), key=lambda i: abs(sizes[i] - sum(sizes) * 0.01))
+    tenants = {"large (30%)": 0, "1% tenant": small_index}
+    keys = {
+        label: ApiKey.objects.create_key(name="bench", org_id=scopes[index].org_id, can_read=True)[
+            1
+        ]
+        for label, index in tenants.items()
     }
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT version(), (SELECT extversion FROM pg_extension WHERE extname='vector'), "
-            "current_setting('shared_buffers')"
-        )
-        pg_version, pgvector_version, shared_buffers = cursor.fetchone()
-    results["machine"] = {
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "postgres": pg_version.split(",")[0],
-        "pgvector": pgvector_version,
-        "shared_buffers": shared_buffers,
-    }
-    embedder = memoryhub_settings.embedder()
-    results["settings"] = {
-        "embedder": embedder.name,
-        "exact_scan_threshold": memoryhub_settings.EXACT_SCAN_THRESHOLD,
-        "hnsw_ef_search": memoryhub_settings.HNSW_EF_SEARCH,
-        "hnsw_max_scan_tuples": memoryhub_settings.HNSW_MAX_SCAN_TUPLES,
-        "tenant_index_min_records": memoryhub_settings.TENANT_INDEX_MIN_RECORDS,
-        "index_batch_size": memoryhub_settings.INDEX_BATCH_SIZE,
-        "k": K,
-    }
-    sys.stderr.write(f"corpus: {total} passages of the standard library's docstrings\n")
-    texts = passages(total)
-    scopes, sizes = make_tenants(total)
-
-    with redis_server(logs) as redis:
-        redis.client(db=12).flushdb()
-        results["ingest"] = {
-            "service": ingest_service(scopes, sizes, texts, redis.url(db=12), logs)
-        }
-    results["ingest"]["copy_floor"] = ingest_copy(scopes, sizes, texts)
-    with connection.cursor() as cursor:
-        # What autovacuum does soon after a load in production: the planner sees the
-        # real table.
-        cursor.execute("VACUUM (ANALYZE) memoryhub_memoryrecord")
-    # What the sweeper does within a minute of the load: large domains get their own
-    # HNSW index (TENANT_INDEX_MIN_RECORDS). Timed apart from ingest.
-    from memoryhub.services.indexing import ensure_tenant_indexes
-
-    started = time.perf_counter()
-    built = ensure_tenant_indexes()
-    results["ingest"]["tenant_indexes"] = {
-        "built": len(built.created),
-        "seconds": round(time.perf_counter() - started, 2),
-        "min_records": memoryhub_settings.TENANT_INDEX_MIN_RECORDS,
-    }
-    results["ingest"]["ratio"] = round(
-        results["ingest"]["service"]["records_per_second"]
-        / results["ingest"]["copy_floor"]["records_per_second"],
-        3,
-    )
-
-    rng = random.Random(42)
-    small_index = min(range(TENANTS), key=lambda i: abs(sizes[i] - total * 0.01))
-    tenants = {
-        "large (30%)": (scopes[0], 0),
-        "1% tenant": (scopes[small_index], sum(sizes[:small_index])),
-    }
-    offsets = {}
-    offset = 0
-    for n, size in enumerate(sizes):
-        offsets[n] = (offset, size)
-        offset += size
-
-    org_keys = {}
-    for label, (scope, _) in tenants.items():
-        _, key = ApiKey.objects.create_key(name="bench", org_id=scope.org_id, can_read=True)
-        org_keys[label] = key
     server, base_url = start_gunicorn(logs)
-    latency: dict[str, Any] = {}
+    figures: dict[str, dict[str, Any]] = {"latency_ms": {}, "floor_overlap": {}, "known_item": {}}
     peer_queries: dict[str, list[tuple[str, int, int]]] = {}
-    recall_known: dict[str, dict[str, float]] = {}
-    floor_overlap: dict[str, dict[str, float]] = {}
     try:
         client = KeepAliveClient(base_url)
-        for label, (scope, first) in tenants.items():
-            index = scopes.index(scope)
-            start, size = offsets[index]
+        for label, index in tenants.items():
+            scope, start, size = scopes[index], sum(sizes[:index]), sizes[index]
             picks = [start + rng.randrange(size) for _ in range(QUERIES)]
             questions = [known_item_query(texts[i], rng) for i in picks]
-            ids, matrix = tenant_matrix(scope)
-            exact_plan = size <= memoryhub_settings.EXACT_SCAN_THRESHOLD
-            # The floors search HNSW with the service's ef_search for this scope and mode.
-            plans = {
-                mode: query_service._plan(
-                    scope, query_service.QueryRequest.build(query="plan", k=K, mode=mode)
-                )
-                for mode in ("vector", "hybrid")
-            }
-            ef = {
-                mode: int(plan.settings["hnsw.ef_search"]) if plan.settings else None
-                for mode, plan in plans.items()
-            }
-            rows: dict[str, Any] = {
-                "records": size,
-                "plan": plans["vector"].strategy,
-                "ef_search": ef["vector"],
-            }
-            for mode in ("vector", "hybrid"):
-                iterator = iter(questions)
-                rows[f"service {mode}"] = percentiles(
-                    timed(
-                        lambda: query_service.query(scope, query=next(iterator), k=K, mode=mode),
-                        range(QUERIES),
-                    )
-                )
-                iterator = iter(questions)
-                headers = {"Authorization": f"Api-Key {org_keys[label]}"}
-                rows[f"api {mode}"] = percentiles(
-                    timed(
-                        lambda: client.post_json(
-                            "/api/v1/domains/docs/query",
-                            {"query": next(iterator), "k": K, "mode": mode},
-                            headers,
-                        ),
-                        range(QUERIES),
-                    )
-                )
-            query_vectors = [embedder.embed_query(q) for q in questions]
-            iterator = iter(query_vectors)
-            rows["raw sql vector"] = percentiles(
-                timed(
-                    lambda: raw_sql(scope, next(iterator), exact_plan, ef_search=ef["vector"]),
-                    range(QUERIES),
-                )
-            )
-            pairs = iter(zip(query_vectors, questions, strict=True))
-
-            def hybrid_floor() -> list[str]:
-                vector, question = next(pairs)
-                return raw_sql(scope, vector, exact_plan, text=question, ef_search=ef["hybrid"])
-
-            rows["raw sql hybrid"] = percentiles(timed(hybrid_floor, range(QUERIES)))
-            # The floors do the service's work: their top k is the service's top k.
-            overlap: dict[str, list[float]] = {"vector": [], "hybrid": []}
-            for vector, question in list(zip(query_vectors, questions, strict=True))[:20]:
-                for mode, text in (("vector", None), ("hybrid", question)):
-                    served = query_service.query(scope, query=question, k=K, mode=mode).items
-                    floor = raw_sql(scope, vector, exact_plan, text=text, ef_search=ef[mode])
-                    overlap[mode].append(len({i.id for i in served} & set(floor)) / K)
-            floor_overlap[label] = {m: round(statistics.mean(v), 3) for m, v in overlap.items()}
-            iterator = iter(query_vectors)
-            rows["numpy exact"] = percentiles(
-                timed(
-                    lambda: np.argsort(-(matrix @ np.array(next(iterator), dtype=np.float32)))[:K],
-                    range(QUERIES),
-                )
-            )
-            latency[label] = rows
+            rows, overlap = tenant_latency(scope, size, questions, client, keys[label])
+            figures["latency_ms"][label] = rows
+            figures["floor_overlap"][label] = overlap
             peer_queries[label] = [
                 (q, pick, index) for q, pick in zip(questions, picks, strict=True)
             ]
-            # Known-item recall per mode.
-            id_of = {}
-            from memoryhub.models import MemoryRecord
-
-            for pk, content in MemoryRecord.unscoped.filter(
-                org_id=scope.org_id,
-                domain_id=scope.domain_id,
-                content__in=[texts[i] for i in picks],
-            ).values_list("id", "content"):
-                id_of[content] = str(pk)
-            for mode in ("vector", "keyword", "hybrid"):
-                ranks = []
-                for question, pick in zip(questions, picks, strict=True):
-                    found = [
-                        item.id
-                        for item in query_service.query(scope, query=question, k=K, mode=mode).items
-                    ]
-                    target = id_of.get(texts[pick])
-                    ranks.append(found.index(target) + 1 if target in found else None)
-                recall_known.setdefault(label, {})[mode] = {
-                    "recall@1": round(sum(r == 1 for r in ranks) / len(ranks), 3),
-                    "recall@10": round(sum(r is not None for r in ranks) / len(ranks), 3),
-                    "mrr": round(sum(1 / r for r in ranks if r) / len(ranks), 3),
-                }
+            figures["known_item"][label] = known_item_recall(scope, questions, picks, texts)
         client.close()
-        results["concurrency"] = measure_concurrency(base_url, scopes[0], texts[: sizes[0]], rng)
+        concurrency = measure_concurrency(base_url, scopes[0], texts[: sizes[0]], rng)
     finally:
         stop(server)
-    results["latency_ms"] = latency
-    results["floor_overlap"] = floor_overlap
-    results["known_item"] = recall_known
-    results["peer"] = measure_peer(scopes, sizes, texts, peer_queries)
+    return {"concurrency": concurrency, **figures}, peer_queries
 
-    # Filtered recall@10 against exact search inside the large tenant: as served (the
-    # service picks exact or HNSW by the filtered scope's size), and with HNSW forced.
+
+def tenant_latency(
+    scope: Any, size: int, questions: list[str], client: KeepAliveClient, key: str
+) -> tuple[dict[str, Any], dict[str, float]]:
+    """One tenant's latency per path: the service and the API (vector, hybrid), the raw
+    SQL floors on the plan the service picks, exact numpy search; and how much of the
+    service's top k the floors return."""
+    import numpy as np
+
+    from memoryhub.conf import memoryhub_settings
+    from memoryhub.services import query as query_service
+
+    embedder = memoryhub_settings.embedder()
+    ids, matrix = tenant_matrix(scope)
+    exact_plan = size <= memoryhub_settings.EXACT_SCAN_THRESHOLD
+    # The floors search HNSW with the service's ef_search for this scope and mode.
+    plans = {
+        mode: query_service._plan(
+            scope, query_service.QueryRequest.build(query="plan", k=K, mode=mode)
+        )
+        for mode in ("vector", "hybrid")
+    }
+    ef = {
+        mode: int(plan.settings["hnsw.ef_search"]) if plan.settings else None
+        for mode, plan in plans.items()
+    }
+    rows: dict[str, Any] = {
+        "records": size,
+        "plan": plans["vector"].strategy,
+        "ef_search": ef["vector"],
+    }
+    rows.update(served_latency(scope, questions, client, key))
+    query_vectors = [embedder.embed_query(q) for q in questions]
+    vectors = iter(query_vectors)
+    rows["raw sql vector"] = percentiles(
+        timed(
+            lambda: raw_sql(scope, next(vectors), exact_plan, ef_search=ef["vector"]),
+            range(QUERIES),
+        )
+    )
+    pairs = iter(zip(query_vectors, questions, strict=True))
+
+    def hybrid_floor() -> list[str]:
+        vector, question = next(pairs)
+        return raw_sql(scope, vector, exact_plan, text=question, ef_search=ef["hybrid"])
+
+    rows["raw sql hybrid"] = percentiles(timed(hybrid_floor, range(QUERIES)))
+    overlap = floor_overlap(scope, questions, query_vectors, exact_plan, ef)
+    vectors = iter(query_vectors)
+    rows["numpy exact"] = percentiles(
+        timed(
+            lambda: np.argsort(-(matrix @ np.array(next(vectors), dtype=np.float32)))[:K],
+            range(QUERIES),
+        )
+    )
+    return rows, overlap
+
+
+def served_latency(
+    scope: Any, questions: list[str], client: KeepAliveClient, key: str
+) -> dict[str, Any]:
+    """Latency of the service in process and of the API through gunicorn, per mode."""
+    from memoryhub.services import query as query_service
+
+    rows: dict[str, Any] = {}
+    for mode in ("vector", "hybrid"):
+        iterator = iter(questions)
+        rows[f"service {mode}"] = percentiles(
+            timed(
+                lambda: query_service.query(scope, query=next(iterator), k=K, mode=mode),
+                range(QUERIES),
+            )
+        )
+        iterator = iter(questions)
+        headers = {"Authorization": f"Api-Key {key}"}
+        rows[f"api {mode}"] = percentiles(
+            timed(
+                lambda: client.post_json(
+                    "/api/v1/domains/docs/query",
+                    {"query": next(iterator), "k": K, "mode": mode},
+                    headers,
+                ),
+                range(QUERIES),
+            )
+        )
+    return rows
+
+
+def floor_overlap(
+    scope: Any,
+    questions: list[str],
+    query_vectors: list[Any],
+    exact_plan: bool,
+    ef: dict[str, int | None],
+) -> dict[str, float]:
+    """The floors do the service's work: the share of the service's top k that they
+    return too, per mode, over the first 20 questions."""
+    from memoryhub.services import query as query_service
+
+    overlap: dict[str, list[float]] = {"vector": [], "hybrid": []}
+    for vector, question in list(zip(query_vectors, questions, strict=True))[:20]:
+        for mode, text in (("vector", None), ("hybrid", question)):
+            served = query_service.query(scope, query=question, k=K, mode=mode).items
+            floor = raw_sql(scope, vector, exact_plan, text=text, ef_search=ef[mode])
+            overlap[mode].append(len({i.id for i in served} & set(floor)) / K)
+    return {m: round(statistics.mean(v), 3) for m, v in overlap.items()}
+
+
+def known_item_recall(
+    scope: Any, questions: list[str], picks: list[int], texts: list[str]
+) -> dict[str, dict[str, float]]:
+    """Known-item recall per mode: where the passage each question was made from ranks."""
+    from memoryhub.models import MemoryRecord
+    from memoryhub.services import query as query_service
+
+    id_of = {
+        content: str(pk)
+        for pk, content in MemoryRecord.unscoped.filter(
+            org_id=scope.org_id,
+            domain_id=scope.domain_id,
+            content__in=[texts[i] for i in picks],
+        ).values_list("id", "content")
+    }
+    recall: dict[str, dict[str, float]] = {}
+    for mode in ("vector", "keyword", "hybrid"):
+        ranks = []
+        for question, pick in zip(questions, picks, strict=True):
+            found = [
+                item.id for item in query_service.query(scope, query=question, k=K, mode=mode).items
+            ]
+            target = id_of.get(texts[pick])
+            ranks.append(found.index(target) + 1 if target in found else None)
+        recall[mode] = {
+            "recall@1": round(sum(r == 1 for r in ranks) / len(ranks), 3),
+            "recall@10": round(sum(r is not None for r in ranks) / len(ranks), 3),
+            "mrr": round(sum(1 / r for r in ranks if r) / len(ranks), 3),
+        }
+    return recall
+
+
+def measure_filtered_recall(
+    scope: Any, size: int, texts: list[str], rng: random.Random
+) -> dict[str, Any]:
+    """Filtered recall@10 against exact search inside the large tenant (whose passages
+    are the first ``size``): as served (the service picks exact or HNSW by the filtered
+    scope's size), and with HNSW forced."""
     from django.conf import settings as django_settings
 
-    scope = scopes[0]
-    ids, matrix = tenant_matrix(scope)
+    from benchmarks.corpus import known_item_query
+    from memoryhub.conf import memoryhub_settings
     from memoryhub.models import MemoryRecord
 
+    embedder = memoryhub_settings.embedder()
+    ids, matrix = tenant_matrix(scope)
     buckets = dict(
         (str(pk), b)
         for pk, b in MemoryRecord.unscoped.filter(
             org_id=scope.org_id, domain_id=scope.domain_id
         ).values_list("id", "metadata__bucket")
     )
-    questions = [
-        known_item_query(texts[rng.randrange(sizes[0])], rng) for _ in range(FILTERED_QUERIES)
-    ]
-
-    def filtered_recall() -> dict[str, Any]:
-        filtered: dict[str, Any] = {}
-        for label, limit in (("1%", 1), ("10%", 10), ("100%", None)):
-            recalls, short, plans = [], 0, set()
-            mask = np.array([limit is None or buckets[i] < limit for i in ids])
-            for question in questions:
-                vector = np.array(embedder.embed_query(question), dtype=np.float32)
-                scores = matrix @ vector
-                scores[~mask] = -np.inf
-                truth = [ids[i] for i in np.argsort(-scores)[:K] if mask[i]]
-                where = None if limit is None else {"bucket": {"$lt": limit}}
-                result = query_service.query(scope, query=question, k=K, mode="vector", where=where)
-                got = [item.id for item in result.items]
-                plans.add(result.strategy)
-                short += len(got) < min(K, int(mask.sum()))
-                recalls.append(len(set(truth) & set(got)) / max(1, len(truth)))
-            filtered[label] = {
-                "recall@10": round(statistics.mean(recalls), 3),
-                "queries_short_of_k": short,
-                "rows_matching": int(mask.sum()),
-                "plan": "/".join(sorted(plans)),
-            }
-        return filtered
-
-    results["filtered_recall"] = filtered_recall()
+    questions = [known_item_query(texts[rng.randrange(size)], rng) for _ in range(FILTERED_QUERIES)]
+    results = {"filtered_recall": filtered_recall(scope, embedder, ids, matrix, buckets, questions)}
     django_settings.MEMORYHUB = {**django_settings.MEMORYHUB, "EXACT_SCAN_THRESHOLD": 0}
     try:
-        results["filtered_recall_hnsw"] = filtered_recall()
+        results["filtered_recall_hnsw"] = filtered_recall(
+            scope, embedder, ids, matrix, buckets, questions
+        )
     finally:
         django_settings.MEMORYHUB = {
             key: value
             for key, value in django_settings.MEMORYHUB.items()
             if key != "EXACT_SCAN_THRESHOLD"
         }
+    return results
 
+
+def filtered_recall(
+    scope: Any,
+    embedder: Any,
+    ids: list[str],
+    matrix: Any,
+    buckets: dict[str, int],
+    questions: list[str],
+) -> dict[str, Any]:
+    """Recall@10 of vector queries filtered to 1%, 10% and 100% of the tenant's records
+    (``metadata.bucket``), against exact search over the same rows."""
+    import numpy as np
+
+    from memoryhub.services import query as query_service
+
+    filtered: dict[str, Any] = {}
+    for label, limit in (("1%", 1), ("10%", 10), ("100%", None)):
+        recalls, short, plans = [], 0, set()
+        mask = np.array([limit is None or buckets[i] < limit for i in ids])
+        for question in questions:
+            vector = np.array(embedder.embed_query(question), dtype=np.float32)
+            scores = matrix @ vector
+            scores[~mask] = -np.inf
+            truth = [ids[i] for i in np.argsort(-scores)[:K] if mask[i]]
+            where = None if limit is None else {"bucket": {"$lt": limit}}
+            result = query_service.query(scope, query=question, k=K, mode="vector", where=where)
+            got = [item.id for item in result.items]
+            plans.add(result.strategy)
+            short += len(got) < min(K, int(mask.sum()))
+            recalls.append(len(set(truth) & set(got)) / max(1, len(truth)))
+        filtered[label] = {
+            "recall@10": round(statistics.mean(recalls), 3),
+            "queries_short_of_k": short,
+            "rows_matching": int(mask.sum()),
+            "plan": "/".join(sorted(plans)),
+        }
+    return filtered
+
+
+# --- the run ---------------------------------------------------------------------------------
+
+
+def describe_setup() -> dict[str, Any]:
+    """The machine, the servers and the settings the figures are measured with."""
+    from django.db import connection
+
+    from memoryhub.conf import memoryhub_settings
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT version(), (SELECT extversion FROM pg_extension WHERE extname='vector'), "
+            "current_setting('shared_buffers')"
+        )
+        pg_version, pgvector_version, shared_buffers = cursor.fetchone()
+    embedder = memoryhub_settings.embedder()
+    return {
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "postgres": pg_version.split(",")[0],
+            "pgvector": pgvector_version,
+            "shared_buffers": shared_buffers,
+        },
+        "settings": {
+            "embedder": embedder.name,
+            "exact_scan_threshold": memoryhub_settings.EXACT_SCAN_THRESHOLD,
+            "hnsw_ef_search": memoryhub_settings.HNSW_EF_SEARCH,
+            "hnsw_max_scan_tuples": memoryhub_settings.HNSW_MAX_SCAN_TUPLES,
+            "tenant_index_min_records": memoryhub_settings.TENANT_INDEX_MIN_RECORDS,
+            "index_batch_size": memoryhub_settings.INDEX_BATCH_SIZE,
+            "k": K,
+        },
+    }
+
+
+def measure_ingest(
+    scopes: list[Any], sizes: list[int], texts: list[str], logs: Path
+) -> dict[str, Any]:
+    """Ingest through the service with real workers, then the COPY floor, then what the
+    sweeper does within a minute of the load (large domains get their own HNSW index,
+    ``TENANT_INDEX_MIN_RECORDS``), timed apart."""
+    from django.db import connection
+
+    from memoryhub.conf import memoryhub_settings
+    from memoryhub.services.indexing import ensure_tenant_indexes
+    from tests.programs import redis_server
+
+    with redis_server(logs) as redis:
+        redis.client(db=12).flushdb()
+        ingest = {"service": ingest_service(scopes, sizes, texts, redis.url(db=12), logs)}
+    ingest["copy_floor"] = ingest_copy(scopes, sizes, texts)
+    with connection.cursor() as cursor:
+        # What autovacuum does soon after a load in production: the planner sees the
+        # real table.
+        cursor.execute("VACUUM (ANALYZE) memoryhub_memoryrecord")
+    started = time.perf_counter()
+    built = ensure_tenant_indexes()
+    ingest["tenant_indexes"] = {
+        "built": len(built.created),
+        "seconds": round(time.perf_counter() - started, 2),
+        "min_records": memoryhub_settings.TENANT_INDEX_MIN_RECORDS,
+    }
+    ingest["ratio"] = round(
+        ingest["service"]["records_per_second"] / ingest["copy_floor"]["records_per_second"], 3
+    )
+    return ingest
+
+
+def main(scale: str, output: Path) -> dict[str, Any]:
+    """Measure everything at ``scale`` on a fresh benchmark database; write
+    ``results-<scale>.json`` and REPORT.md into ``output`` and return the results.
+
+    The phases run in this order and share one random generator, so a scale asks the
+    same questions every run: ingest, queries (latency, recall, concurrency), the peer,
+    filtered recall, mixed load.
+    """
+    import logging
+
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+
+    from benchmarks.corpus import passages
+
+    total = SCALES[scale]
+    logs = ROOT / "benchmarks" / ".cache"
+    logs.mkdir(parents=True, exist_ok=True)
+    setup_django(f"memoryhub_bench_{scale}")
+    results: dict[str, Any] = {
+        "scale": scale,
+        "records": total,
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        **describe_setup(),
+    }
+    sys.stderr.write(f"corpus: {total} passages of the standard library's docstrings\n")
+    texts = passages(total)
+    scopes, sizes = make_tenants(total)
+    results["ingest"] = measure_ingest(scopes, sizes, texts, logs)
+    rng = random.Random(42)
+    served, peer_queries = measure_queries(scopes, sizes, texts, rng, logs)
+    results.update(served)
+    results["peer"] = measure_peer(scopes, sizes, texts, peer_queries)
+    results.update(measure_filtered_recall(scopes[0], sizes[0], texts, rng))
     # Mixed load (issue 8): 32 clients, 80% queries, 15% writes, 5% forgets, 10 tenants,
     # every response checked for other tenants' and forgotten memory.
     results["load"] = measure_load(logs, seconds=LOAD_SECONDS[scale], records=100)

@@ -236,19 +236,63 @@ setting_changed.connect(reload_settings)
 
 
 def check_settings(**kwargs: Any) -> list[CheckMessage]:
-    """System checks ``memoryhub.E001``–``E004`` and ``W001`` on ``settings.MEMORYHUB``."""
-    messages: list[CheckMessage] = []
+    """System checks on ``settings.MEMORYHUB``: its shape (``memoryhub.E001``, ``W001``),
+    its numbers and rates, its erasure settings, the columns and cache it names, and the
+    embedder."""
     user_settings = getattr(settings, "MEMORYHUB", None) or {}
     if not isinstance(user_settings, dict):
         return [Error("settings.MEMORYHUB must be a dict.", id="memoryhub.E001")]
-    for name in sorted(set(user_settings) - set(DEFAULTS)):
+    messages: list[CheckMessage] = [
+        Warning(
+            f"Unknown memoryhub setting MEMORYHUB[{name!r}] is ignored.",
+            hint=f"Known settings: {', '.join(sorted(DEFAULTS))}.",
+            id="memoryhub.W001",
+        )
+        for name in sorted(set(user_settings) - set(DEFAULTS))
+    ]
+    messages.extend(_check_numbers())
+    messages.extend(_check_erasure_settings())
+    messages.extend(_check_search())
+    messages.extend(_check_columns())
+    messages.extend(_check_cache_alias())
+    messages.extend(_check_embedder())
+    messages.extend(_check_reranker())
+    return messages
+
+
+def _check_search() -> list[CheckMessage]:
+    """``memoryhub.E002`` (``DEFAULT_K`` above ``MAX_K``, too many rerank candidates),
+    ``E015`` (``HYBRID_VECTOR_WEIGHT`` neither a number from 0 to 1 nor None)."""
+    messages: list[CheckMessage] = []
+    if memoryhub_settings.DEFAULT_K > memoryhub_settings.MAX_K:
+        messages.append(Error("MEMORYHUB['DEFAULT_K'] exceeds MAX_K.", id="memoryhub.E002"))
+    candidates = memoryhub_settings.RERANK_CANDIDATES
+    if isinstance(candidates, int) and candidates > MAX_RERANK_CANDIDATES:
         messages.append(
-            Warning(
-                f"Unknown memoryhub setting MEMORYHUB[{name!r}] is ignored.",
-                hint=f"Known settings: {', '.join(sorted(DEFAULTS))}.",
-                id="memoryhub.W001",
+            Error(
+                f"MEMORYHUB['RERANK_CANDIDATES'] = {candidates} exceeds "
+                f"{MAX_RERANK_CANDIDATES}: every query would send that many documents.",
+                id="memoryhub.E002",
             )
         )
+    weight = memoryhub_settings.HYBRID_VECTOR_WEIGHT
+    if weight is not None and (
+        isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 <= weight <= 1
+    ):
+        messages.append(
+            Error(
+                f"MEMORYHUB['HYBRID_VECTOR_WEIGHT'] must be a number from 0 to 1 or None,"
+                f" not {weight!r}.",
+                id="memoryhub.E015",
+            )
+        )
+    return messages
+
+
+def _check_numbers() -> list[CheckMessage]:
+    """``memoryhub.E002`` (an integer below its minimum), ``E005`` (a rate that does not
+    parse), ``E008`` (``VACUUM_AFTER_ERASURE`` neither seconds nor None)."""
+    messages: list[CheckMessage] = []
     for name, minimum in INTEGER_SETTINGS.items():
         value = memoryhub_settings.user_settings.get(name, DEFAULTS[name])
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
@@ -279,6 +323,13 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
                 id="memoryhub.E008",
             )
         )
+    return messages
+
+
+def _check_erasure_settings() -> list[CheckMessage]:
+    """``memoryhub.E006`` (``SUBJECT_NAMESPACE_PREFIXES`` not a list of non-empty strings)
+    and ``E007`` (an ``ERASURE_RECEIPT_KEY`` too short to key the receipts' hashes)."""
+    messages: list[CheckMessage] = []
     prefixes = memoryhub_settings.user_settings.get(
         "SUBJECT_NAMESPACE_PREFIXES", DEFAULTS["SUBJECT_NAMESPACE_PREFIXES"]
     )
@@ -302,32 +353,6 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
                 id="memoryhub.E007",
             )
         )
-    weight = memoryhub_settings.HYBRID_VECTOR_WEIGHT
-    if weight is not None and (
-        isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 <= weight <= 1
-    ):
-        messages.append(
-            Error(
-                f"MEMORYHUB['HYBRID_VECTOR_WEIGHT'] must be a number from 0 to 1 or None,"
-                f" not {weight!r}.",
-                id="memoryhub.E015",
-            )
-        )
-    if memoryhub_settings.DEFAULT_K > memoryhub_settings.MAX_K:
-        messages.append(Error("MEMORYHUB['DEFAULT_K'] exceeds MAX_K.", id="memoryhub.E002"))
-    candidates = memoryhub_settings.RERANK_CANDIDATES
-    if isinstance(candidates, int) and candidates > MAX_RERANK_CANDIDATES:
-        messages.append(
-            Error(
-                f"MEMORYHUB['RERANK_CANDIDATES'] = {candidates} exceeds "
-                f"{MAX_RERANK_CANDIDATES}: every query would send that many documents.",
-                id="memoryhub.E002",
-            )
-        )
-    messages.extend(_check_columns())
-    messages.extend(_check_cache_alias())
-    messages.extend(_check_embedder())
-    messages.extend(_check_reranker())
     return messages
 
 

@@ -166,6 +166,21 @@ def dedupe_items(
         return items, 0
     if mode not in ("id", "content"):
         raise ValueError(f"dedupe must be 'id', 'content' or None, not {mode!r}")
+    merged_away = 0
+    survivors: list[tuple[int, MemoryItem]] = []
+    for root, members in _duplicate_groups(items, mode).items():
+        if len(members) == 1:
+            survivors.append((root, items[root]))
+            continue
+        merged_away += len(members) - 1
+        survivors.append((root, _merged([items[i] for i in members])))
+    survivors.sort(key=lambda pair: pair[0])
+    return [item for _, item in survivors], merged_away
+
+
+def _duplicate_groups(items: list[MemoryItem], mode: DedupeMode) -> dict[int, list[int]]:
+    """The indexes of ``items`` grouped by duplication, keyed by each group's first index:
+    a union-find over the identities (id, content) that ``mode`` compares."""
     parent = list(range(len(items)))
 
     def find(index: int) -> int:
@@ -195,26 +210,20 @@ def dedupe_items(
     groups: dict[int, list[int]] = {}
     for index in range(len(items)):
         groups.setdefault(find(index), []).append(index)
-    merged_away = 0
-    survivors: list[tuple[int, MemoryItem]] = []
-    for root, members in groups.items():
-        if len(members) == 1:
-            survivors.append((root, items[root]))
-            continue
-        group = [items[i] for i in members]
-        best = max(group, key=_score_key)
-        count = sum(item.dedupe_count or 1 for item in group)
-        sources: list[str] = []
-        for item in group:
-            for source in item.dedupe_sources or (item.source,):
-                if source not in sources:
-                    sources.append(source)
-        merged_away += len(members) - 1
-        survivors.append(
-            (root, dataclasses.replace(best, dedupe_count=count, dedupe_sources=tuple(sources)))
-        )
-    survivors.sort(key=lambda pair: pair[0])
-    return [item for _, item in survivors], merged_away
+    return groups
+
+
+def _merged(group: list[MemoryItem]) -> MemoryItem:
+    """A group of duplicates as one item: the best scored, stamped with the copies it
+    stands for and every leaf source that agreed."""
+    best = max(group, key=_score_key)
+    count = sum(item.dedupe_count or 1 for item in group)
+    sources: list[str] = []
+    for item in group:
+        for source in item.dedupe_sources or (item.source,):
+            if source not in sources:
+                sources.append(source)
+    return dataclasses.replace(best, dedupe_count=count, dedupe_sources=tuple(sources))
 
 
 def sort_by_score(items: Sequence[MemoryItem]) -> list[MemoryItem]:

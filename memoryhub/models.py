@@ -1,6 +1,7 @@
 """KnowledgeBase, MemoryRecord and Observation: memory and its operator timeline.
 
-Each model has two managers:
+Every tenant-scoped model derives from :class:`TenantScopedModel` and so has two
+managers:
 
 * ``objects`` is scoped by django-scopes on ``(org, domain)``: outside an active
   :func:`memoryhub.scope.tenant_scope` every query raises ``ScopeError`` rather than
@@ -14,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import unicodedata
 import uuid
+from typing import Any
 
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
@@ -39,12 +41,68 @@ def content_hash(content: str) -> str:
     return hashlib.sha256(normalize_content(content).encode("utf-8")).hexdigest()
 
 
+def _tenant_key(to: str, verbose_name: Any, options: dict[str, Any]) -> models.ForeignKey[Any, Any]:
+    defaults = {"on_delete": models.CASCADE, "related_name": "+", "verbose_name": verbose_name}
+    return models.ForeignKey(to, **{**defaults, **options})
+
+
+def org_key(**options: Any) -> models.ForeignKey[Any, Any]:
+    """The foreign key to a row's org as :class:`TenantScopedModel` declares it;
+    ``options`` are one model's exceptions to it."""
+    return _tenant_key("tenants.Org", _("org"), options)
+
+
+def domain_key(**options: Any) -> models.ForeignKey[Any, Any]:
+    """The foreign key to a row's domain as :class:`TenantScopedModel` declares it;
+    ``options`` are one model's exceptions to it."""
+    return _tenant_key("tenants.Domain", _("domain"), options)
+
+
+def scoped_manager(manager_class: type[models.Manager[Any]] = models.Manager) -> Any:
+    """A manager that answers only inside a tenant scope (django-scopes on the org and
+    domain ids) and raises ``ScopeError`` outside one."""
+    return ScopedManager(org="org_id", domain="domain_id", _manager_class=manager_class)
+
+
+class TenantScopedModel(models.Model):
+    """A row that belongs to one org and one of its domains, and is read only inside
+    their scope: ``objects`` refuses a query outside :func:`memoryhub.scope.tenant_scope`,
+    ``unscoped`` is the operator path and the base manager (related lookups work on it).
+
+    A model with a queryset of its own declares both managers again over it
+    (``scoped_manager(Manager)`` and ``Manager()``). Where a model's keys differ from
+    the ones here it declares that key itself with :func:`org_key` or :func:`domain_key`
+    and only the difference, because changing the existing columns or their migration
+    state is not this class's to do:
+
+    * ``MemoryRecord`` and ``RecordVersion`` index neither key on its own
+      (``db_index=False``): composite indexes lead with them, and a single-column index
+      on a million-row table would be a schema change with a cost;
+    * ``RecordVersion``'s keys have no verbose names (adding them is a migration);
+    * ``KnowledgeBase.domain`` is reachable from the domain (``domain.knowledge_bases``);
+    * ``Observation.domain`` is optional: some observations are about the whole org;
+    * ``ErasureReceipt`` keeps plain ids instead of the keys (``org = domain = None``):
+      a receipt outlives the org and domain it speaks of.
+    """
+
+    org = org_key()
+    domain = domain_key()
+
+    objects = scoped_manager()
+    unscoped = models.Manager()  # noqa: DJ012 (ScopedManager() is a manager, not a field)
+
+    class Meta:
+        abstract = True
+        default_manager_name = "objects"
+        base_manager_name = "unscoped"
+
+
 class KnowledgeBaseQuerySet(models.QuerySet["KnowledgeBase"]):
     """Whether a knowledge base takes a write is the policy's to say
     (``policy.refuses_change``), not a filter's."""
 
 
-class KnowledgeBase(models.Model):
+class KnowledgeBase(TenantScopedModel):
     """A named source of memory inside a domain; ``name`` is what items carry as source."""
 
     DEFAULT_NAME = "memory"
@@ -53,15 +111,7 @@ class KnowledgeBase(models.Model):
         REFUSE = "refuse", _("Refuse (403)")
         IGNORE = "ignore", _("Ignore (report as refused)")
 
-    org = models.ForeignKey(
-        "tenants.Org", on_delete=models.CASCADE, related_name="+", verbose_name=_("org")
-    )
-    domain = models.ForeignKey(
-        "tenants.Domain",
-        on_delete=models.CASCADE,
-        related_name="knowledge_bases",
-        verbose_name=_("domain"),
-    )
+    domain = domain_key(related_name="knowledge_bases")
     name = models.SlugField(
         _("name"),
         max_length=64,
@@ -95,19 +145,13 @@ class KnowledgeBase(models.Model):
     created_at = models.DateTimeField(_("created"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated"), auto_now=True)
 
-    objects = ScopedManager(
-        org="org_id",
-        domain="domain_id",
-        _manager_class=models.Manager.from_queryset(KnowledgeBaseQuerySet),
-    )
+    objects = scoped_manager(models.Manager.from_queryset(KnowledgeBaseQuerySet))
     unscoped = models.Manager.from_queryset(KnowledgeBaseQuerySet)()
 
-    class Meta:
+    class Meta(TenantScopedModel.Meta):
         verbose_name = _("knowledge base")
         verbose_name_plural = _("knowledge bases")
         ordering = ["name"]
-        default_manager_name = "objects"
-        base_manager_name = "unscoped"
         constraints = [
             models.UniqueConstraint(fields=["domain", "name"], name="memoryhub_kb_unique_name"),
         ]
@@ -155,7 +199,7 @@ class MemoryRecordQuerySet(models.QuerySet["MemoryRecord"]):
 MemoryRecordManager = models.Manager.from_queryset(MemoryRecordQuerySet)
 
 
-class MemoryRecord(models.Model):
+class MemoryRecord(TenantScopedModel):
     """One remembered item: content, its metadata, and (once indexed) its embedding."""
 
     class Kind(models.TextChoices):
@@ -170,20 +214,8 @@ class MemoryRecord(models.Model):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     # Both are covered by composite indexes that lead with them (see Meta.indexes).
-    org = models.ForeignKey(
-        "tenants.Org",
-        on_delete=models.CASCADE,
-        related_name="+",
-        db_index=False,
-        verbose_name=_("org"),
-    )
-    domain = models.ForeignKey(
-        "tenants.Domain",
-        on_delete=models.CASCADE,
-        related_name="+",
-        db_index=False,
-        verbose_name=_("domain"),
-    )
+    org = org_key(db_index=False)
+    domain = domain_key(db_index=False)
     knowledge_base = models.ForeignKey(
         KnowledgeBase,
         on_delete=models.CASCADE,
@@ -262,15 +294,13 @@ class MemoryRecord(models.Model):
         verbose_name=_("import"),
     )
 
-    objects = ScopedManager(org="org_id", domain="domain_id", _manager_class=MemoryRecordManager)
+    objects = scoped_manager(MemoryRecordManager)
     unscoped = MemoryRecordManager()
 
-    class Meta:
+    class Meta(TenantScopedModel.Meta):
         verbose_name = _("memory record")
         verbose_name_plural = _("memory records")
         ordering = ["-created_at"]
-        default_manager_name = "objects"
-        base_manager_name = "unscoped"
         constraints = [
             models.UniqueConstraint(
                 fields=["knowledge_base", "namespace", "key"],
@@ -345,7 +375,7 @@ class MemoryRecord(models.Model):
         return self.knowledge_base.name
 
 
-class RecordVersion(models.Model):
+class RecordVersion(TenantScopedModel):
     """A previous state of a record: its fields as they were, and how that state came to
     be (``changed_at``, ``actor``, ``cause``). Kept up to ``HISTORY_VERSIONS`` per record
     (the oldest dropped), tenant-scoped like records, and deleted with its record by every
@@ -361,12 +391,8 @@ class RecordVersion(models.Model):
         CONSOLIDATION = "consolidation", _("consolidated")
 
     id = models.BigAutoField(primary_key=True)
-    org = models.ForeignKey(
-        "tenants.Org", on_delete=models.CASCADE, related_name="+", db_index=False
-    )
-    domain = models.ForeignKey(
-        "tenants.Domain", on_delete=models.CASCADE, related_name="+", db_index=False
-    )
+    org = org_key(db_index=False, verbose_name=None)
+    domain = domain_key(db_index=False, verbose_name=None)
     record = models.ForeignKey(
         MemoryRecord, on_delete=models.CASCADE, related_name="versions", db_index=False
     )
@@ -381,15 +407,10 @@ class RecordVersion(models.Model):
     actor = models.CharField(_("actor"), max_length=200, blank=True, default="")
     cause = models.CharField(_("cause"), max_length=16, choices=Cause)
 
-    objects = ScopedManager(org="org_id", domain="domain_id")
-    unscoped = models.Manager()  # noqa: DJ012 (ScopedManager() is a manager, not a field)
-
-    class Meta:
+    class Meta(TenantScopedModel.Meta):
         verbose_name = _("record version")
         verbose_name_plural = _("record versions")
         ordering = ["-version"]
-        default_manager_name = "objects"
-        base_manager_name = "unscoped"
         constraints = [
             models.UniqueConstraint(fields=["record", "version"], name="memoryhub_version_unique")
         ]
@@ -399,7 +420,7 @@ class RecordVersion(models.Model):
         return f"version {self.version} of record {str(self.record_id)[:8]}"
 
 
-class Observation(models.Model):
+class Observation(TenantScopedModel):
     """An append-only entry of the operator timeline (writes, refusals, dedupes, erasures)."""
 
     class Kind(models.TextChoices):
@@ -414,17 +435,7 @@ class Observation(models.Model):
         CONSOLIDATION_FAILED = "consolidation.failed", _("consolidation failed")
         RERANK_FAILED = "rerank.failed", _("rerank failed")
 
-    org = models.ForeignKey(
-        "tenants.Org", on_delete=models.CASCADE, related_name="+", verbose_name=_("org")
-    )
-    domain = models.ForeignKey(
-        "tenants.Domain",
-        on_delete=models.CASCADE,
-        related_name="+",
-        null=True,
-        blank=True,
-        verbose_name=_("domain"),
-    )
+    domain = domain_key(null=True, blank=True)
     kind = models.CharField(_("kind"), max_length=32, choices=Kind)
     source = models.CharField(_("source"), max_length=64, blank=True, default="")
     count = models.PositiveIntegerField(_("count"), default=0)
@@ -432,15 +443,10 @@ class Observation(models.Model):
     actor = models.CharField(_("actor"), max_length=150, blank=True, default="")
     created_at = models.DateTimeField(_("created"), default=timezone.now, db_index=True)
 
-    objects = ScopedManager(org="org_id", domain="domain_id")
-    unscoped = models.Manager()  # noqa: DJ012 (ScopedManager() is a manager, not a field)
-
-    class Meta:
+    class Meta(TenantScopedModel.Meta):
         verbose_name = _("observation")
         verbose_name_plural = _("observations")
         ordering = ["-created_at"]
-        default_manager_name = "objects"
-        base_manager_name = "unscoped"
         indexes = [
             models.Index(fields=["org", "kind", "created_at"], name="memoryhub_obs_kind_idx"),
             models.Index(fields=["domain", "created_at"], name="memoryhub_obs_domain_idx"),
@@ -450,7 +456,7 @@ class Observation(models.Model):
         return f"{self.kind} {self.source} ({self.count})"
 
 
-class ImportJob(models.Model):
+class ImportJob(TenantScopedModel):
     """A file imported into a knowledge base by an operator, run by a Celery task.
 
     The file is kept in :class:`ImportChunk` rows until the job ends. A worker validates
@@ -474,12 +480,6 @@ class ImportJob(models.Model):
         CSV = "csv", _("CSV")
         MARKDOWN = "markdown", _("Markdown")
 
-    org = models.ForeignKey(
-        "tenants.Org", on_delete=models.CASCADE, related_name="+", verbose_name=_("org")
-    )
-    domain = models.ForeignKey(
-        "tenants.Domain", on_delete=models.CASCADE, related_name="+", verbose_name=_("domain")
-    )
     knowledge_base = models.ForeignKey(
         KnowledgeBase,
         on_delete=models.CASCADE,
@@ -508,17 +508,12 @@ class ImportJob(models.Model):
     updated_at = models.DateTimeField(_("updated"), null=True, blank=True)
     finished_at = models.DateTimeField(_("finished"), null=True, blank=True)
 
-    objects = ScopedManager(org="org_id", domain="domain_id")
-    unscoped = models.Manager()  # noqa: DJ012 (ScopedManager() is a manager, not a field)
-
     FINISHED = (Status.DONE, Status.FAILED, Status.CANCELLED, Status.UNDONE)
 
-    class Meta:
+    class Meta(TenantScopedModel.Meta):
         verbose_name = _("import")
         verbose_name_plural = _("imports")
         ordering = ["-created_at"]
-        default_manager_name = "objects"
-        base_manager_name = "unscoped"
 
     def __str__(self) -> str:
         return f"{self.filename} → {self.knowledge_base_id} ({self.status})"
@@ -563,7 +558,7 @@ class WorkerHeartbeat(models.Model):
         return f"{self.hostname} at {self.seen_at:%Y-%m-%d %H:%M:%S}"
 
 
-class ErasureReceipt(models.Model):
+class ErasureReceipt(TenantScopedModel):
     """The permanent proof of one erasure: when, by whom, where, what selector (as a keyed
     hash), and how many records per knowledge base. Never the content or the namespace.
 
@@ -571,6 +566,8 @@ class ErasureReceipt(models.Model):
     outlives the org or domain it speaks of; receipts are exempt from retention.
     """
 
+    org = None
+    domain = None
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     created_at = models.DateTimeField(_("erased at"), default=timezone.now, db_index=True)
     actor = models.CharField(_("actor"), max_length=150, blank=True, default="")
@@ -585,15 +582,10 @@ class ErasureReceipt(models.Model):
     deleted = models.PositiveIntegerField(_("records erased"), default=0)
     cancelled_imports = models.PositiveIntegerField(_("imports cancelled"), default=0)
 
-    objects = ScopedManager(org="org_id", domain="domain_id")
-    unscoped = models.Manager()  # noqa: DJ012 (ScopedManager() is a manager, not a field)
-
-    class Meta:
+    class Meta(TenantScopedModel.Meta):
         verbose_name = _("erasure receipt")
         verbose_name_plural = _("erasure receipts")
         ordering = ["-created_at"]
-        default_manager_name = "objects"
-        base_manager_name = "unscoped"
         indexes = [
             models.Index(
                 fields=["org_id", "domain_id", "created_at"], name="memoryhub_receipt_idx"

@@ -2,14 +2,20 @@
 
 Every permission here is asked of memoryhub's policy core (``memoryhub.policy``): the
 membership role in a row's org is the permission, no hand-granted Django permissions.
+
+Another app adds to these admins through :class:`AdminExtension` and
+:func:`extend_admin` (memoryhub's erasure does) rather than by registering them again.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from django.contrib import admin, messages
-from django.db.models import Q, QuerySet
+from django.contrib.admin.options import IS_POPUP_VAR
+from django.db.models import Model, Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.urls import reverse
 from django.utils import timezone
@@ -127,6 +133,108 @@ class OrgRestrictedAdmin(PolicyAdminMixin, admin.ModelAdmin):
         return queryset.filter(**{f"{self.org_field}__in": self.orgs_for(request, action)})
 
 
+class AdminExtension:
+    """What another app adds to a tenants admin, asked at request time.
+
+    tenants does not know what other apps keep in an org or a domain. An app that must
+    act there (memoryhub erases an org's or a domain's memory, and deletes one only
+    after erasing it) subclasses this and registers it with :func:`extend_admin`, so the
+    admins stay the ones registered here. Every hook's default leaves the admin as it is.
+    """
+
+    def actions(self, model_admin: Any, request: HttpRequest) -> Sequence[Callable[..., Any]]:
+        """More change-list actions (``@admin.action`` callables taking ``model_admin,
+        request, queryset``): only those the user may run."""
+        return []
+
+    def deleted_objects(self, model_admin: Any, objs: Any, request: HttpRequest) -> Any:
+        """What the deletion page lists, as ``ModelAdmin.get_deleted_objects`` returns
+        it; ``None`` for the admin's own list."""
+        return None
+
+    def before_delete(self, model_admin: Any, request: HttpRequest, obj: Any) -> None:
+        """Called before ``obj`` is deleted, on its own or in a bulk deletion."""
+
+    def after_bulk_delete(self, model_admin: Any, request: HttpRequest, objs: list[Any]) -> None:
+        """Called after the delete action deleted ``objs``."""
+
+    def response_delete(
+        self, model_admin: Any, request: HttpRequest, obj_display: str, obj_id: Any
+    ) -> HttpResponse | None:
+        """The page shown after one object was deleted; ``None`` for the admin's own."""
+        return None
+
+
+_extensions: defaultdict[type[Model], list[AdminExtension]] = defaultdict(list)
+
+ExtensionClass = TypeVar("ExtensionClass", bound=type[AdminExtension])
+
+
+def extend_admin(*models: type[Model]) -> Callable[[ExtensionClass], ExtensionClass]:
+    """Register an :class:`AdminExtension` subclass for the admins of ``models``, as
+    ``@admin.register`` registers a ModelAdmin (from the app's ``admin`` module, so a
+    site without the admin never loads it)."""
+
+    def register(extension_class: ExtensionClass) -> ExtensionClass:
+        extension = extension_class()
+        for model in models:
+            _extensions[model].append(extension)
+        return extension_class
+
+    return register
+
+
+class ExtensibleAdmin:
+    """A tenants ModelAdmin that asks the extensions registered for its model.
+
+    With an extension, the delete action deletes its rows one by one, so each row's
+    ``before_delete`` runs as it does when a row is deleted from its own page.
+    """
+
+    def extensions(self) -> list[AdminExtension]:
+        return _extensions.get(self.model, [])  # type: ignore[attr-defined]
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        actions: dict[str, Any] = super().get_actions(request)  # type: ignore[misc]
+        if self.actions is None or IS_POPUP_VAR in request.GET:  # type: ignore[attr-defined]
+            return actions  # no actions at all, as Django's own
+        for extension in self.extensions():
+            for function in extension.actions(self, request):
+                action = self.get_action(function)  # type: ignore[attr-defined]
+                actions[action[1]] = action
+        return actions
+
+    def get_deleted_objects(self, objs: Any, request: HttpRequest) -> Any:
+        for extension in self.extensions():
+            listed = extension.deleted_objects(self, objs, request)
+            if listed is not None:
+                return listed
+        return super().get_deleted_objects(objs, request)  # type: ignore[misc]
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        for extension in self.extensions():
+            extension.before_delete(self, request, obj)
+        super().delete_model(request, obj)  # type: ignore[misc]
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        extensions = self.extensions()
+        if not extensions:
+            super().delete_queryset(request, queryset)  # type: ignore[misc]
+            return
+        objs = list(queryset)
+        for obj in objs:
+            self.delete_model(request, obj)
+        for extension in extensions:
+            extension.after_bulk_delete(self, request, objs)
+
+    def response_delete(self, request: HttpRequest, obj_display: str, obj_id: Any) -> Any:
+        for extension in self.extensions():
+            response = extension.response_delete(self, request, obj_display, obj_id)
+            if response is not None:
+                return response
+        return super().response_delete(request, obj_display, obj_id)  # type: ignore[misc]
+
+
 class OrgInline(PolicyAdminMixin, admin.TabularInline):
     """An inline on the org page: permissions from the role in that org.
 
@@ -162,7 +270,7 @@ class MembershipInline(OrgInline):
 
 
 @admin.register(Org)
-class OrgAdmin(OrgRestrictedAdmin):
+class OrgAdmin(ExtensibleAdmin, OrgRestrictedAdmin):
     org_field = "pk"
     list_display = ["slug", "name", "external_ref", "is_active", "created_at"]
     list_filter = ["is_active"]
@@ -209,7 +317,7 @@ class OrgAdmin(OrgRestrictedAdmin):
 
 
 @admin.register(Domain)
-class DomainAdmin(OrgRestrictedAdmin):
+class DomainAdmin(ExtensibleAdmin, OrgRestrictedAdmin):
     list_display = ["slug", "name", "org", "created_at"]
     list_filter = [("org", admin.RelatedOnlyFieldListFilter)]
     list_select_related = ["org"]
@@ -225,7 +333,7 @@ class DomainAdmin(OrgRestrictedAdmin):
 
 
 @admin.register(Membership)
-class MembershipAdmin(OrgRestrictedAdmin):
+class MembershipAdmin(ExtensibleAdmin, OrgRestrictedAdmin):
     list_display = ["user", "org", "role", "created_at"]
     list_filter = ["role", ("org", admin.RelatedOnlyFieldListFilter)]
     list_select_related = ["user", "org"]
@@ -255,7 +363,7 @@ class KeyStateFilter(admin.SimpleListFilter):
 
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(OrgRestrictedAdmin):
+class ApiKeyAdmin(ExtensibleAdmin, OrgRestrictedAdmin):
     list_display = (
         "prefix",
         "name",

@@ -420,6 +420,30 @@ def test_org_and_domain_erasure_actions(admin_client, data, tenant, model, field
     assert MemoryRecord.unscoped.filter(content="globex secret entry").exists()
 
 
+def test_erasure_extends_the_tenants_admins_instead_of_registering_its_own():
+    from django.contrib import admin
+
+    from tenants.admin import DomainAdmin, OrgAdmin
+    from tenants.models import Domain, Org
+
+    assert type(admin.site.get_model_admin(Org)) is OrgAdmin
+    assert type(admin.site.get_model_admin(Domain)) is DomainAdmin
+
+
+@pytest.mark.parametrize("model", ["org", "domain"])
+def test_bulk_deleting_orgs_or_domains_erases_their_memory_first(admin_client, data, tenant, model):
+    target = tenant.org if model == "org" else tenant.domain
+    response = admin_client.post(
+        f"/admin/tenants/{model}/",
+        {"action": "delete_selected", "_selected_action": [target.pk], "post": "yes"},
+        follow=True,
+    )
+    assert "Erased 2 memory records before deleting." in response.content.decode()
+    assert not type(target).objects.filter(pk=target.pk).exists()
+    assert MemoryRecord.unscoped.filter(org=tenant.org).count() == 0
+    assert MemoryRecord.unscoped.filter(content="globex secret entry").exists()
+
+
 def test_deleting_a_kb_is_a_job_that_forgets_its_records_through_the_service(
     admin_client, data, tenant, committed
 ):

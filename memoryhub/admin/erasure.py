@@ -1,9 +1,11 @@
 """GDPR erasure of a whole org or domain, added to the tenants admin.
 
-Each action copies Django's ``delete_selected``: the first POST shows what would be
-erased (counts per knowledge base), the second (``post=yes``) erases through the forget
-service and shows the receipt (counts, time, actor; no content). Deleting an org or a
-domain erases its memory through the same service first.
+The tenants admins stay the ones ``tenants.admin`` registers: erasure is an extension
+of theirs (``tenants.admin.extend_admin``). Each action copies Django's
+``delete_selected``: the first POST shows what would be erased (counts per knowledge
+base), the second (``post=yes``) erases through the forget service and shows the receipt
+(counts, time, actor; no content). Deleting an org or a domain erases its memory through
+the same service first.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from tenants.admin import DomainAdmin, OrgAdmin
+from tenants.admin import AdminExtension, OrgRestrictedAdmin, extend_admin
 from tenants.models import Domain, Org
 
 from ..policy import Action
@@ -31,47 +33,6 @@ from .base import actor, admin_context, deletion_summary
 from .receipts import batch_url
 
 logger = logging.getLogger("memoryhub.erasure")
-
-
-def _confirm_or_erase(
-    model_admin: admin.ModelAdmin,
-    request: HttpRequest,
-    queryset: QuerySet[Any],
-    rows: list[tuple[str, str, str, int]],
-    erase: Any,
-    what: Any,
-) -> HttpResponse:
-    context = admin_context(
-        model_admin,
-        request,
-        title=_("Erase %s") % what,
-        queryset=queryset,
-        what=what,
-        action=request.POST.get("action"),
-        action_checkbox_name=helpers.ACTION_CHECKBOX_NAME,
-    )
-    if request.POST.get("post") != "yes":
-        context.update(rows=rows, total=sum(row[3] for row in rows), confirm=True)
-        return TemplateResponse(request, "admin/memoryhub/confirm_erasure.html", context)
-    return show_receipt(model_admin, request, erase())
-
-
-def _org_rows(orgs: QuerySet[Org]) -> list[tuple[str, str, str, int]]:
-    return [
-        (org.slug, domain, kb, count)
-        for org in orgs
-        for domain, kb, count in forget_service.preview_org(org.pk)
-    ]
-
-
-def _domain_rows(domains: QuerySet[Domain]) -> list[tuple[str, str, str, int]]:
-    rows: list[tuple[str, str, str, int]] = []
-    for domain in domains.select_related("org"):
-        preview = forget_service.preview(
-            Scope.for_domain(domain), forget_service.ForgetRequest(all=True)
-        )
-        rows.extend((domain.org.slug, domain.slug, kb, count) for kb, count in preview.items())
-    return rows
 
 
 def erasure_batch(request: HttpRequest) -> uuid.UUID:
@@ -115,8 +76,13 @@ def _erase_domain(
     return [(domain.org.slug, domain.slug, kb, count) for kb, count in result.by_source.items()]
 
 
-class ErasureMixin:
+class MemoryErasure(AdminExtension):
     """Erasure actions, and deletion through the erasure path, asked of the policy.
+
+    The action copies Django's ``delete_selected``: the first POST shows what would be
+    erased (``preview``: counts per knowledge base), the second (``post=yes``) erases
+    each row (``erase``) through the forget service and shows the receipt. Only rows of
+    orgs where the user may forget are erased.
 
     Deleting an org or a domain erases its memory through the forget service first and
     answers with the erasure receipt (counts per knowledge base, time, actor). Its
@@ -124,16 +90,50 @@ class ErasureMixin:
     is also logged (``memoryhub.erasure``: counts and ids, never content).
     """
 
-    def has_erase_permission(self, request: HttpRequest) -> bool:
-        return self.allows(request, Action.FORGET)  # type: ignore[attr-defined]
+    #: What the confirmation page says will be erased.
+    what: Any = ""
 
-    def get_deleted_objects(self, objs: Any, request: HttpRequest) -> Any:
-        return deletion_summary(self, objs, request)  # type: ignore[arg-type]
+    def preview(self, queryset: QuerySet[Any]) -> list[tuple[str, str, str, int]]:
+        """``(org, domain, knowledge base, records)`` rows an erasure of ``queryset`` erases."""
+        raise NotImplementedError
+
+    def targets(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        """The rows to erase, as :meth:`erase` reads them."""
+        return queryset
 
     def erase(self, request: HttpRequest, obj: Any) -> list[tuple[str, str, str, int]]:
         raise NotImplementedError
 
-    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+    def erase_memory(
+        self, model_admin: OrgRestrictedAdmin, request: HttpRequest, queryset: QuerySet[Any]
+    ) -> HttpResponse:
+        """The action (each subclass names it for its model)."""
+        queryset = model_admin.allowed_rows(request, queryset, Action.FORGET)
+        context = admin_context(
+            model_admin,
+            request,
+            title=_("Erase %s") % self.what,
+            queryset=queryset,
+            what=self.what,
+            action=request.POST.get("action"),
+            action_checkbox_name=helpers.ACTION_CHECKBOX_NAME,
+        )
+        if request.POST.get("post") != "yes":
+            rows = self.preview(queryset)
+            context.update(rows=rows, total=sum(row[3] for row in rows), confirm=True)
+            return TemplateResponse(request, "admin/memoryhub/confirm_erasure.html", context)
+        erased = [row for obj in self.targets(queryset) for row in self.erase(request, obj)]
+        return show_receipt(model_admin, request, erased)
+
+    def actions(self, model_admin: OrgRestrictedAdmin, request: HttpRequest) -> list[Any]:
+        return [self.erase_memory] if model_admin.allows(request, Action.FORGET) else []
+
+    def deleted_objects(
+        self, model_admin: OrgRestrictedAdmin, objs: Any, request: HttpRequest
+    ) -> Any:
+        return deletion_summary(model_admin, objs, request)
+
+    def before_delete(self, model_admin: Any, request: HttpRequest, obj: Any) -> None:
         rows = self.erase(request, obj)
         receipt = [*getattr(request, "_memoryhub_receipt", []), *rows]
         request._memoryhub_receipt = receipt  # type: ignore[attr-defined]
@@ -147,13 +147,10 @@ class ErasureMixin:
                 "actor": actor(request),
             },
         )
-        super().delete_model(request, obj)  # type: ignore[misc]
 
-    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        for obj in queryset:
-            self.delete_model(request, obj)
+    def after_bulk_delete(self, model_admin: Any, request: HttpRequest, objs: list[Any]) -> None:
         total = sum(row[3] for row in getattr(request, "_memoryhub_receipt", []))
-        self.message_user(  # type: ignore[attr-defined]
+        model_admin.message_user(
             request,
             ngettext(
                 "Erased %(count)d memory record before deleting.",
@@ -164,31 +161,31 @@ class ErasureMixin:
             messages.SUCCESS,
         )
 
-    def response_delete(self, request: HttpRequest, obj_display: str, obj_id: Any) -> Any:
+    def response_delete(
+        self, model_admin: Any, request: HttpRequest, obj_display: str, obj_id: Any
+    ) -> HttpResponse | None:
         receipt = getattr(request, "_memoryhub_receipt", None)
         if receipt is None:
-            return super().response_delete(request, obj_display, obj_id)  # type: ignore[misc]
-        return show_receipt(self, request, receipt, deleted=obj_display)
+            return None
+        return show_receipt(model_admin, request, receipt, deleted=obj_display)
 
 
-class OrgErasureAdmin(ErasureMixin, OrgAdmin):
-    actions = ["erase_memory"]
+@extend_admin(Org)
+class OrgErasure(MemoryErasure):
+    what = _("the memory of these orgs")
 
-    @admin.action(description=_("Erase this org's memory"), permissions=["erase"])
-    def erase_memory(self, request: HttpRequest, queryset: QuerySet[Org]) -> HttpResponse:
-        queryset = self.allowed_rows(request, queryset, Action.FORGET)
+    @admin.action(description=_("Erase this org's memory"))
+    def erase_memory(
+        self, model_admin: OrgRestrictedAdmin, request: HttpRequest, queryset: QuerySet[Any]
+    ) -> HttpResponse:
+        return super().erase_memory(model_admin, request, queryset)
 
-        def erase() -> list[tuple[str, str, str, int]]:
-            return [
-                row
-                for org in queryset
-                for domain in org.domains.all()
-                for row in _erase_domain(domain, actor(request), erasure_batch(request))
-            ]
-
-        return _confirm_or_erase(
-            self, request, queryset, _org_rows(queryset), erase, _("the memory of these orgs")
-        )
+    def preview(self, queryset: QuerySet[Org]) -> list[tuple[str, str, str, int]]:
+        return [
+            (org.slug, domain, kb, count)
+            for org in queryset
+            for domain, kb, count in forget_service.preview_org(org.pk)
+        ]
 
     def erase(self, request: HttpRequest, obj: Org) -> list[tuple[str, str, str, int]]:
         return [
@@ -198,29 +195,27 @@ class OrgErasureAdmin(ErasureMixin, OrgAdmin):
         ]
 
 
-class DomainErasureAdmin(ErasureMixin, DomainAdmin):
-    actions = ["erase_memory"]
+@extend_admin(Domain)
+class DomainErasure(MemoryErasure):
+    what = _("the memory of these domains")
 
-    @admin.action(description=_("Erase this domain's memory"), permissions=["erase"])
-    def erase_memory(self, request: HttpRequest, queryset: QuerySet[Domain]) -> HttpResponse:
-        queryset = self.allowed_rows(request, queryset, Action.FORGET)
+    @admin.action(description=_("Erase this domain's memory"))
+    def erase_memory(
+        self, model_admin: OrgRestrictedAdmin, request: HttpRequest, queryset: QuerySet[Any]
+    ) -> HttpResponse:
+        return super().erase_memory(model_admin, request, queryset)
 
-        def erase() -> list[tuple[str, str, str, int]]:
-            return [
-                row
-                for domain in queryset.select_related("org")
-                for row in _erase_domain(domain, actor(request), erasure_batch(request))
-            ]
+    def preview(self, queryset: QuerySet[Domain]) -> list[tuple[str, str, str, int]]:
+        rows: list[tuple[str, str, str, int]] = []
+        for domain in self.targets(queryset):
+            preview = forget_service.preview(
+                Scope.for_domain(domain), forget_service.ForgetRequest(all=True)
+            )
+            rows.extend((domain.org.slug, domain.slug, kb, count) for kb, count in preview.items())
+        return rows
 
-        return _confirm_or_erase(
-            self, request, queryset, _domain_rows(queryset), erase, _("the memory of these domains")
-        )
+    def targets(self, queryset: QuerySet[Domain]) -> QuerySet[Domain]:
+        return queryset.select_related("org")
 
     def erase(self, request: HttpRequest, obj: Domain) -> list[tuple[str, str, str, int]]:
         return _erase_domain(obj, actor(request), erasure_batch(request))
-
-
-for model, model_admin in ((Org, OrgErasureAdmin), (Domain, DomainErasureAdmin)):
-    if admin.site.is_registered(model):
-        admin.site.unregister(model)
-    admin.site.register(model, model_admin)

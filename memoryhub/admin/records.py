@@ -75,6 +75,19 @@ class KnowledgeBaseChoiceField(forms.ModelChoiceField):
 #: How many sources of a fact, and facts of a turn, a record page links to.
 PROVENANCE_SHOWN = 20
 
+#: What the system keeps of a record: read-only, the record page's "Indexing" section.
+INDEXING_FIELDS = (
+    "id",
+    "status",
+    "embedding_summary",
+    "attempts",
+    "last_error",
+    "content_hash",
+    "indexed_at",
+    "created_at",
+    "updated_at",
+)
+
 
 @admin.register(MemoryRecord)
 class MemoryRecordAdmin(OperatorAdmin):
@@ -106,17 +119,7 @@ class MemoryRecordAdmin(OperatorAdmin):
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
     search_fields = ["content", "key", "namespace"]
-    readonly_fields = [
-        "id",
-        "status",
-        "embedding_summary",
-        "attempts",
-        "last_error",
-        "content_hash",
-        "created_at",
-        "updated_at",
-        "indexed_at",
-    ]
+    readonly_fields = INDEXING_FIELDS
     # No date_hierarchy: its year links are a DISTINCT over every record the user sees.
     actions = ["reembed"]
     change_list_template = "admin/memoryhub/memoryrecord/change_list.html"
@@ -137,22 +140,7 @@ class MemoryRecordAdmin(OperatorAdmin):
             return [(None, {"fields": main})]
         return [
             (None, {"fields": main}),
-            (
-                _("Indexing"),
-                {
-                    "fields": [
-                        "id",
-                        "status",
-                        "embedding_summary",
-                        "attempts",
-                        "last_error",
-                        "content_hash",
-                        "indexed_at",
-                        "created_at",
-                        "updated_at",
-                    ]
-                },
-            ),
+            (_("Indexing"), {"fields": list(INDEXING_FIELDS)}),
         ]
 
     def get_form(

@@ -77,7 +77,7 @@ QUERY_EXAMPLES = [
                     "id": "8d0f3c1e-8a55-4f0e-9a55-2f6e43c2f0a1",
                     "content": "Refunds are issued within 5 business days.",
                     "source": "handbook",
-                    "score": 0.0328,
+                    "score": 0.94,
                     "metadata": {"team": "support"},
                     "key": "refunds",
                     "kind": "semantic",

@@ -60,12 +60,17 @@ def _item_bounds(required_content: bool) -> dict[str, serializers.Field]:
     }
 
 
-class ItemInSerializer(SettingsBounds, serializers.Serializer):
+# The fields an item is written and updated with; those bounded by settings (content,
+# key, tags, namespace) are each serializer's bounded_fields. No docstring: the schema
+# describes a serializer by the first one it inherits.
+class ItemFieldsSerializer(SettingsBounds, serializers.Serializer):
     kind = serializers.ChoiceField(choices=MemoryRecord.Kind.choices, required=False)
     metadata = serializers.DictField(required=False)
     expires_at = serializers.DateTimeField(required=False, allow_null=True)
     ttl_seconds = serializers.IntegerField(required=False, min_value=1)
 
+
+class ItemInSerializer(ItemFieldsSerializer):
     def bounded_fields(self) -> dict[str, serializers.Field]:
         return {
             **_item_bounds(required_content=True),
@@ -239,12 +244,7 @@ class RecordHistorySerializer(serializers.Serializer):
     )
 
 
-class RecordUpdateSerializer(SettingsBounds, serializers.Serializer):
-    kind = serializers.ChoiceField(choices=MemoryRecord.Kind.choices, required=False)
-    metadata = serializers.DictField(required=False)
-    expires_at = serializers.DateTimeField(required=False, allow_null=True)
-    ttl_seconds = serializers.IntegerField(required=False, min_value=1)
-
+class RecordUpdateSerializer(ItemFieldsSerializer):
     def bounded_fields(self) -> dict[str, serializers.Field]:
         return _item_bounds(required_content=False)
 

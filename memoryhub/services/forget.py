@@ -42,7 +42,6 @@ from ..models import (
 from ..scope import Scope, tenant_scope
 from . import consolidation, write
 from .scheduling import send
-from .write import count_refusal
 
 logger = logging.getLogger(__name__)
 
@@ -427,13 +426,14 @@ def _apply_read_only(
     for knowledge_base in policy.refuses_change(
         knowledge_bases.values(), operator=operator, subject_erasure=request.is_subject_erasure
     ):
-        n = counts[knowledge_base.pk]
-        count_refusal(scope, knowledge_base, n, actor, change="forget")
-        if knowledge_base.on_write == KnowledgeBase.OnWrite.IGNORE:
+        refused = write.refuse(
+            scope, knowledge_base, counts[knowledge_base.pk], actor, change="forget"
+        )
+        if refused is None:
             result.refused.append(knowledge_base.name)
             del knowledge_bases[knowledge_base.pk]
         elif refusal is None:
-            refusal = WriteRefused(knowledge_base.name, n)
+            refusal = refused
     result.refused.sort()
     return refusal
 
@@ -628,14 +628,10 @@ def forget_record(
     A record of a read-only knowledge base is refused (``WriteRefused``, counted) unless
     ``operator=True``.
     """
-    from .records import get_record
-
-    record = get_record(scope, record_id)
+    record = write.record_to_change(
+        scope, record_id, change="forget", actor=actor, operator=operator
+    )
     knowledge_base = record.knowledge_base
-    if policy.refuses_change([knowledge_base], operator=operator):
-        with transaction.atomic():
-            count_refusal(scope, knowledge_base, 1, actor, change="forget")
-        raise WriteRefused(knowledge_base.name, 1)
     result = ForgetResult()
     with transaction.atomic(), tenant_scope(scope):
         selected = MemoryRecord.objects.filter(pk=record.pk)

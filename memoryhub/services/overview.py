@@ -20,10 +20,11 @@ MAX_DOMAINS = 50
 
 def overview(principal: policy.Principal) -> dict[str, Any]:
     """Domains (records, pending, failed, refusals and dedupes in 24 h / 7 d), recent
-    imports and erasures, and the indexing pipeline's status, for ``principal``."""
-    from tenants.models import Domain
+    imports and erasures, and the indexing pipeline's status, for ``principal``.
 
-    from .indexing import models_in_use, pipeline_status
+    Longer than most on purpose: each count is gathered once for all the listed domains
+    (by the helpers below), then shaped into one row per domain, in one place."""
+    from tenants.models import Domain
 
     orgs = policy.orgs_allowing(principal, Action.READ)
     domains = list(
@@ -40,41 +41,9 @@ def overview(principal: policy.Principal) -> dict[str, Any]:
         for row in records.values("domain_id").annotate(n=Count("pk")).order_by()
     }
     unindexed = _unindexed_counts(records, ids)
-    # A change of embedder in progress: indexed records still on a previous model, per
-    # domain (one range of the model index per previous model; shrinks as they go).
     current = memoryhub_settings.embedder().name
-    previous: dict[int, int] = {}
-    for model in models_in_use():
-        if model == current:
-            continue
-        for row in (
-            records.filter(embedding_model=model, status=MemoryRecord.Status.INDEXED)
-            .values("domain_id")
-            .annotate(n=Count("pk"))
-            .order_by()
-        ):
-            previous[row["domain_id"]] = previous.get(row["domain_id"], 0) + row["n"]
-    now = timezone.now()
-    day, week = now - timedelta(days=1), now - timedelta(days=7)
-    events = {
-        row["domain_id"]: row
-        for row in Observation.unscoped.filter(
-            domain_id__in=ids,
-            created_at__gte=week,
-            kind__in=[
-                Observation.Kind.MEMORY_WRITE_REFUSED,
-                Observation.Kind.MEMORY_DEDUPLICATED,
-            ],
-        )
-        .values("domain_id")
-        .annotate(
-            refused_day=_sum(Observation.Kind.MEMORY_WRITE_REFUSED, day),
-            refused_week=_sum(Observation.Kind.MEMORY_WRITE_REFUSED, week),
-            deduped_day=_sum(Observation.Kind.MEMORY_DEDUPLICATED, day),
-            deduped_week=_sum(Observation.Kind.MEMORY_DEDUPLICATED, week),
-        )
-        .order_by()
-    }
+    previous = _previous_model_counts(records, current)
+    events = _recent_events(ids)
     rows = []
     for domain in domains:
         counts: dict[str, Any] = dict(events.get(domain.pk) or {})
@@ -102,12 +71,7 @@ def overview(principal: policy.Principal) -> dict[str, Any]:
     erasures = ErasureReceipt.unscoped.filter(domain_id__in=ids, org_id__in=erasing).order_by(
         "-created_at"
     )[:5]
-    try:
-        from celery import current_app
-
-        pipeline = pipeline_status(eager=bool(current_app.conf.task_always_eager))
-    except Exception as exc:  # the page still shows what the database says
-        pipeline = {"ok": False, "error": type(exc).__name__}
+    pipeline = _pipeline()
     return {
         "domains": rows,
         "more_domains": more,
@@ -121,6 +85,63 @@ def overview(principal: policy.Principal) -> dict[str, Any]:
             for action in (Action.READ, Action.IMPORT, Action.ERASE_SUBJECT, Action.FORGET)
         },
     }
+
+
+def _previous_model_counts(records: Any, current: str) -> dict[int, int]:
+    """A change of embedder in progress: indexed records still on a previous model, per
+    domain (one range of the model index per previous model; shrinks as they go)."""
+    from .indexing import models_in_use
+
+    previous: dict[int, int] = {}
+    for model in models_in_use():
+        if model == current:
+            continue
+        for row in (
+            records.filter(embedding_model=model, status=MemoryRecord.Status.INDEXED)
+            .values("domain_id")
+            .annotate(n=Count("pk"))
+            .order_by()
+        ):
+            previous[row["domain_id"]] = previous.get(row["domain_id"], 0) + row["n"]
+    return previous
+
+
+def _recent_events(ids: list[int]) -> dict[int, Any]:
+    """Refusals and dedupes per domain in the last day and week, in one grouped query."""
+    now = timezone.now()
+    day, week = now - timedelta(days=1), now - timedelta(days=7)
+    return {
+        row["domain_id"]: row
+        for row in Observation.unscoped.filter(
+            domain_id__in=ids,
+            created_at__gte=week,
+            kind__in=[
+                Observation.Kind.MEMORY_WRITE_REFUSED,
+                Observation.Kind.MEMORY_DEDUPLICATED,
+            ],
+        )
+        .values("domain_id")
+        .annotate(
+            refused_day=_sum(Observation.Kind.MEMORY_WRITE_REFUSED, day),
+            refused_week=_sum(Observation.Kind.MEMORY_WRITE_REFUSED, week),
+            deduped_day=_sum(Observation.Kind.MEMORY_DEDUPLICATED, day),
+            deduped_week=_sum(Observation.Kind.MEMORY_DEDUPLICATED, week),
+        )
+        .order_by()
+    }
+
+
+def _pipeline() -> dict[str, Any]:
+    """The indexing pipeline's status; the page still shows what the database says when
+    asking the broker fails."""
+    from .indexing import pipeline_status
+
+    try:
+        from celery import current_app
+
+        return pipeline_status(eager=bool(current_app.conf.task_always_eager))
+    except Exception as exc:
+        return {"ok": False, "error": type(exc).__name__}
 
 
 #: Pending and failed records are counted exactly up to this many per domain (a backlog

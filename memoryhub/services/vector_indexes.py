@@ -154,23 +154,9 @@ def ensure_tenant_indexes(
             changes.busy = True
             return changes
         counts = _domain_sizes() if minimum > 0 else {}
-        # Large, or a large share of a smaller table (and too large for the exact scan):
-        # what a filtered search of the shared index costs depends on the share.
-        by_share = math.ceil(TENANT_INDEX_MIN_SHARE * sum(counts.values()))
-        bound = min(minimum, max(by_share, memoryhub_settings.EXACT_SCAN_THRESHOLD + 1))
         suffix = "_" + _model_digest(model_name)
         existing = {name: ok for name, ok in _tenant_indexes().items() if name.endswith(suffix)}
-        wanted = {
-            tenant_index_name(model_name, org, domain): (org, domain)
-            for (org, domain), n in counts.items()
-            if n >= bound
-        }
-        # At least half the bound: kept (a domain hovering at the line is not rebuilt).
-        kept = {
-            tenant_index_name(model_name, org, domain)
-            for (org, domain), n in counts.items()
-            if n >= max(bound // 2, 1)
-        }
+        wanted, kept = _wanted_tenant_indexes(model_name, counts, minimum)
         with _no_statement_timeout(concurrently):
             for name, valid in existing.items():
                 if name not in kept or not valid:  # shrunk, gone, or a failed build
@@ -188,6 +174,31 @@ def ensure_tenant_indexes(
     if changes.created or changes.dropped:
         logger.info("tenant HNSW indexes: created %s, dropped %s", changes.created, changes.dropped)
     return changes
+
+
+def _wanted_tenant_indexes(
+    model_name: str, counts: dict[tuple[int, int], int], minimum: int
+) -> tuple[dict[str, tuple[int, int]], set[str]]:
+    """The tenant indexes to have (by name, with their ``(org, domain)``) and the ones to
+    keep, from each domain's record count.
+
+    Large, or a large share of a smaller table (and too large for the exact scan): what
+    a filtered search of the shared index costs depends on the share. At least half that
+    bound: kept (a domain hovering at the line is not rebuilt).
+    """
+    by_share = math.ceil(TENANT_INDEX_MIN_SHARE * sum(counts.values()))
+    bound = min(minimum, max(by_share, memoryhub_settings.EXACT_SCAN_THRESHOLD + 1))
+    wanted = {
+        tenant_index_name(model_name, org, domain): (org, domain)
+        for (org, domain), n in counts.items()
+        if n >= bound
+    }
+    kept = {
+        tenant_index_name(model_name, org, domain)
+        for (org, domain), n in counts.items()
+        if n >= max(bound // 2, 1)
+    }
+    return wanted, kept
 
 
 def _domain_sizes() -> dict[tuple[int, int], int]:

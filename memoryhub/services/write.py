@@ -48,6 +48,8 @@ __all__ = [
     "ensure_knowledge_base",
     "lock_domain",
     "lock_namespaces",
+    "record_to_change",
+    "refuse",
     "restore_version",
     "schedule_indexing",
     "update_record",
@@ -145,6 +147,35 @@ def count_refusal(
         },
         actor=actor,
     )
+
+
+def refuse(
+    scope: Scope, knowledge_base: KnowledgeBase, n: int, actor: str, *, change: str = "write"
+) -> WriteRefused | None:
+    """Count a read-only knowledge base's refusal of an agent's ``change`` of ``n``
+    records; ``None`` when it ignores the change (``on_write="ignore"``: reported as
+    refused, not an error), else the :class:`WriteRefused` that refuses it."""
+    count_refusal(scope, knowledge_base, n, actor, change=change)
+    if knowledge_base.on_write == KnowledgeBase.OnWrite.IGNORE:
+        return None
+    return WriteRefused(knowledge_base.name, n)
+
+
+def record_to_change(
+    scope: Scope, record_id: Any, *, change: str, actor: str, operator: bool
+) -> MemoryRecord:
+    """The scope's record ``record_id`` (``RecordNotFound`` otherwise), if an agent may
+    ``change`` it by id (update, forget): a record of a read-only knowledge base is
+    refused whatever its ``on_write`` (``WriteRefused``, counted) unless ``operator``."""
+    from .records import get_record
+
+    record = get_record(scope, record_id)
+    knowledge_base = record.knowledge_base
+    if policy.refuses_change([knowledge_base], operator=operator):
+        with transaction.atomic():
+            count_refusal(scope, knowledge_base, 1, actor, change=change)
+        raise WriteRefused(knowledge_base.name, 1)
+    return record
 
 
 #: The first key of the domain-wide writer lock (namespace locks use knowledge base ids,
@@ -361,23 +392,44 @@ def _announce(
             actor=actor,
         )
     if written:
-        observe.record_in_scope(
-            Observation.Kind.MEMORY_WRITTEN,
+        _observe_written(
             scope,
-            source=knowledge_base.name,
-            count=len(written),
-            payload={
-                "source": knowledge_base.name,
-                "n": len(written),
-                "created": len(batch.new_records),
-                "updated": len(batch.changed),
-                "operator": operator,
-            },
+            knowledge_base,
+            created=len(batch.new_records),
+            updated=len(batch.changed),
             actor=actor,
+            operator=operator,
         )
     statuses = {str(record.pk): record.status for record in written}
     schedule_indexing(
         [pk for pk, status in statuses.items() if status == MemoryRecord.Status.PENDING]
+    )
+
+
+def _observe_written(
+    scope: Scope,
+    knowledge_base: KnowledgeBase,
+    *,
+    created: int,
+    updated: int,
+    actor: str,
+    operator: bool,
+) -> None:
+    """The ``memory.written`` observation of a write or an update by id."""
+    n = created + updated
+    observe.record_in_scope(
+        Observation.Kind.MEMORY_WRITTEN,
+        scope,
+        source=knowledge_base.name,
+        count=n,
+        payload={
+            "source": knowledge_base.name,
+            "n": n,
+            "created": created,
+            "updated": updated,
+            "operator": operator,
+        },
+        actor=actor,
     )
 
 
@@ -470,21 +522,15 @@ def write(
     result = WriteResult()
     refusal: WriteRefused | None = None
     with transaction.atomic(), tenant_scope(scope):
-        # Every (knowledge base, namespace) lock up front, in one order (by knowledge
-        # base id) that erasures take them in too: a write and an erasure of the same
-        # namespace serialise, and never deadlock.
-        namespaces = {item.namespace for item in validated}
-        lock_domain(scope)
-        for knowledge_base in sorted(knowledge_bases, key=lambda kb: kb.pk):
-            lock_namespaces(knowledge_base, namespaces)
+        _lock_targets(scope, knowledge_bases, validated)
         for knowledge_base in knowledge_bases:
             if policy.refuses_change([knowledge_base], operator=operator):
-                count_refusal(scope, knowledge_base, len(validated), actor)
-                if knowledge_base.on_write == KnowledgeBase.OnWrite.IGNORE:
+                refused = refuse(scope, knowledge_base, len(validated), actor)
+                if refused is None:
                     result.refused.append(knowledge_base.name)
                 else:
-                    result.failed[knowledge_base.name] = WriteRefused.code
-                    refusal = WriteRefused(knowledge_base.name, len(validated))
+                    result.failed[knowledge_base.name] = refused.code
+                    refusal = refused
                 continue
             if validated:
                 with transaction.atomic():
@@ -507,6 +553,18 @@ def write(
     if refusal is not None and len(knowledge_bases) == 1:
         raise refusal
     return result
+
+
+def _lock_targets(
+    scope: Scope, knowledge_bases: Sequence[KnowledgeBase], items: Sequence[WriteItem]
+) -> None:
+    """Every (knowledge base, namespace) lock of a write up front, in one order (by
+    knowledge base id) that erasures take them in too: a write and an erasure of the same
+    namespace serialise, and never deadlock."""
+    namespaces = {item.namespace for item in items}
+    lock_domain(scope)
+    for knowledge_base in sorted(knowledge_bases, key=lambda kb: kb.pk):
+        lock_namespaces(knowledge_base, namespaces)
 
 
 def _default_cause(operator: bool, import_job: int | None) -> str:
@@ -590,15 +648,11 @@ def update_record(
     knowledge base is refused (``WriteRefused``, counted) unless ``operator=True`` (the
     admin's curation path). A content change sends the record back to pending.
     """
-    from .records import RecordNotFound, get_record
+    from .records import RecordNotFound
 
     _check_update_fields(changes)
-    record = get_record(scope, record_id)
+    record = record_to_change(scope, record_id, change="update", actor=actor, operator=operator)
     knowledge_base = record.knowledge_base
-    if policy.refuses_change([knowledge_base], operator=operator):
-        with transaction.atomic():
-            count_refusal(scope, knowledge_base, 1, actor, change="update")
-        raise WriteRefused(knowledge_base.name, 1)
     item = _updated_item(record, changes, partial=partial)
     if _unchanged(record, item):
         # Nothing to change (an empty PATCH): no write, no new updated_at, no observation.
@@ -606,15 +660,7 @@ def update_record(
     with transaction.atomic(), tenant_scope(scope):
         lock_domain(scope)
         lock_namespaces(knowledge_base, [record.namespace])
-        if (
-            item.key is not None
-            and MemoryRecord.objects.filter(
-                knowledge_base=knowledge_base, namespace=record.namespace, key=item.key
-            )
-            .exclude(pk=record.pk)
-            .exists()
-        ):
-            raise ValidationFailed({"key": ["another record of this namespace has this key."]})
+        _check_key_free(record, item.key)
         locked = MemoryRecord.objects.select_for_update().filter(pk=record.pk).first()
         if locked is None:
             raise RecordNotFound(record_id)
@@ -627,24 +673,38 @@ def update_record(
         locked.key = item.key
         _apply(locked, item, content_changed=content_changed)
         locked.save()
-        observe.record_in_scope(
-            Observation.Kind.MEMORY_WRITTEN,
-            scope,
-            source=knowledge_base.name,
-            count=1,
-            payload={
-                "source": knowledge_base.name,
-                "n": 1,
-                "updated": 1,
-                "created": 0,
-                "operator": operator,
-            },
-            actor=actor,
+        _announce_update(
+            scope, knowledge_base, locked, content_changed, actor=actor, operator=operator
         )
-        if content_changed:
-            schedule_indexing([str(locked.pk)])
-        bump_generation_on_commit(scope)
     return RecordResult(str(locked.pk), locked.key, locked.status, False, knowledge_base.name)
+
+
+def _check_key_free(record: MemoryRecord, key: str | None) -> None:
+    """``ValidationFailed`` if another record of ``record``'s namespace has ``key``."""
+    if key is None:
+        return
+    taken = MemoryRecord.objects.filter(
+        knowledge_base=record.knowledge_base, namespace=record.namespace, key=key
+    ).exclude(pk=record.pk)
+    if taken.exists():
+        raise ValidationFailed({"key": ["another record of this namespace has this key."]})
+
+
+def _announce_update(
+    scope: Scope,
+    knowledge_base: KnowledgeBase,
+    record: MemoryRecord,
+    content_changed: bool,
+    *,
+    actor: str,
+    operator: bool,
+) -> None:
+    """What an updated record tells the rest: the written observation, its embedding
+    (when its content changed) and the domain's cache generation, once committed."""
+    _observe_written(scope, knowledge_base, created=0, updated=1, actor=actor, operator=operator)
+    if content_changed:
+        schedule_indexing([str(record.pk)])
+    bump_generation_on_commit(scope)
 
 
 def restore_version(

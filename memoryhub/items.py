@@ -25,7 +25,7 @@ __all__ = [
 #: The one vocabulary of a memory item's writable fields, as every door spells them: a
 #: record stores ``STORED_FIELDS`` (history keeps them too); a write also takes the
 #: ``namespace`` it goes to and ``ttl_seconds`` (turned into ``expires_at``).
-STORED_FIELDS = ("content", "key", "kind", "tags", "metadata", "expires_at")
+STORED_FIELDS = ("content", "key", "kind", "tags", "metadata", "expires_at", "occurred_at")
 ITEM_FIELDS = (*STORED_FIELDS[:3], "namespace", *STORED_FIELDS[3:], "ttl_seconds")
 #: What an update by id may change (a record's namespace and knowledge base stay).
 UPDATABLE_FIELDS = tuple(name for name in ITEM_FIELDS if name != "namespace")
@@ -99,6 +99,9 @@ class MemoryItem:
     namespace: str | None = None
     tags: tuple[str, ...] = ()
     created_at: datetime | None = None
+    #: When the content happened or was said (memoryhub's records: their ``occurred_at``,
+    #: else their ``created_at``).
+    occurred_at: datetime | None = None
     dedupe_count: int | None = None
     dedupe_sources: tuple[str, ...] | None = None
     #: A consolidated fact's sources: the ids of the episodic records it came from.
@@ -127,6 +130,7 @@ class MemoryItem:
             "namespace": self.namespace,
             "tags": list(self.tags),
             "created_at": self.created_at,
+            "occurred_at": self.occurred_at,
             "derived_from": list(self.derived_from),
         }
         if self.dedupe_count is not None:
@@ -245,6 +249,8 @@ def as_write_item(item: MemoryItem, *, default_namespace: str | None = None) -> 
         raw["namespace"] = namespace
     if item.tags:
         raw["tags"] = list(item.tags)
+    if item.occurred_at is not None:
+        raw["occurred_at"] = item.occurred_at.isoformat()
     return raw
 
 

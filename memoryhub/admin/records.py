@@ -132,6 +132,7 @@ class MemoryRecordAdmin(OperatorAdmin):
             "tags",
             "metadata",
             "expires_at",
+            "occurred_at",
         ]
         if obj is None:
             return [(None, {"fields": main})]

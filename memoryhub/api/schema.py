@@ -38,6 +38,21 @@ WRITE_EXAMPLES = [
         request_only=True,
     ),
     OpenApiExample(
+        "Remember a conversation turn",
+        value={
+            "items": [
+                {
+                    "content": "Alice: my order 1042 arrived broken.",
+                    "kind": "episodic",
+                    "namespace": "user:alice",
+                    "occurred_at": "2026-11-28T09:14:00Z",
+                    "metadata": {"session": "chat-7f3a", "role": "user"},
+                }
+            ],
+        },
+        request_only=True,
+    ),
+    OpenApiExample(
         "Accepted",
         value={
             "accepted": ["memory"],
@@ -84,6 +99,7 @@ QUERY_EXAMPLES = [
                     "namespace": "",
                     "tags": [],
                     "created_at": "2026-11-29T12:00:00Z",
+                    "occurred_at": "2026-11-29T12:00:00Z",
                 }
             ],
             "grounding": "Relevant context:\n[handbook] Refunds are issued within 5 business days.",

@@ -60,11 +60,24 @@ def _item_bounds(required_content: bool) -> dict[str, serializers.Field]:
     }
 
 
+#: What ``occurred_at`` means, wherever an item is written.
+OCCURRED_HELP = (
+    "When what it says happened or was said (ISO 8601 with a time zone, or a date alone: "
+    "its start in UTC); absent or null: when the record was created. "
+    'A conversation turn names its session in metadata["session"].'
+)
+
+
 class ItemInSerializer(SettingsBounds, serializers.Serializer):
     kind = serializers.ChoiceField(choices=MemoryRecord.Kind.choices, required=False)
     metadata = serializers.DictField(required=False)
     expires_at = serializers.DateTimeField(required=False, allow_null=True)
     ttl_seconds = serializers.IntegerField(required=False, min_value=1)
+    occurred_at = serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        help_text=OCCURRED_HELP,
+    )
 
     def bounded_fields(self) -> dict[str, serializers.Field]:
         return {
@@ -144,6 +157,9 @@ class QueryItemSerializer(serializers.Serializer):
     namespace = serializers.CharField(allow_blank=True)
     tags = serializers.ListField(child=serializers.CharField())
     created_at = serializers.DateTimeField()
+    occurred_at = serializers.DateTimeField(
+        help_text="When it happened or was said (its occurred_at, else when it was created)."
+    )
     derived_from = serializers.ListField(
         child=serializers.UUIDField(),
         help_text="A consolidated fact's sources: the episodic records it came from.",
@@ -159,6 +175,11 @@ class QueryResponseSerializer(serializers.Serializer):
 
 class RecordSerializer(serializers.ModelSerializer):
     source = serializers.CharField(source="knowledge_base.name", read_only=True)  # type: ignore[assignment]
+    occurred_at = serializers.DateTimeField(
+        source="occurred_or_created",
+        read_only=True,
+        help_text="When it happened or was said (its occurred_at, else when it was created).",
+    )
 
     class Meta:
         model = MemoryRecord
@@ -177,6 +198,7 @@ class RecordSerializer(serializers.ModelSerializer):
             "created_at",
             "updated_at",
             "expires_at",
+            "occurred_at",
             "derived_from",
         ]
         read_only_fields = fields
@@ -190,6 +212,9 @@ class RecordVersionSerializer(serializers.Serializer):
     tags = serializers.ListField(child=serializers.CharField())
     metadata = serializers.DictField()
     expires_at = serializers.DateTimeField(allow_null=True)
+    occurred_at = serializers.DateTimeField(
+        help_text="When its content happened (the record's creation time unless set)."
+    )
     changed_at = serializers.DateTimeField(help_text="When this state came to be.")
     actor = serializers.CharField(help_text="Who made the change that produced it.")
     cause = serializers.ChoiceField(
@@ -211,6 +236,11 @@ class RecordUpdateSerializer(SettingsBounds, serializers.Serializer):
     metadata = serializers.DictField(required=False)
     expires_at = serializers.DateTimeField(required=False, allow_null=True)
     ttl_seconds = serializers.IntegerField(required=False, min_value=1)
+    occurred_at = serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        help_text=OCCURRED_HELP,
+    )
 
     def bounded_fields(self) -> dict[str, serializers.Field]:
         return _item_bounds(required_content=False)

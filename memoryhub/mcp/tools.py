@@ -113,6 +113,12 @@ def _item_properties(*, updating: bool = False) -> dict[str, Any]:
         },
         "metadata": {"type": "object", "description": "JSON, filterable with where."},
         "expires_at": {"type": ["string", "null"], "format": "date-time"},
+        "occurred_at": {
+            "type": ["string", "null"],
+            "description": "When it happened or was said: ISO 8601 with a time zone, or a "
+            "date (its start in UTC); default: now. A conversation turn names its session "
+            'in metadata.session ("chat-7f3a").',
+        },
         "ttl_seconds": {
             "type": "integer",
             "minimum": 1,

@@ -13,6 +13,7 @@ from psycopg import ClientCursor
 from ...items import MemoryItem
 from ...models import (
     LIVE_SQL,
+    OCCURRED_SQL,
     KnowledgeBase,
     MemoryRecord,
 )
@@ -135,7 +136,8 @@ def _fetch(scope: Scope, ids: list[Any]) -> dict[Any, dict[str, Any]]:
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT r.id, r.content, kb.name, r.metadata, r.key, r.kind, r.namespace, r.tags,"
-            f" r.created_at, r.derived_from FROM {records} r JOIN {knowledge_bases} kb"
+            f" r.created_at, r.derived_from, {OCCURRED_SQL.format(table='r')}"
+            f" FROM {records} r JOIN {knowledge_bases} kb"
             " ON kb.id = r.knowledge_base_id"
             " WHERE r.org_id = %s AND r.domain_id = %s AND r.id = ANY(%s)"
             f" AND {LIVE_SQL.format(table='r')}",
@@ -162,5 +164,6 @@ def _to_item(row: dict[str, Any], score: float) -> MemoryItem:
         namespace=row["namespace"],
         tags=tuple(row["tags"]),
         created_at=row["created_at"],
+        occurred_at=row["occurred"],
         derived_from=tuple(row["derived_from"] or ()),
     )

@@ -27,6 +27,7 @@ from ...models import (
     KnowledgeBase,
     MemoryRecord,
     MemoryRecordQuerySet,
+    occurred,
 )
 from ...scope import Scope, tenant_scope
 from .. import indexing
@@ -37,9 +38,10 @@ MIN_EF_SEARCH = 40
 
 
 #: What an item needs of its record, besides its id; the candidate statements select it,
-#: so a query's rows come with its ranking, in the same round trip.
+#: so a query's rows come with its ranking, in the same round trip (``occurred``: the
+#: ``models.occurred`` expression, which the legs annotate).
 ROW_FIELDS: tuple[str, ...] = ("content", "knowledge_base__name", "metadata", "key", "kind")
-ROW_FIELDS += ("namespace", "tags", "created_at", "derived_from")
+ROW_FIELDS += ("namespace", "tags", "created_at", "derived_from", "occurred")
 
 
 def _base_queryset(scope: Scope, request: QueryRequest) -> MemoryRecordQuerySet:
@@ -173,7 +175,7 @@ def _vector_leg(
     vector = RawSQL("%s", (slot,), output_field=VectorField())
     # The distance is computed once per row: ORDER BY reuses the SELECT column.
     ranked = (
-        scoped.annotate(distance=CosineDistance(expression, vector))
+        scoped.annotate(distance=CosineDistance(expression, vector), occurred=occurred())
         .order_by("distance")
         .values_list("id", "distance", *ROW_FIELDS)[:depth]
     )
@@ -214,7 +216,7 @@ def _keyword_leg(records: QuerySet[MemoryRecord], depth: int) -> _Leg | None:
     rank = Cast(SearchRank(F("search_vector"), search, normalization=32), FloatField())
     ranked = (
         records.filter(search_vector=search)
-        .annotate(rank=rank)
+        .annotate(rank=rank, occurred=occurred())
         .order_by("-rank", "-created_at")
         .values_list("id", "rank", *ROW_FIELDS)[:depth]
     )

@@ -6,6 +6,7 @@ read lazily and re-read when a test changes ``settings.MEMORYHUB``.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -45,6 +46,13 @@ DEFAULTS: dict[str, Any] = {
     "DEFAULT_K": 5,
     "MAX_K": 100,
     "MAX_QUERY_LENGTH": 4_000,
+    # The most neighbouring turns a query's context_turns may ask for on each side of a
+    # hit (turns of one session: metadata["session"]).
+    "MAX_CONTEXT_TURNS": 3,
+    # Recency boost: a record's score is multiplied by 0.5 ** (age / half-life), its age
+    # counted from when it occurred; seconds (or a timedelta), None: off. A query's
+    # recency_half_life overrides it.
+    "RECENCY_HALF_LIFE": None,
     # Vector search scans filtered scopes up to this many rows exactly; larger ones go
     # through the model's HNSW index with iterative scans.
     "EXACT_SCAN_THRESHOLD": 2_000,
@@ -109,6 +117,7 @@ INTEGER_SETTINGS = {
     "DEFAULT_K": 1,
     "MAX_K": 1,
     "MAX_QUERY_LENGTH": 1,
+    "MAX_CONTEXT_TURNS": 0,
     "CACHE_TTL": 0,
     "EXACT_SCAN_THRESHOLD": 0,
     "HNSW_EF_SEARCH": 1,
@@ -147,6 +156,30 @@ def parse_rate(rate: str | None) -> tuple[int, int] | None:
     if seconds is None or not count.strip().isdigit() or int(count) < 1:
         raise ValueError(f"{rate!r} is not a rate like '1200/min'")
     return int(count), seconds
+
+
+#: The longest recency half-life, a query's or the setting's: a century.
+MAX_HALF_LIFE_SECONDS = 100 * 365 * 86400
+
+
+def half_life_seconds(value: Any) -> float | None:
+    """A recency half-life in seconds: a number of seconds or a ``timedelta``, up to
+    ``MAX_HALF_LIFE_SECONDS``; ``None`` and ``0`` are no boost. Raises ``ValueError``
+    for anything else."""
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if value is None or (not isinstance(value, bool) and value == 0):
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 < value <= MAX_HALF_LIFE_SECONDS
+    ):
+        raise ValueError(
+            f"a half-life is a number of seconds from 0 (off) to {MAX_HALF_LIFE_SECONDS}"
+            f" or a timedelta, not {value!r}"
+        )
+    return float(value)
 
 
 class MemoryhubSettings:
@@ -191,6 +224,10 @@ class MemoryhubSettings:
 
         return HashingEmbedder.from_name(model_name)
 
+    def recency_half_life(self) -> float | None:
+        """``RECENCY_HALF_LIFE`` in seconds (None: no recency boost)."""
+        return half_life_seconds(self.RECENCY_HALF_LIFE)
+
     def reload(self) -> None:
         self._embedder = None
         self._previous = None
@@ -208,7 +245,8 @@ setting_changed.connect(reload_settings)
 
 
 def check_settings(**kwargs: Any) -> list[CheckMessage]:
-    """System checks ``memoryhub.E001``–``E004`` and ``W001`` on ``settings.MEMORYHUB``."""
+    """System checks on ``settings.MEMORYHUB``: ``memoryhub.E001``–``E008``,
+    ``E011``–``E014`` and ``W001``."""
     messages: list[CheckMessage] = []
     user_settings = getattr(settings, "MEMORYHUB", None) or {}
     if not isinstance(user_settings, dict):
@@ -276,9 +314,40 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
         )
     if memoryhub_settings.DEFAULT_K > memoryhub_settings.MAX_K:
         messages.append(Error("MEMORYHUB['DEFAULT_K'] exceeds MAX_K.", id="memoryhub.E002"))
+    turns = memoryhub_settings.MAX_CONTEXT_TURNS
+    if isinstance(turns, int) and turns > MAX_CONTEXT_TURNS_LIMIT:
+        messages.append(
+            Error(
+                f"MEMORYHUB['MAX_CONTEXT_TURNS'] = {turns} is more than "
+                f"{MAX_CONTEXT_TURNS_LIMIT} (each turn is a row read per hit and side).",
+                id="memoryhub.E002",
+            )
+        )
+    messages.extend(_check_time_aware())
     messages.extend(_check_columns())
     messages.extend(_check_cache_alias())
     messages.extend(_check_embedder())
+    return messages
+
+
+#: The most ``MAX_CONTEXT_TURNS`` may be: a query then reads at most
+#: ``MAX_K × 2 × MAX_CONTEXT_TURNS`` turns.
+MAX_CONTEXT_TURNS_LIMIT = 20
+
+
+def _check_time_aware() -> list[CheckMessage]:
+    """``memoryhub.E014`` for a recency half-life that is not seconds or a timedelta."""
+    messages: list[CheckMessage] = []
+    try:
+        memoryhub_settings.recency_half_life()
+    except ValueError as exc:
+        messages.append(
+            Error(
+                f"MEMORYHUB['RECENCY_HALF_LIFE']: {exc}.",
+                hint="E.g. 7 * 86400 (a week), timedelta(days=7), or None (no boost).",
+                id="memoryhub.E014",
+            )
+        )
     return messages
 
 

@@ -15,6 +15,7 @@ from typing import Any, Literal, NoReturn
 __all__ = [
     "FrozenDict",
     "MemoryItem",
+    "Turns",
     "as_write_item",
     "dedupe_items",
     "deep_freeze",
@@ -106,6 +107,9 @@ class MemoryItem:
     dedupe_sources: tuple[str, ...] | None = None
     #: A consolidated fact's sources: the ids of the episodic records it came from.
     derived_from: tuple[str, ...] = ()
+    #: The neighbouring turns of its conversation, when the query asked for them
+    #: (``context_turns``); never stored.
+    context: Turns | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "metadata", deep_freeze(self.metadata or {}))
@@ -136,7 +140,21 @@ class MemoryItem:
         if self.dedupe_count is not None:
             data["dedupe_count"] = self.dedupe_count
             data["dedupe_sources"] = list(self.dedupe_sources or ())
+        if self.context is not None:
+            data["context"] = {
+                "before": [turn.to_dict() for turn in self.context.before],
+                "after": [turn.to_dict() for turn in self.context.after],
+            }
         return data
+
+
+@dataclass(frozen=True)
+class Turns:
+    """The turns of an item's conversation around it, oldest first: up to N ``before``
+    and N ``after`` it."""
+
+    before: tuple[MemoryItem, ...] = ()
+    after: tuple[MemoryItem, ...] = ()
 
 
 DedupeMode = Literal["id", "content"] | None
@@ -256,5 +274,20 @@ def as_write_item(item: MemoryItem, *, default_namespace: str | None = None) -> 
 
 def grounding_lines(items: Sequence[MemoryItem]) -> str:
     """Seed 003's lines: one ``[source] content`` line per item (the one spelling of it:
-    ``as_grounder`` and ``render_grounding`` both use it)."""
-    return "\n".join(f"[{item.source}] {item.content}" for item in items)
+    ``as_grounder`` and ``render_grounding`` both use it).
+
+    An item with conversation turns (``context``) comes with them, in order; a turn
+    already shown is not shown again.
+    """
+    with_turns = any(item.context is not None for item in items)
+    shown: set[str] = set()
+    lines: list[str] = []
+    for item in items:
+        context = item.context or Turns()
+        for each in (*context.before, item, *context.after):
+            if with_turns and each.id:
+                if each.id in shown:
+                    continue
+                shown.add(each.id)
+            lines.append(f"[{each.source}] {each.content}")
+    return "\n".join(lines)

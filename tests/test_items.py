@@ -11,6 +11,7 @@ import pytest
 from memoryhub.items import (
     FrozenDict,
     MemoryItem,
+    Turns,
     as_write_item,
     dedupe_items,
     deep_freeze,
@@ -120,6 +121,9 @@ def test_to_dict_is_json_ready_and_names_the_merge_only_when_there_is_one():
     merged = item("c", dedupe_count=2, dedupe_sources=("a", "b")).to_dict()
     assert (merged["dedupe_count"], merged["dedupe_sources"]) == (2, ["a", "b"])
     assert item("c", dedupe_count=2).to_dict()["dedupe_sources"] == []
+    with_turns = item("c", context=Turns(before=(item("b", id="1"),))).to_dict()
+    assert [turn["content"] for turn in with_turns["context"]["before"]] == ["b"]
+    assert with_turns["context"]["after"] == []
 
 
 # --- dedupe ---

@@ -1,12 +1,16 @@
 """Time-aware conversational memory: when a record's content occurred (``occurred_at``),
-through every door that writes, in history and in exports."""
+time filters inside every query leg, the recency boost, and a hit's neighbouring turns
+of its session (``context_turns``)."""
 
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.core.checks import run_checks
+from django.db import connection
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from memoryhub.items import MemoryItem
@@ -14,6 +18,7 @@ from memoryhub.models import MemoryRecord, RecordVersion
 from memoryhub.scope import tenant_scope
 from memoryhub.services import history, imports, query, records, write
 from memoryhub.services.errors import ValidationFailed
+from memoryhub.services.query import execution, render_grounding
 from memoryhub.sources import DjangoMemory, MemoryContext
 
 from .factories import MembershipFactory, create_api_key
@@ -180,6 +185,49 @@ def test_django_memory_writes_an_items_occurred_at(tenant):
     assert item.occurred_at == MARCH
 
 
+def test_the_mcp_write_and_query_tools_take_the_new_arguments(tenant):
+    api = client_for(tenant)
+
+    def call(name: str, arguments: dict) -> dict:
+        response = api.post(
+            "/mcp/",
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "tools/call",
+                "params": {"name": name, "arguments": {"domain": "support", **arguments}},
+            },
+            format="json",
+        )
+        return json.loads(response.json()["result"]["content"][0]["text"])
+
+    written = call(
+        "memory_write",
+        {
+            "items": [
+                {"content": "mcp turn one", "occurred_at": "2025-03-01T09:30:00Z"},
+                {"content": "mcp turn two", "occurred_at": "2025-04-01T09:30:00Z"},
+            ]
+        },
+    )
+    assert written["accepted"] == ["memory"], written
+    assert record("mcp turn one").occurred_at == MARCH
+    found = call(
+        "memory_query",
+        {
+            "query": "mcp turn",
+            "occurred_after": "2025-03-15",
+            "recency_half_life": 86400,
+            "context_turns": 1,
+        },
+    )
+    assert [item["content"] for item in found["items"]] == ["mcp turn two"]
+    assert found["items"][0]["context"] == {"before": [], "after": []}
+    refused = call("memory_query", {"query": "x", "occurred_before": "later"})
+    assert refused["code"] == "invalid"
+    assert list(refused["errors"]) == ["occurred_before"]
+
+
 # --- history ------------------------------------------------------------------------------
 
 
@@ -195,3 +243,377 @@ def test_history_keeps_occurred_at_and_a_restore_brings_it_back(tenant):
     assert record("turn").occurred_at is None
     body = client_for(tenant).get(f"/api/v1/domains/support/records/{result.id}/history").json()
     assert [moment(s["occurred_at"]) for s in body["versions"]] == [created, MARCH, created]
+
+
+# --- occurred_after / occurred_before ------------------------------------------------------
+
+
+@pytest.fixture
+def months(tenant, other_tenant, committed):  # type: ignore[no-untyped-def]
+    """One note per month of 2025 in each org, the same words."""
+    for scope in (tenant.scope, other_tenant.scope):
+        committed(
+            write.write,
+            scope,
+            [
+                {
+                    "content": f"release note of month {month}",
+                    "occurred_at": datetime(2025, month, 1, tzinfo=UTC),
+                }
+                for month in range(1, 13)
+            ],
+        )
+
+
+def months_found(scope, **filters) -> list[int]:  # type: ignore[no-untyped-def]
+    items = query.query(scope, query="release note of month", k=20, **filters).items
+    return sorted(item.occurred_at.month for item in items)
+
+
+@pytest.mark.parametrize("mode", ["vector", "keyword", "hybrid"])
+def test_occurred_filters_select_a_half_open_range_in_every_mode(tenant, months, mode):
+    scope = tenant.scope
+    assert months_found(scope, mode=mode, occurred_after="2025-10-01") == [10, 11, 12]
+    assert months_found(scope, mode=mode, occurred_before="2025-03-01T00:00:00Z") == [1, 2]
+    assert months_found(
+        scope, mode=mode, occurred_after="2025-04-01", occurred_before="2025-06-01"
+    ) == [4, 5]
+    # The same instant in another offset is the same bound.
+    assert months_found(scope, mode=mode, occurred_after="2025-11-30T19:00:00-05:00") == [12]
+
+
+def test_another_orgs_records_never_come_back_with_time_filters(tenant, other_tenant, months):
+    ids = {
+        str(pk) for pk in MemoryRecord.unscoped.filter(org=tenant.org).values_list("pk", flat=True)
+    }
+    for filters in ({"occurred_after": "2025-01-01"}, {"occurred_before": "2026-01-01"}):
+        items = query.query(tenant.scope, query="release note", k=50, **filters).items
+        assert len(items) == 12
+        assert {item.id for item in items} <= ids
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"occurred_after": "last week"}, "occurred_after"),
+        ({"occurred_before": "2025-13-01"}, "occurred_before"),
+        ({"occurred_after": "2025-03-01T00:00:00"}, "occurred_after"),
+        ({"occurred_after": "2025-03-02", "occurred_before": "2025-03-01"}, "occurred_before"),
+        ({"occurred_after": "2025-03-01", "occurred_before": "2025-03-01"}, "occurred_before"),
+        ({"occurred_after": 5}, "occurred_after"),
+    ],
+)
+def test_bad_time_filters_are_a_400_naming_the_field(tenant, body, field):
+    response = client_for(tenant).post(
+        "/api/v1/domains/support/query", {"query": "x", **body}, format="json"
+    )
+    assert response.status_code == 400
+    assert list(response.json()["errors"]) == [field]
+
+
+@pytest.mark.parametrize("threshold", [2000, 0])  # exact scan, then HNSW
+def test_a_time_filter_applies_inside_the_vector_leg_so_k_results_come_back(
+    tenant, committed, settings, threshold
+):
+    """Forty close matches occurred in 2020, five weaker ones in 2025: a filter applied
+    after the candidates (2k + 10 of them) were taken would find none of the five."""
+    settings.MEMORYHUB = {"EXACT_SCAN_THRESHOLD": threshold}
+    old = [
+        {"content": f"refund policy details {n}", "occurred_at": "2020-01-01"} for n in range(40)
+    ]
+    new = [
+        {"content": f"refund {n} and some other words entirely", "occurred_at": "2025-01-01"}
+        for n in range(5)
+    ]
+    committed(write.write, tenant.scope, old + new)
+    result = query.query(
+        tenant.scope, query="refund policy details", k=5, mode="vector", occurred_after="2024-01-01"
+    )
+    assert result.strategy == ("exact" if threshold else "hnsw")
+    assert sorted(item.content for item in result.items) == sorted(i["content"] for i in new)
+    # The 2k + 10 best without the filter: none of the five among them.
+    unfiltered = query.query(tenant.scope, query="refund policy details", k=20, mode="vector")
+    assert all(item.content.startswith("refund policy") for item in unfiltered.items)
+
+
+# --- recency ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def old_and_new(tenant, committed):  # type: ignore[no-untyped-def]
+    """The best match occurred thirty days ago; a weaker one just now."""
+    committed(
+        write.write,
+        tenant.scope,
+        [
+            {
+                "content": "deploy freeze friday: the deploy freeze starts friday",
+                "occurred_at": timezone.now() - timedelta(days=30),
+            },
+            {"content": "someone mentioned a deploy freeze in passing"},
+        ],
+    )
+
+
+def contents(scope, **raw) -> list[str]:  # type: ignore[no-untyped-def]
+    return [item.content for item in query.query(scope, query="deploy freeze friday", **raw).items]
+
+
+@pytest.mark.parametrize("mode", ["vector", "keyword", "hybrid"])
+def test_the_recency_boost_changes_the_order_only_when_it_is_on(
+    tenant, old_and_new, settings, mode
+):
+    relevance_first = contents(tenant.scope, mode=mode)
+    assert relevance_first[0].startswith("deploy freeze friday")  # off by default
+    assert contents(tenant.scope, mode=mode, recency_half_life=86400)[0].endswith("in passing")
+    settings.MEMORYHUB = {"RECENCY_HALF_LIFE": timedelta(days=1)}
+    assert contents(tenant.scope, mode=mode)[0].endswith("in passing")
+    assert contents(tenant.scope, mode=mode, recency_half_life=0) == relevance_first
+    settings.MEMORYHUB = {"RECENCY_HALF_LIFE": 100 * 365 * 86400}  # 30 days hardly count
+    assert contents(tenant.scope, mode=mode) == relevance_first
+
+
+def test_the_boost_multiplies_the_score_by_half_per_half_life(tenant, old_and_new):
+    plain = query.query(tenant.scope, query="deploy freeze friday", mode="vector").items
+    boosted = query.query(
+        tenant.scope, query="deploy freeze friday", mode="vector", recency_half_life=15 * 86400
+    ).items
+    by_content = {item.content: item.score for item in plain}
+    old = next(item for item in boosted if item.content.startswith("deploy freeze friday"))
+    assert old.score == pytest.approx(by_content[old.content] * 0.25, rel=1e-3)  # two halvings
+
+
+def test_negative_scores_move_away_from_zero_as_they_age():
+    from memoryhub.services.query.fusion import boost_recent
+
+    now = datetime(2025, 3, 1, tzinfo=UTC)
+    occurred = {"old": now - timedelta(days=1), "new": now}
+    assert boost_recent([("new", -0.2), ("old", -0.2)], occurred, 86400, now) == [
+        ("new", -0.2),
+        ("old", pytest.approx(-0.3)),
+    ]
+
+
+@pytest.mark.parametrize("value", [-1, "a week", True, 10**12, float("nan")])
+def test_a_bad_recency_half_life_is_a_400(tenant, value):
+    with pytest.raises(ValidationFailed) as raised:
+        query.QueryRequest.build(query="x", recency_half_life=value)
+    assert list(raised.value.errors) == ["recency_half_life"]
+
+
+# --- settings checks ----------------------------------------------------------------------
+
+
+def errors_of(settings, **values) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
+    settings.MEMORYHUB = values
+    return [(m.id, m.msg) for m in run_checks() if m.id and m.id.startswith("memoryhub.E")]
+
+
+@pytest.mark.parametrize("value", ["7d", -5, timedelta(seconds=-1), [1]])
+def test_a_bad_recency_half_life_setting_is_a_system_check_error(settings, value):
+    [(check, _)] = errors_of(settings, RECENCY_HALF_LIFE=value)
+    assert check == "memoryhub.E014"
+
+
+def test_good_time_settings_pass_the_checks(settings):
+    assert (
+        errors_of(
+            settings,
+            RECENCY_HALF_LIFE=timedelta(days=7),
+            MAX_CONTEXT_TURNS=5,
+        )
+        == []
+    )
+    assert errors_of(settings, MAX_CONTEXT_TURNS=21)[0][0] == "memoryhub.E002"
+
+
+# --- context turns ------------------------------------------------------------------------
+
+
+def turn(n: int, session: str = "chat-1", **extra) -> dict:  # type: ignore[no-untyped-def]
+    return {
+        "content": extra.pop("content", f"chat one turn {n} about the weather"),
+        "kind": "episodic",
+        "namespace": extra.pop("namespace", "user:alice"),
+        "occurred_at": MARCH + timedelta(minutes=n),
+        "metadata": {"session": session, "n": n},
+        **extra,
+    }
+
+
+@pytest.fixture
+def conversation(tenant, other_tenant, committed):  # type: ignore[no-untyped-def]
+    """Seven turns of chat-1 (turn 4 mentions a parcel), written out of order; and the
+    same session id elsewhere: another session, namespace, knowledge base and org."""
+    turns = [turn(n) for n in (3, 1, 7, 5, 2, 6)]
+    turns.append(turn(4, content="alice says the parcel never arrived"))
+    committed(write.write, tenant.scope, turns)
+    committed(write.write, tenant.scope, [turn(3, "chat-2", content="chat two turn 3")])
+    committed(write.write, tenant.scope, [turn(3, namespace="user:bob", content="bob turn 3")])
+    write.ensure_knowledge_base(tenant.scope, "other")
+    committed(write.write, tenant.scope, [turn(3, content="other kb turn 3")], sources=["other"])
+    committed(write.write, other_tenant.scope, [turn(3, content="globex turn 3")])
+
+
+def parcel(scope, **raw):  # type: ignore[no-untyped-def]
+    [hit] = query.query(
+        scope, query="parcel never arrived", k=1, namespaces=["user:alice"], **raw
+    ).items
+    return hit
+
+
+def numbers(turns) -> list[int]:  # type: ignore[no-untyped-def]
+    return [t.metadata["n"] for t in turns]
+
+
+def test_context_turns_are_the_neighbours_in_the_same_session_only(tenant, conversation):
+    hit = parcel(tenant.scope, context_turns=2)
+    assert hit.content == "alice says the parcel never arrived"
+    assert numbers(hit.context.before) == [2, 3]
+    assert numbers(hit.context.after) == [5, 6]
+    every = hit.context.before + hit.context.after
+    assert all(t.content.startswith("chat one turn") for t in every)
+    assert all(t.score is None and t.source == "memory" for t in every)
+    assert parcel(tenant.scope).context is None  # none asked: none read
+
+
+def test_context_turns_stop_at_the_ends_of_the_session(tenant, conversation):
+    hit = parcel(tenant.scope, context_turns=3, occurred_before=MARCH + timedelta(minutes=5))
+    assert numbers(hit.context.before) == [1, 2, 3]
+    assert numbers(hit.context.after) == [5, 6, 7]  # turns are not filtered, hits are
+    [first] = query.query(
+        tenant.scope, query="turn 1", k=1, namespaces=["user:alice"], context_turns=2,
+        occurred_before=MARCH + timedelta(minutes=2),
+    ).items  # fmt: skip
+    assert numbers([first]) == [1]
+    assert (numbers(first.context.before), numbers(first.context.after)) == ([], [2, 3])
+
+
+def test_context_turns_are_bounded_by_the_setting(tenant, settings):
+    assert query.QueryRequest.build(query="x", context_turns=3).context_turns == 3
+    for value in (4, -1, "2", True):
+        with pytest.raises(ValidationFailed) as raised:
+            query.QueryRequest.build(query="x", context_turns=value)
+        assert list(raised.value.errors) == ["context_turns"]
+    settings.MEMORYHUB = {"MAX_CONTEXT_TURNS": 0}
+    response = client_for(tenant).post(
+        "/api/v1/domains/support/query", {"query": "x", "context_turns": 1}, format="json"
+    )
+    assert response.status_code == 400
+    assert response.json()["errors"] == {"context_turns": ["must be an integer from 0 to 0."]}
+
+
+def test_a_hit_without_a_session_has_empty_context_and_turns_do_not_count_in_k(
+    tenant, conversation, committed
+):
+    committed(
+        write.write, tenant.scope, [{"content": "a parcel policy", "namespace": "user:alice"}]
+    )
+    items = query.query(
+        tenant.scope, query="parcel", k=2, namespaces=["user:alice"], context_turns=1
+    ).items
+    assert len(items) == 2
+    by_content = {item.content: item.context for item in items}
+    assert by_content["a parcel policy"].before == by_content["a parcel policy"].after == ()
+    assert numbers(by_content["alice says the parcel never arrived"].before) == [3]
+
+
+def test_another_orgs_session_is_never_context(tenant, other_tenant, conversation):
+    [globex] = query.query(
+        other_tenant.scope, query="turn 3", namespaces=["user:alice"], context_turns=3
+    ).items
+    assert globex.content == "globex turn 3"
+    assert globex.context.before == globex.context.after == ()
+
+
+def test_expired_turns_are_not_context(tenant, conversation):
+    MemoryRecord.unscoped.filter(metadata__n=3, content__startswith="chat one").update(
+        expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    assert numbers(parcel(tenant.scope, context_turns=2).context.before) == [1, 2]
+
+
+def test_the_api_returns_context_and_the_grounding_block_shows_the_conversation(
+    tenant, conversation
+):
+    body = (
+        client_for(tenant)
+        .post(
+            "/api/v1/domains/support/query",
+            {
+                "query": "parcel never arrived",
+                "k": 1,
+                "namespaces": ["user:alice"],
+                "context_turns": 1,
+            },
+            format="json",
+        )
+        .json()
+    )
+    [item] = body["items"]
+    assert [t["metadata"]["n"] for t in item["context"]["before"]] == [3]
+    assert [t["metadata"]["n"] for t in item["context"]["after"]] == [5]
+    assert item["context"]["after"][0]["score"] is None
+    assert body["grounding"] == (
+        "Relevant context:\n"
+        "[memory] chat one turn 3 about the weather\n"
+        "[memory] alice says the parcel never arrived\n"
+        "[memory] chat one turn 5 about the weather"
+    )
+
+
+def test_a_turn_shown_for_one_hit_is_not_repeated_for_the_next(tenant, conversation):
+    items = query.query(
+        tenant.scope, query="turn weather", k=2, namespaces=["user:alice"], context_turns=1
+    ).items
+    lines = render_grounding(items).splitlines()[1:]
+    assert len(lines) == len(set(lines))
+
+
+def test_the_turns_statement_reads_the_turns_index(tenant, conversation):
+    hit = parcel(tenant.scope)
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute(
+            "EXPLAIN " + execution._turns_sql(),
+            [tenant.org.pk, tenant.domain.pk, [hit.id], *[tenant.org.pk, tenant.domain.pk, 2] * 2],
+        )
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert plan.count("memoryhub_record_turns_idx") == 2, plan  # before and after
+
+
+def test_the_openapi_schema_states_the_new_fields(client):
+    schema = client.get("/api/schema/?format=json").json()["components"]["schemas"]
+    assert "occurred_at" in schema["ItemIn"]["properties"]
+    assert "occurred_at" in schema["RecordUpdate"]["properties"]
+    query_fields = schema["QueryRequest"]["properties"]
+    for name in ("occurred_after", "occurred_before", "recency_half_life", "context_turns"):
+        assert name in query_fields, name
+    assert query_fields["context_turns"]["maximum"] == 3
+    assert "context" in schema["QueryHit"]["properties"]
+    assert "occurred_at" in schema["Record"]["properties"]
+
+
+def test_a_narrow_time_window_reads_the_occurred_index(tenant):
+    from memoryhub.services.query.plans import _base_queryset
+
+    kb = write.ensure_knowledge_base(tenant.scope, "memory")
+    start = datetime(2024, 1, 1, tzinfo=UTC)
+    MemoryRecord.unscoped.bulk_create(
+        MemoryRecord(
+            org=tenant.org,
+            domain=tenant.domain,
+            knowledge_base=kb,
+            content=f"note {n}",
+            content_hash=str(n),
+            created_at=start + timedelta(hours=n),
+        )
+        for n in range(5000)
+    )
+    request = query.QueryRequest.build(
+        query="x", occurred_after="2024-03-01", occurred_before="2024-03-02"
+    )
+    with tenant_scope(tenant.scope), connection.cursor() as cursor:
+        cursor.execute("ANALYZE memoryhub_memoryrecord")
+        plan = _base_queryset(tenant.scope, request).explain()
+    assert "memoryhub_record_occurred_idx" in plan, plan

@@ -85,6 +85,17 @@ QUERY_EXAMPLES = [
         request_only=True,
     ),
     OpenApiExample(
+        "Recall a conversation",
+        value={
+            "query": "broken order",
+            "namespaces": ["user:alice"],
+            "occurred_after": "2026-11-01",
+            "recency_half_life": 604800,
+            "context_turns": 1,
+        },
+        request_only=True,
+    ),
+    OpenApiExample(
         "Results",
         value={
             "items": [

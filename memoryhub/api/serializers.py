@@ -10,7 +10,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from ..conf import memoryhub_settings
+from ..conf import MAX_HALF_LIFE_SECONDS, memoryhub_settings
 from ..models import KnowledgeBase, MemoryRecord, RecordVersion
 
 
@@ -136,6 +136,27 @@ class QueryRequestSerializer(SettingsBounds, serializers.Serializer):
     where = serializers.DictField(required=False, help_text="The where filter language.")
     mode = serializers.ChoiceField(choices=["vector", "keyword", "hybrid"], required=False)
     min_score = serializers.FloatField(required=False, min_value=-1, max_value=1)
+    occurred_after = serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        help_text="Only records that occurred at this moment or later (occurred_at, else "
+        "created_at). ISO 8601 with a time zone, or a date alone: its start in UTC.",
+    )
+    occurred_before = serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        help_text="Only records that occurred before this moment (exclusive); as "
+        "occurred_after. 2025-03-01 to 2025-03-02 selects 1 March (UTC).",
+    )
+    recency_half_life = serializers.FloatField(
+        required=False,
+        allow_null=True,
+        min_value=0,
+        max_value=MAX_HALF_LIFE_SECONDS,
+        help_text="Recency boost: each score times 0.5^(age / half-life), age in seconds "
+        "since the record occurred. Seconds; 0 turns it off; absent or null: the "
+        "RECENCY_HALF_LIFE setting (default off).",
+    )
     format = serializers.ChoiceField(choices=["items", "grounding"], required=False)
 
     def bounded_fields(self) -> dict[str, serializers.Field]:
@@ -143,6 +164,13 @@ class QueryRequestSerializer(SettingsBounds, serializers.Serializer):
         return {
             "query": serializers.CharField(max_length=settings.MAX_QUERY_LENGTH),
             "k": serializers.IntegerField(required=False, min_value=1, max_value=settings.MAX_K),
+            "context_turns": serializers.IntegerField(
+                required=False,
+                min_value=0,
+                max_value=settings.MAX_CONTEXT_TURNS,
+                help_text="Return each hit's neighbouring turns of its session "
+                '(metadata["session"]): up to this many before and after it (default 0).',
+            ),
         }
 
 
@@ -168,8 +196,30 @@ class QueryItemSerializer(serializers.Serializer):
     dedupe_sources = serializers.ListField(child=serializers.CharField(), required=False)
 
 
+class TurnSerializer(QueryItemSerializer):
+    score = serializers.FloatField(allow_null=True, help_text="null: a turn is not ranked.")
+    dedupe_count = None  # type: ignore[assignment]
+    dedupe_sources = None  # type: ignore[assignment]
+
+
+class TurnsSerializer(serializers.Serializer):
+    before = TurnSerializer(many=True, help_text="Up to context_turns earlier turns, oldest first.")
+    after = TurnSerializer(many=True, help_text="Up to context_turns later turns, oldest first.")
+
+
+class QueryHitSerializer(QueryItemSerializer):
+    # A field of the response (DRF's metaclass moves it off the class, so the
+    # serializer's own ``context`` stays).
+    context = TurnsSerializer(  # type: ignore[assignment]
+        required=False,
+        help_text="With context_turns: the turns of the item's session (metadata.session) "
+        "around it, in its knowledge base and namespace; empty lists when it names no "
+        "session. Not counted in k.",
+    )
+
+
 class QueryResponseSerializer(serializers.Serializer):
-    items = QueryItemSerializer(many=True)
+    items = QueryHitSerializer(many=True)
     grounding = serializers.CharField(allow_null=True)
 
 

@@ -26,7 +26,7 @@ from .. import policy
 from ..api import serializers as s
 from ..api.authentication import request_api_key
 from ..api.permissions import actor, request_principal, require, resolve_domain
-from ..conf import memoryhub_settings
+from ..conf import MAX_HALF_LIFE_SECONDS, memoryhub_settings
 from ..models import MemoryRecord
 from ..scope import Scope
 from ..services import forget as forget_service
@@ -161,6 +161,29 @@ def _query_properties() -> dict[str, Any]:
             "$and, $or, $not, $in, $nin, $ne, $gt, $gte, $lt, $lte, $exists, $contains.",
         },
         "min_score": {"type": "number", "minimum": -1, "maximum": 1},
+        "occurred_after": {
+            "type": "string",
+            "description": "Only memory that occurred at or after this moment (ISO 8601 "
+            "with a time zone, or a date: its start in UTC).",
+        },
+        "occurred_before": {
+            "type": "string",
+            "description": "Only memory that occurred before this moment (exclusive).",
+        },
+        "recency_half_life": {
+            "type": "number",
+            "minimum": 0,
+            "maximum": MAX_HALF_LIFE_SECONDS,
+            "description": "Favour recent memory: scores halve every this many seconds "
+            "of age (0: off; default: the server's setting).",
+        },
+        "context_turns": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": settings.MAX_CONTEXT_TURNS,
+            "description": "Return each hit's neighbouring turns of its conversation "
+            "(metadata.session), this many before and after it.",
+        },
     }
 
 

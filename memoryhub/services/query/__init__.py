@@ -13,22 +13,30 @@ Vector search picks its plan from the size of the filtered scope: up to
 ``MEMORYHUB["EXACT_SCAN_THRESHOLD"]`` candidate rows it scans them exactly (btree on the tenant
 columns, then a sort: recall 1.0), above it it uses the model's HNSW index with pgvector
 iterative scans so a selective filter still yields k rows.
+
+Time: ``occurred_after``/``occurred_before`` filter every leg like the other filters (so
+k rows still come back); a recency half-life (``RECENCY_HALF_LIFE``, or the query's
+``recency_half_life``) multiplies each candidate's score by ``0.5 ** (age / half-life)``
+before the top k are taken; ``context_turns`` adds each hit's neighbouring turns of its
+session (one statement for all hits, after the ranking, never cached).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+from django.utils import timezone
 from pgvector import Vector
 
 from ... import cache, observe
 from ...conf import memoryhub_settings
-from ...items import MemoryItem, dedupe_items, grounding_lines, sort_by_score
+from ...items import MemoryItem, Turns, dedupe_items, grounding_lines, sort_by_score
 from ...models import Observation
 from ...scope import Scope
-from .execution import _fetch, _run, _to_item
-from .fusion import RRF_K, _fuse, merge_models
+from .execution import _fetch, _run, _to_item, _turns
+from .fusion import RRF_K, _fuse, boost_recent, merge_models
 from .plans import VECTOR, WORDS, _keyword_words, _plan, _Slot, clear_plans
 from .request import MAX_FILTER_VALUES, MODES, QueryRequest, QueryResult
 
@@ -74,6 +82,10 @@ def _rank(
         ranked = _fuse(vector, keyword)
     if request.min_score is not None:
         ranked = [(pk, score) for pk, score in ranked if score >= request.min_score]
+    half_life = request.half_life()
+    if half_life is not None:
+        occurred = {pk: row["occurred"] for pk, row in rows.items()}
+        ranked = boost_recent(ranked, occurred, half_life, timezone.now())
     # Twice k: room for duplicates that merge away.
     return ranked[: request.k * 2], plan.strategy, rows
 
@@ -109,6 +121,13 @@ def _items(
     return sort_by_score(merged)[: request.k]
 
 
+def _with_turns(scope: Scope, items: list[MemoryItem], count: int) -> list[MemoryItem]:
+    """Each item with the ``count`` turns of its session before and after it (none when
+    it names no session); read live, never from the cache."""
+    found = _turns(scope, [item.id for item in items if item.id], count)
+    return [dataclasses.replace(item, context=found.get(item.id or "", Turns())) for item in items]
+
+
 def query(scope: Scope, request: QueryRequest | None = None, /, **raw: Any) -> QueryResult:
     """Search ``scope``'s memory. Pass a :class:`QueryRequest` or raw fields.
 
@@ -131,11 +150,13 @@ def query(scope: Scope, request: QueryRequest | None = None, /, **raw: Any) -> Q
     if cached is not None:
         ranked, strategy = cached
         items = _items(scope, request, ranked, observed=False)
-        return QueryResult(items=items, cached=True, strategy=strategy)
-    ranked, strategy, rows = _rank(scope, request, gen)
-    cache.set_query(key, (ranked, strategy))
-    items = _items(scope, request, ranked, rows, observed=True)
-    return QueryResult(items=items, strategy=strategy)
+    else:
+        ranked, strategy, rows = _rank(scope, request, gen)
+        cache.set_query(key, (ranked, strategy))
+        items = _items(scope, request, ranked, rows, observed=True)
+    if request.context_turns:
+        items = _with_turns(scope, items, request.context_turns)
+    return QueryResult(items=items, cached=cached is not None, strategy=strategy)
 
 
 def render_grounding(items: Sequence[MemoryItem], format: Any = None) -> str | None:

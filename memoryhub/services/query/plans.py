@@ -46,7 +46,11 @@ ROW_FIELDS += ("namespace", "tags", "created_at", "derived_from", "occurred")
 
 def _base_queryset(scope: Scope, request: QueryRequest) -> MemoryRecordQuerySet:
     # Now(), not the clock: the compiled statement is reused, and expiry is the server's now.
-    records = MemoryRecord.objects.live(now=Now()).in_namespaces(list(request.namespaces))
+    records = (
+        MemoryRecord.objects.live(now=Now())
+        .in_namespaces(list(request.namespaces))
+        .occurred_between(request.occurred_after, request.occurred_before)
+    )
     if request.sources is not None:
         knowledge_bases = dict(
             KnowledgeBase.objects.filter(name__in=request.sources).values_list("name", "pk")
@@ -146,7 +150,10 @@ def _vector_leg(
     slot = slot or VECTOR
     scoped = records.indexed_with(embedder.name)
     threshold = memoryhub_settings.EXACT_SCAN_THRESHOLD
-    filters = {**request.canonical(), "query": None, "k": None, "mode": None, "min_score": None}
+    filters = {
+        **request.canonical(),
+        **dict.fromkeys(("query", "k", "mode", "min_score", "recency_half_life")),
+    }
     description = cache.canonical_json({**filters, "model": embedder.name})
     settings: dict[str, str] = {}
     if threshold > 0 and _scope_size(scope, scoped, threshold, description) <= threshold:
@@ -247,6 +254,7 @@ def _plan(scope: Scope, request: QueryRequest, gen: int | None = None) -> _Plan:
         **request.canonical(),
         "query": None,
         "min_score": None,
+        "recency_half_life": None,
         "model": settings.embedder().name,
         "previous": settings.PREVIOUS_EMBEDDERS,
         "exact": settings.EXACT_SCAN_THRESHOLD,

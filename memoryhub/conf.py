@@ -53,6 +53,10 @@ DEFAULTS: dict[str, Any] = {
     # counted from when it occurred; seconds (or a timedelta), None: off. A query's
     # recency_half_life overrides it.
     "RECENCY_HALF_LIFE": None,
+    # One line of the grounding block per item (str.format over source, content, id, key,
+    # kind, namespace, score, occurred, created), e.g. "[{source} {occurred:%Y-%m-%d}]
+    # {content}".
+    "GROUNDING_FORMAT": "[{source}] {content}",
     # Vector search scans filtered scopes up to this many rows exactly; larger ones go
     # through the model's HNSW index with iterative scans.
     "EXACT_SCAN_THRESHOLD": 2_000,
@@ -246,7 +250,7 @@ setting_changed.connect(reload_settings)
 
 def check_settings(**kwargs: Any) -> list[CheckMessage]:
     """System checks on ``settings.MEMORYHUB``: ``memoryhub.E001``–``E008``,
-    ``E011``–``E014`` and ``W001``."""
+    ``E011``–``E015`` and ``W001``."""
     messages: list[CheckMessage] = []
     user_settings = getattr(settings, "MEMORYHUB", None) or {}
     if not isinstance(user_settings, dict):
@@ -336,7 +340,10 @@ MAX_CONTEXT_TURNS_LIMIT = 20
 
 
 def _check_time_aware() -> list[CheckMessage]:
-    """``memoryhub.E014`` for a recency half-life that is not seconds or a timedelta."""
+    """``memoryhub.E014`` for a recency half-life that is not seconds or a timedelta,
+    ``memoryhub.E015`` for a grounding format that cannot render an item."""
+    from .items import grounding_fields
+
     messages: list[CheckMessage] = []
     try:
         memoryhub_settings.recency_half_life()
@@ -346,6 +353,17 @@ def _check_time_aware() -> list[CheckMessage]:
                 f"MEMORYHUB['RECENCY_HALF_LIFE']: {exc}.",
                 hint="E.g. 7 * 86400 (a week), timedelta(days=7), or None (no boost).",
                 id="memoryhub.E014",
+            )
+        )
+    try:
+        grounding_fields(memoryhub_settings.GROUNDING_FORMAT)
+    except ValueError as exc:
+        messages.append(
+            Error(
+                f"MEMORYHUB['GROUNDING_FORMAT']: {exc}.",
+                hint='E.g. "[{source}] {content}" (the default) or '
+                '"[{source} {occurred:%Y-%m-%d}] {content}".',
+                id="memoryhub.E015",
             )
         )
     return messages

@@ -1,9 +1,10 @@
 """Time-aware conversational memory: when a record's content occurred (``occurred_at``),
-time filters inside every query leg, the recency boost, and a hit's neighbouring turns
-of its session (``context_turns``)."""
+time filters inside every query leg, the recency boost, the grounding line's format, and
+a hit's neighbouring turns of its session (``context_turns``)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 
@@ -13,13 +14,13 @@ from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from memoryhub.items import MemoryItem
+from memoryhub.items import MemoryItem, grounding_lines
 from memoryhub.models import MemoryRecord, RecordVersion
 from memoryhub.scope import tenant_scope
 from memoryhub.services import history, imports, query, records, write
 from memoryhub.services.errors import ValidationFailed
 from memoryhub.services.query import execution, render_grounding
-from memoryhub.sources import DjangoMemory, MemoryContext
+from memoryhub.sources import DjangoMemory, MemoryContext, as_grounder
 
 from .factories import MembershipFactory, create_api_key
 from .test_sources_seeds import run
@@ -415,16 +416,80 @@ def test_a_bad_recency_half_life_setting_is_a_system_check_error(settings, value
     assert check == "memoryhub.E014"
 
 
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ("[{source}]", "{content}"),
+        ("[{date}] {content}", "{date} is not a grounding field"),
+        ("{content.__class__}", "{content.__class__} is not a grounding field"),
+        ("{content[0]}", "is not a grounding field"),
+        ("{} {content}", "{} is not a grounding field"),
+        ("{content:{source}}", "may not name other fields"),
+        ("[{score:%Y}] {content}", "cannot render an item"),
+        ("[{source] {content}", "is not a format string"),
+        (None, "must be a format string"),
+    ],
+)
+def test_a_grounding_format_that_cannot_render_is_a_system_check_error(settings, value, says):
+    [(check, message)] = errors_of(settings, GROUNDING_FORMAT=value)
+    assert check == "memoryhub.E015"
+    assert says in message
+
+
 def test_good_time_settings_pass_the_checks(settings):
     assert (
         errors_of(
             settings,
             RECENCY_HALF_LIFE=timedelta(days=7),
+            GROUNDING_FORMAT="[{source} {occurred:%Y-%m-%d}] {content!s:.200}",
             MAX_CONTEXT_TURNS=5,
         )
         == []
     )
     assert errors_of(settings, MAX_CONTEXT_TURNS=21)[0][0] == "memoryhub.E002"
+
+
+# --- the grounding line -------------------------------------------------------------------
+
+
+def test_the_default_grounding_line_is_the_seeds(tenant, committed):
+    committed(
+        write.write, tenant.scope, [{"content": "Deploys freeze on Fridays.", "occurred_at": MARCH}]
+    )
+    items = query.query(tenant.scope, query="deploys friday").items
+    assert render_grounding(items) == "Relevant context:\n[memory] Deploys freeze on Fridays."
+
+
+def test_the_grounding_format_setting_can_date_each_line(tenant, committed, settings):
+    settings.MEMORYHUB = {"GROUNDING_FORMAT": "[{source} {occurred:%Y-%m-%d}] {content}"}
+    committed(
+        write.write, tenant.scope, [{"content": "Deploys freeze on Fridays.", "occurred_at": MARCH}]
+    )
+    items = query.query(tenant.scope, query="deploys friday").items
+    assert render_grounding(items) == (
+        "Relevant context:\n[memory 2025-03-01] Deploys freeze on Fridays."
+    )
+    grounder = as_grounder(_Fixed(items))
+    assert (
+        asyncio.run(grounder(MemoryContext(), "x"))
+        == "[memory 2025-03-01] Deploys freeze on Fridays."
+    )
+    undated = MemoryItem("from a tool", "web")  # no date: the default line
+    assert grounding_lines([undated, *items]) == (
+        "[web] from a tool\n[memory 2025-03-01] Deploys freeze on Fridays."
+    )
+
+
+class _Fixed:
+    """A memory source that returns the same items."""
+
+    name = "fixed"
+
+    def __init__(self, items: list[MemoryItem]) -> None:
+        self.items = items
+
+    async def query(self, query, *, k, ctx=None, where=None):  # type: ignore[no-untyped-def]
+        return self.items
 
 
 # --- context turns ------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from rest_framework.utils.encoders import JSONEncoder
 
 from tenants.models import ApiKey
 
-from .. import policy
+from .. import filters, policy
 from ..api import serializers as s
 from ..api.authentication import request_api_key
 from ..api.permissions import actor, request_principal, require, resolve_domain
@@ -158,7 +158,7 @@ def _query_properties() -> dict[str, Any]:
         "where": {
             "type": "object",
             "description": 'A metadata filter: {"team": "billing"}, {"price": {"$lt": 10}}, '
-            "$and, $or, $not, $in, $nin, $ne, $gt, $gte, $lt, $lte, $exists, $contains.",
+            f"{', '.join(['$and', '$or', *sorted(filters.OPERATORS)])}.",
         },
         "min_score": {"type": "number", "minimum": -1, "maximum": 1},
         "occurred_after": {

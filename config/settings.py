@@ -47,6 +47,16 @@ def env_int(name: str, default: int) -> int:
         raise ImproperlyConfigured(f"{name} must be an integer, not {value!r}") from None
 
 
+def env_float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        return float(value)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a number, not {value!r}") from None
+
+
 DEBUG = env_bool("DEBUG", default=True)
 
 # Secrets come from the environment only; the development key exists only with DEBUG on.
@@ -268,6 +278,18 @@ if not REDIS_URL and not DEBUG:
     MEMORYHUB["CACHE_TTL"] = 0
 if os.environ.get("MEMORYHUB_ERASURE_RECEIPT_KEY"):
     MEMORYHUB["ERASURE_RECEIPT_KEY"] = os.environ["MEMORYHUB_ERASURE_RECEIPT_KEY"]
+# Queries are reranked only with MEMORYHUB_RERANK_BASE_URL: a /rerank endpoint of the
+# Cohere shape (Cohere, Jina, vLLM) or, with MEMORYHUB_RERANK_API=tei, TEI's; the key is
+# read from MEMORYHUB_RERANK_API_KEY by the reranker itself (never held in settings).
+if os.environ.get("MEMORYHUB_RERANK_BASE_URL"):
+    MEMORYHUB["RERANKER"] = "memoryhub.rerankers.HttpReranker"
+    MEMORYHUB["RERANKER_OPTIONS"] = {
+        "base_url": os.environ["MEMORYHUB_RERANK_BASE_URL"],
+        "model": os.environ.get("MEMORYHUB_RERANK_MODEL", ""),
+        "api": os.environ.get("MEMORYHUB_RERANK_API") or "cohere",
+        "timeout": env_float("MEMORYHUB_RERANK_TIMEOUT", 5.0),
+    }
+    MEMORYHUB["RERANK_CANDIDATES"] = env_int("MEMORYHUB_RERANK_CANDIDATES", 50)
 
 # --- Logs -------------------------------------------------------------------------------
 # LOG_FORMAT=json: one JSON object per line (timestamp, level, logger, message, request_id,

@@ -2,7 +2,7 @@ from typing import Any
 
 from django.apps import AppConfig
 from django.core import checks
-from django.db.models.signals import post_migrate
+from django.db.models.signals import post_migrate, post_save
 from django.utils.translation import gettext_lazy as _
 
 
@@ -27,6 +27,7 @@ class MemoryhubConfig(AppConfig):
     def ready(self) -> None:
         from celery.signals import before_task_publish, worker_ready, worker_shutdown
 
+        from .cache import domain_saved
         from .conf import check_broker, check_database, check_deploy_settings, check_settings
         from .log import stamp_task_headers
         from .worker import start_heartbeat, stop_heartbeat
@@ -36,6 +37,8 @@ class MemoryhubConfig(AppConfig):
         checks.register(check_database, checks.Tags.database)
         checks.register(check_broker, "memoryhub")
         post_migrate.connect(ensure_configured_vector_index, sender=self)
+        # A domain's hybrid weight shapes its queries: its cached results go stale.
+        post_save.connect(domain_saved, sender="tenants.Domain", weak=False)
         # Task log lines carry the id of the request that enqueued the task.
         before_task_publish.connect(stamp_task_headers, weak=False)
         # A worker writes a heartbeat that the health endpoint reads.

@@ -60,6 +60,11 @@ def bump_generation_on_commit(scope: Scope) -> None:
     transaction.on_commit(lambda: bump_generation(scope))
 
 
+def domain_saved(sender: Any, instance: Any, **kwargs: Any) -> None:
+    """``post_save`` of a domain: its settings (the hybrid weight) shape its queries."""
+    bump_generation_on_commit(Scope(instance.org_id, instance.pk))
+
+
 def _glob_escape(text: str) -> str:
     return "".join(f"\\{char}" if char in "*?[]\\" else char for char in text)
 
@@ -113,9 +118,10 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
 
 
-#: The format of cached query values: ``(ranking, strategy)`` since q2 (q held results
-#: with content). A new format gets a new name, so a rolling deploy never reads the other.
-QUERY_NAMESPACE = "q2"
+#: The format of cached query values: ``(ranking, strategy, reranked)`` since q3 (the
+#: reranker's scores by id, or None), ``(ranking, strategy)`` in q2 (q held results with
+#: content). A new format gets a new name, so a rolling deploy never reads the other.
+QUERY_NAMESPACE = "q3"
 
 
 def query_key(scope: Scope, request: dict[str, Any], gen: int | None = None) -> str:
@@ -154,3 +160,10 @@ def get_plan(key: str) -> Any:
 
 def set_plan(key: str, value: Any) -> None:
     _cache().set(key, value, timeout=PLAN_TTL)
+
+
+def first_within(scope: Scope, name: str, seconds: int) -> bool:
+    """True for the first call about ``name`` in ``scope``'s domain in ``seconds``
+    (across processes sharing the cache), False for the others: for events worth telling
+    an operator once, not at every occurrence."""
+    return bool(_cache().add(f"{_PREFIX}:once:{scope.key()}:{name}", 1, timeout=seconds))

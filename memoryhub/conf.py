@@ -16,6 +16,7 @@ from django.utils.module_loading import import_string
 
 if TYPE_CHECKING:
     from .embedders import Embedder
+    from .rerankers import DocumentReranker
 
 DEFAULTS: dict[str, Any] = {
     # Import path of the embedder class and the keyword options it is built with.
@@ -34,6 +35,13 @@ DEFAULTS: dict[str, Any] = {
     "CONSOLIDATION_EXTRACTOR": None,
     "CONSOLIDATION_BATCH": 50,
     "CONSOLIDATION_FACTS": 20,
+    # Reranking the fused candidates of a query with a model (a cross-encoder): an
+    # import path to a class or factory building a DocumentReranker and its keyword
+    # options (None: no reranking, the fused order), and how many of the best fused
+    # candidates it reorders (1..MAX_RERANK_CANDIDATES).
+    "RERANKER": None,
+    "RERANKER_OPTIONS": {},
+    "RERANK_CANDIDATES": 50,
     # Bounds on one write request.
     "MAX_WRITE_ITEMS": 100,
     "MAX_CONTENT_LENGTH": 20_000,
@@ -62,6 +70,11 @@ DEFAULTS: dict[str, Any] = {
     "EXACT_SCAN_THRESHOLD": 2_000,
     "HNSW_EF_SEARCH": 200,
     "HNSW_MAX_SCAN_TUPLES": 40_000,
+    # Hybrid search: the vector leg's share of the fused score (the keyword leg has the
+    # rest), from 0 to 1; None: the embedder's own default (``hybrid_vector_weight``:
+    # 0.3 for the hashing embedder, 0.4 for real models). A domain's own weight (admin)
+    # takes precedence.
+    "HYBRID_VECTOR_WEIGHT": None,
     # A domain with at least this many records gets its own (partial) HNSW index, built
     # by the sweeper; its queries search that index with the same effort per record as
     # the shared one (0 disables).
@@ -140,7 +153,12 @@ INTEGER_SETTINGS = {
     "IMPORT_MAX_BYTES": 1,
     "WORKER_STALE_AFTER": 1,
     "WORKER_HEARTBEAT_INTERVAL": 1,
+    "RERANK_CANDIDATES": 1,
 }
+
+#: The most candidates one query sends to the reranker: each is a document in the
+#: request body and a cross-encoder pass, paid by every query.
+MAX_RERANK_CANDIDATES = 1_000
 
 
 _PERIODS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -192,6 +210,7 @@ class MemoryhubSettings:
     def __init__(self) -> None:
         self._embedder: Embedder | None = None
         self._previous: dict[str, Embedder] | None = None
+        self._reranker: DocumentReranker | None = None
 
     @property
     def user_settings(self) -> dict[str, Any]:
@@ -232,9 +251,18 @@ class MemoryhubSettings:
         """``RECENCY_HALF_LIFE`` in seconds (None: no recency boost)."""
         return half_life_seconds(self.RECENCY_HALF_LIFE)
 
+    def reranker(self) -> DocumentReranker | None:
+        """The configured reranker, built once and reused; None when ``RERANKER`` is."""
+        if self.RERANKER is None:
+            return None
+        if self._reranker is None:
+            self._reranker = import_string(self.RERANKER)(**self.RERANKER_OPTIONS)
+        return self._reranker
+
     def reload(self) -> None:
         self._embedder = None
         self._previous = None
+        self._reranker = None
 
 
 memoryhub_settings = MemoryhubSettings()
@@ -250,7 +278,7 @@ setting_changed.connect(reload_settings)
 
 def check_settings(**kwargs: Any) -> list[CheckMessage]:
     """System checks on ``settings.MEMORYHUB``: ``memoryhub.E001``–``E008``,
-    ``E011``–``E015`` and ``W001``."""
+    ``E011``–``E017`` and ``W001``."""
     messages: list[CheckMessage] = []
     user_settings = getattr(settings, "MEMORYHUB", None) or {}
     if not isinstance(user_settings, dict):
@@ -316,6 +344,17 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
                 id="memoryhub.E007",
             )
         )
+    weight = memoryhub_settings.HYBRID_VECTOR_WEIGHT
+    if weight is not None and (
+        isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 <= weight <= 1
+    ):
+        messages.append(
+            Error(
+                f"MEMORYHUB['HYBRID_VECTOR_WEIGHT'] must be a number from 0 to 1 or None,"
+                f" not {weight!r}.",
+                id="memoryhub.E015",
+            )
+        )
     if memoryhub_settings.DEFAULT_K > memoryhub_settings.MAX_K:
         messages.append(Error("MEMORYHUB['DEFAULT_K'] exceeds MAX_K.", id="memoryhub.E002"))
     turns = memoryhub_settings.MAX_CONTEXT_TURNS
@@ -327,10 +366,20 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
                 id="memoryhub.E002",
             )
         )
-    messages.extend(_check_time_aware())
+    candidates = memoryhub_settings.RERANK_CANDIDATES
+    if isinstance(candidates, int) and candidates > MAX_RERANK_CANDIDATES:
+        messages.append(
+            Error(
+                f"MEMORYHUB['RERANK_CANDIDATES'] = {candidates} exceeds "
+                f"{MAX_RERANK_CANDIDATES}: every query would send that many documents.",
+                id="memoryhub.E002",
+            )
+        )
     messages.extend(_check_columns())
     messages.extend(_check_cache_alias())
     messages.extend(_check_embedder())
+    messages.extend(_check_reranker())
+    messages.extend(_check_time_aware())
     return messages
 
 
@@ -340,8 +389,8 @@ MAX_CONTEXT_TURNS_LIMIT = 20
 
 
 def _check_time_aware() -> list[CheckMessage]:
-    """``memoryhub.E014`` for a recency half-life that is not seconds or a timedelta,
-    ``memoryhub.E015`` for a grounding format that cannot render an item."""
+    """``memoryhub.E016`` for a recency half-life that is not seconds or a timedelta,
+    ``memoryhub.E017`` for a grounding format that cannot render an item."""
     from .items import grounding_fields
 
     messages: list[CheckMessage] = []
@@ -352,7 +401,7 @@ def _check_time_aware() -> list[CheckMessage]:
             Error(
                 f"MEMORYHUB['RECENCY_HALF_LIFE']: {exc}.",
                 hint="E.g. 7 * 86400 (a week), timedelta(days=7), or None (no boost).",
-                id="memoryhub.E014",
+                id="memoryhub.E016",
             )
         )
     try:
@@ -363,7 +412,7 @@ def _check_time_aware() -> list[CheckMessage]:
                 f"MEMORYHUB['GROUNDING_FORMAT']: {exc}.",
                 hint='E.g. "[{source}] {content}" (the default) or '
                 '"[{source} {occurred:%Y-%m-%d}] {content}".',
-                id="memoryhub.E015",
+                id="memoryhub.E017",
             )
         )
     return messages
@@ -558,6 +607,37 @@ def _check_embedder() -> list[CheckMessage]:
     if isinstance(dimensions, bool) or not isinstance(dimensions, int) or dimensions < 1:
         return [Error(f"{path!r} reports dimensions={dimensions!r}.", id="memoryhub.E004")]
     return _check_previous_embedders()
+
+
+def _check_reranker() -> list[CheckMessage]:
+    """``memoryhub.E014``: a ``RERANKER`` that cannot be imported or built, or is not a
+    ``DocumentReranker``, would fail every query's rerank (each then answers in the
+    fused order, with a warning): say so at startup instead."""
+    from .rerankers import DocumentReranker
+
+    path = memoryhub_settings.RERANKER
+    options = memoryhub_settings.RERANKER_OPTIONS
+    if path is None:
+        return []
+    hint = "Use e.g. 'memoryhub.rerankers.HttpReranker' with RERANKER_OPTIONS, or None."
+    if not isinstance(path, str):
+        return [
+            Error(f"MEMORYHUB['RERANKER'] = {path!r} is not an import path.", id="memoryhub.E014")
+        ]
+    if not isinstance(options, dict):
+        return [Error("MEMORYHUB['RERANKER_OPTIONS'] must be a dict.", id="memoryhub.E014")]
+    try:
+        reranker = import_string(path)(**options)
+    except ImportError as exc:
+        message = f"MEMORYHUB['RERANKER'] = {path!r} cannot be imported: {exc}"
+        return [Error(message, hint=hint, id="memoryhub.E014")]
+    except Exception as exc:
+        message = f"The reranker {path!r} cannot be built with its RERANKER_OPTIONS: {exc}"
+        return [Error(message, id="memoryhub.E014")]
+    if not isinstance(reranker, DocumentReranker):
+        message = f"{path!r} is not a DocumentReranker (name, rerank(query, documents, *, top_n))."
+        return [Error(message, hint=hint, id="memoryhub.E014")]
+    return []
 
 
 def _check_previous_embedders() -> list[CheckMessage]:

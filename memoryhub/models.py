@@ -490,6 +490,7 @@ class Observation(models.Model):
         EMBEDDING_FAILED = "embedding.failed", _("embedding failed")
         MEMORY_CONSOLIDATED = "memory.consolidated", _("memory consolidated")
         CONSOLIDATION_FAILED = "consolidation.failed", _("consolidation failed")
+        RERANK_FAILED = "rerank.failed", _("rerank failed")
 
     org = models.ForeignKey(
         "tenants.Org", on_delete=models.CASCADE, related_name="+", verbose_name=_("org")

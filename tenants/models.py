@@ -6,6 +6,7 @@ import functools
 from typing import Any
 
 from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import connections, models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
@@ -82,6 +83,16 @@ class Domain(models.Model):
     )
     slug = models.SlugField(_("slug"), max_length=64)
     name = models.CharField(_("name"), max_length=200, blank=True, default="")
+    hybrid_vector_weight = models.FloatField(
+        _("hybrid vector weight"),
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0.0), MaxValueValidator(1.0)],
+        help_text=_(
+            "Hybrid search: the vector leg's share of the fused score, 0 to 1 (the keyword"
+            " leg has the rest). Empty: the site's setting, else the embedder's default."
+        ),
+    )
     created_at = models.DateTimeField(_("created"), auto_now_add=True)
 
     class Meta:

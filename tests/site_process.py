@@ -57,6 +57,7 @@ def settings_in(**env: str) -> dict[str, object]:
         "SECURE_PROXY_SSL_HEADER",
         "LOG_FORMAT",
         "DATABASE_ROUTERS",
+        "MEMORYHUB",
     ]
     code = (
         f"values = {{name: getattr(settings, name, None) for name in {names!r}}}\n"

@@ -259,7 +259,10 @@ def test_playground_sources_and_namespaces_choices_filter_the_query(operator, te
 def test_playground_explains_the_score(operator, tenant, indexed):
     page = playground(operator, tenant)
     assert 'id="playground-score-help"' in page
-    assert "reciprocal-rank fusion" in page and "only the order is meaningful" in page
+    assert "normalised over its candidates" in page and "vector weight" in page
+    # Each result shows its rank and score in each leg.
+    assert page.count('class="playground-leg-vector"') == page.count('class="playground-item"')
+    assert "#1 · " in page
     assert "cosine similarity" in page and "ts_rank" in page  # the mode's help text
 
 

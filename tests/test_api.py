@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from unittest.mock import ANY
 
 import pytest
 from rest_framework.test import APIClient
@@ -199,7 +200,18 @@ def test_query_returns_items_and_grounding(api, tenant):
     assert item["source"] == "memory"
     assert body["grounding"] == "Relevant context:\n[memory] Refunds take 5 days."
     empty = post(api, "query", {"query": "refunds", "where": {"team": "nobody"}})
-    assert empty.json() == {"items": [], "grounding": None}
+    assert empty.json() == {"items": [], "grounding": None, "reranked": False}
+
+
+def test_query_explain_gives_each_items_legs(api):
+    post(api, "records", {"items": [{"content": "Refunds take 5 days."}]})
+    plain = post(api, "query", {"query": "refunds", "k": 2}).json()
+    assert all("legs" not in item for item in plain["items"])
+    [top] = post(api, "query", {"query": "refunds", "k": 2, "explain": True}).json()["items"]
+    assert top["content"] == "Refunds take 5 days."
+    # Not yet embedded here (no worker ran): the vector leg did not find them.
+    assert top["legs"] == {"vector": None, "keyword": {"rank": 1, "score": ANY}}
+    assert top["legs"]["keyword"]["score"] > 0
 
 
 def test_query_filter_errors_name_the_path(api):
@@ -220,6 +232,7 @@ def test_query_filter_errors_name_the_path(api):
         ({"query": "x", "mode": "psychic"}, "mode"),
         ({"query": "x", "format": "html"}, "format"),
         ({"query": "x", "sources": ["nope"]}, "sources"),
+        ({"query": "x", "explain": "yes"}, "explain"),
     ],
 )
 def test_query_errors(api, body, field):

@@ -218,6 +218,12 @@ def test_one_run_per_namespace_at_a_time(tenant, committed):
             cursor.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", [kb, "consolidate:user:x"])
         assert consolidation.consolidate(kb, "user:x") is None  # held elsewhere
         assert facts(tenant, "user:x") == {}
+        # Released explicitly: a closed connection's backend releases its locks only
+        # once it has exited, after close() returns (the next line raced it).
+        with holder.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_advisory_unlock(%s, hashtext(%s))", [kb, "consolidate:user:x"]
+            )
     finally:
         holder.close()
     assert consolidation.consolidate(kb, "user:x") == {

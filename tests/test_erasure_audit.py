@@ -252,7 +252,7 @@ def test_erasing_100_subjects_leaves_no_trace(tenant, admin_client, json_log, ca
             {"query": f"{token(n)} password hint", "namespaces": [namespace(n)]},
             format="json",
         )
-        assert found.json() == {"items": [], "grounding": None}
+        assert found.json() == {"items": [], "grounding": None, "reranked": False}
     log_text = json_log.getvalue()
     access = [json.loads(line) for line in log_text.splitlines() if "memoryhub.access" in line]
     assert len(access) >= SUBJECTS * 5  # write, query, list, erase, query again

@@ -187,10 +187,11 @@ def test_an_agent_writes_queries_reads_updates_and_forgets(live_server, world):
     assert written["refused"] == [] and written["failed"] == {}
     currency = written["records"][0]["id"]
 
-    (_, found), (_, record), (_, updated), (_, history), (_, sources) = calls(
+    (_, found), (_, explained), (_, record), (_, updated), (_, history), (_, sources) = calls(
         live_server,
         key,
         ("memory_query", {"query": "refunds", "k": 3, "where": {"team": "billing"}}),
+        ("memory_query", {"query": "refunds", "k": 3, "explain": True}),
         ("memory_get", {"id": currency}),
         ("memory_update", {"id": currency, "fields": {"content": "Alice prefers GBP."}}),
         ("memory_history", {"id": currency}),
@@ -198,6 +199,8 @@ def test_an_agent_writes_queries_reads_updates_and_forgets(live_server, world):
     )
     assert [item["content"] for item in found["items"]] == ["Refunds take five days."]
     assert found["grounding"] == "Relevant context:\n[memory] Refunds take five days."
+    assert "legs" not in found["items"][0]
+    assert explained["items"][0]["legs"]["keyword"]["rank"] == 1
     assert record["content"] == "Alice prefers EUR."
     assert record["namespace"] == "user:bob"
     assert updated["content"] == "Alice prefers GBP."

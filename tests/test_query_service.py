@@ -12,11 +12,12 @@ from django.utils import timezone
 
 from memoryhub import cache
 from memoryhub.embedders import HashingEmbedder
+from memoryhub.embedders.base import DEFAULT_HYBRID_VECTOR_WEIGHT
 from memoryhub.models import MemoryRecord, Observation
 from memoryhub.scope import Scope, tenant_scope
 from memoryhub.services import query, write
 from memoryhub.services.errors import UnknownSource, ValidationFailed
-from memoryhub.services.query import QueryRequest, plans, render_grounding
+from memoryhub.services.query import QueryRequest, fusion, plans, render_grounding
 
 from .factories import DomainFactory, OrgFactory
 
@@ -64,9 +65,72 @@ def test_vector_scores_are_cosine_similarities(tenant, handbook):
         assert other.score == pytest.approx(expected, abs=1e-5)
 
 
-def test_hybrid_score_is_reciprocal_rank_fusion(tenant, handbook):
-    [top] = query.query(tenant.scope, query="refunds", k=1).items
-    assert top.score == pytest.approx(2 / 61)  # first in both lists
+def test_hybrid_scores_are_fused_in_zero_to_one_and_explained(tenant, handbook):
+    result = query.query(tenant.scope, query="refunds", k=4, explain=True)
+    top = result.items[0]
+    assert top.content == HANDBOOK[0]
+    assert all(0.0 <= item.score <= 1.0 for item in result.items)
+    legs = result.legs[top.id]
+    assert legs["vector"]["rank"] == 1 and legs["keyword"]["rank"] == 1
+    assert legs["keyword"]["score"] > 0
+    # Every item is explained; one the keyword leg did not find says so.
+    assert set(result.legs) == {item.id for item in result.items}
+    assert any(result.legs[item.id]["keyword"] is None for item in result.items)
+    assert query.query(tenant.scope, query="refunds", k=4).legs == {}
+
+
+def test_a_weak_leg_cannot_push_a_strong_legs_hits_out():
+    # The keyword leg is sure of a and b; the vector leg misses them and ranks the
+    # keyword leg's weak matches first. Equal-weight RRF put those weak matches first.
+    keyword = [("a", 0.9), ("b", 0.8)] + [(f"k{n}", 0.05 - n / 1000) for n in range(30)]
+    vector = [(f"k{n}", 0.31 - n / 1000) for n in range(10)]
+    vector += [(f"v{n}", 0.2 - n / 1000) for n in range(30)]
+    for weight in (HashingEmbedder.hybrid_vector_weight, DEFAULT_HYBRID_VECTOR_WEIGHT):
+        assert [pk for pk, _ in fusion.fuse(vector, keyword, weight)[:2]] == ["a", "b"]
+    rrf = [pk for pk, _ in fusion.weighted_rrf(vector, keyword, 1, 1)]
+    assert rrf.index("a") > 5
+
+
+def test_a_lone_leg_keeps_its_order():
+    ranking = [("a", 0.9), ("b", 0.5), ("c", 0.1)]
+    assert [pk for pk, _ in fusion.fuse(ranking, [], 0.3)] == ["a", "b", "c"]
+    assert [pk for pk, _ in fusion.fuse([], ranking, 0.7)] == ["a", "b", "c"]
+
+
+def test_a_domains_hybrid_weight_decides_and_stays_in_its_domain(tenant, other_tenant, committed):
+    # Short texts close to the query (vector) and long ones repeating its words (keyword).
+    texts = ["Refund code3.", "Refund code3 today.", "Refund code3, please."]
+    texts += [f"{'refund code3 ' * (n + 4)} and then words about shipping {n}" for n in range(3)]
+    for scope in (tenant.scope, other_tenant.scope):
+        committed(write.write, scope, [{"content": text} for text in texts])
+    asked = {"query": "refund code3", "k": 6}
+    tops = {
+        leg: query.query(tenant.scope, mode=leg, **asked).items[0].id
+        for leg in ("vector", "keyword")
+    }
+    assert tops["vector"] != tops["keyword"]
+    other_before = [i.id for i in query.query(other_tenant.scope, **asked).items]
+    for weight, leg in ((1.0, "vector"), (0.0, "keyword")):
+        tenant.domain.hybrid_vector_weight = weight
+        committed(tenant.domain.save)
+        # The saved weight applies at once (no stale cached result or plan): hybrid
+        # follows that leg alone.
+        result = query.query(tenant.scope, explain=True, **asked)
+        assert result.items[0].id == tops[leg]
+        scores = [result.legs[item.id][leg]["score"] for item in result.items]
+        assert scores == sorted(scores, reverse=True)
+    assert [i.id for i in query.query(other_tenant.scope, **asked).items] == other_before
+
+
+def test_hybrid_weight_setting_and_embedder_default(tenant, settings):
+    from memoryhub.services.query.plans import hybrid_weight
+
+    assert hybrid_weight(tenant.scope) == HashingEmbedder.hybrid_vector_weight
+    settings.MEMORYHUB = {**settings.MEMORYHUB, "HYBRID_VECTOR_WEIGHT": 0.8}
+    assert hybrid_weight(tenant.scope) == 0.8
+    tenant.domain.hybrid_vector_weight = 0.1
+    tenant.domain.save()
+    assert hybrid_weight(tenant.scope) == 0.1
 
 
 def test_items_carry_record_fields(tenant, committed):
@@ -198,6 +262,21 @@ def test_duplicates_across_sources_merge_with_stamps_and_one_observation(tenant,
         [observation] = Observation.objects.filter(kind="query.deduplicated")
     assert observation.count == 1
     assert observation.payload["sources"] == ["faq", "memory"]
+
+
+@pytest.mark.parametrize("mode", ["vector", "keyword", "hybrid"])
+def test_duplicates_that_merge_away_never_leave_a_query_short_of_k(tenant, committed, mode):
+    # Ten keyed copies of one greeting rank first for the query; they merge into one
+    # item, and the k distinct answers behind them still come back.
+    greetings = [{"content": "Ana: hey, how are you?", "key": f"g{n}"} for n in range(10)]
+    answers = [
+        {"content": f"Ana: how are the {pet}s?", "key": f"a{n}"}
+        for n, pet in enumerate(["cat", "dog", "bird", "fish", "frog"])
+    ]
+    committed(write.write, tenant.scope, greetings + answers)
+    items = query.query(tenant.scope, query="Ana: hey, how are you?", k=5, mode=mode).items
+    assert len(items) == 5
+    assert items[0].dedupe_count == 10
 
 
 def test_render_grounding_is_the_seed_block_and_none_when_empty(tenant, handbook):
@@ -674,3 +753,16 @@ def test_hnsw_settings_hold_with_server_side_binding_and_never_leak(tenant, sett
     finally:
         transaction.rollback()
         transaction.set_autocommit(True)
+
+
+def test_a_repeated_question_is_embedded_once(tenant, handbook, monkeypatch):
+    from memoryhub.conf import memoryhub_settings
+
+    embedder = memoryhub_settings.embedder()
+    asked: list[str] = []
+    original = embedder.embed_query
+    monkeypatch.setattr(embedder, "embed_query", lambda text: asked.append(text) or original(text))
+    for k in (1, 2, 3):  # three requests (no result cache hit: k differs), one embedding
+        query.query(tenant.scope, query="a question asked again", k=k)
+    query.query(tenant.scope, query="another question", k=1)
+    assert asked == ["a question asked again", "another question"]

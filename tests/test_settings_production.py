@@ -52,10 +52,34 @@ def test_production_hardening_is_on_and_tunable_from_the_environment():
     assert tuned["LOG_FORMAT"] == "text"
 
 
+def test_a_reranker_is_configured_from_the_environment():
+    assert "RERANKER" not in settings_in()["MEMORYHUB"]  # off by default
+    values = settings_in(
+        MEMORYHUB_RERANK_BASE_URL="http://tei:8080",
+        MEMORYHUB_RERANK_API="tei",
+        MEMORYHUB_RERANK_TIMEOUT="2.5",
+        MEMORYHUB_RERANK_CANDIDATES="20",
+        MEMORYHUB_RERANK_API_KEY="sk-secret",
+    )["MEMORYHUB"]
+    assert values["RERANKER"] == "memoryhub.rerankers.HttpReranker"
+    assert values["RERANKER_OPTIONS"] == {
+        "base_url": "http://tei:8080",
+        "model": "",
+        "api": "tei",
+        "timeout": 2.5,
+    }
+    assert values["RERANK_CANDIDATES"] == 20
+    assert "sk-secret" not in str(values)
+
+
 @pytest.mark.parametrize(
     ("env", "message"),
     [
         ({"DEBUG": "0"}, "SECRET_KEY must be set when DEBUG is off."),
+        (
+            {"MEMORYHUB_RERANK_BASE_URL": "http://x", "MEMORYHUB_RERANK_TIMEOUT": "soon"},
+            "MEMORYHUB_RERANK_TIMEOUT must be a number",
+        ),
         ({**PRODUCTION, "LOG_FORMAT": "xml"}, "LOG_FORMAT must be json or text"),
         ({**PRODUCTION, "SECURE_HSTS_SECONDS": "a year"}, "SECURE_HSTS_SECONDS must be an"),
     ],

@@ -23,6 +23,7 @@ from memoryhub.services.query import execution, render_grounding
 from memoryhub.sources import DjangoMemory, MemoryContext, as_grounder
 
 from .factories import MembershipFactory, create_api_key
+from .rerank_api import serving
 from .test_sources_seeds import run
 
 pytestmark = pytest.mark.django_db
@@ -342,7 +343,8 @@ def test_a_time_filter_applies_inside_the_vector_leg_so_k_results_come_back(
 
 @pytest.fixture
 def old_and_new(tenant, committed):  # type: ignore[no-untyped-def]
-    """The best match occurred thirty days ago; a weaker one just now."""
+    """The best match occurred thirty days ago; a weaker one just now; the weakest
+    sixty days ago."""
     committed(
         write.write,
         tenant.scope,
@@ -352,6 +354,9 @@ def old_and_new(tenant, committed):  # type: ignore[no-untyped-def]
                 "occurred_at": timezone.now() - timedelta(days=30),
             },
             {"content": "someone mentioned a deploy freeze in passing"},
+            # The weakest match: hybrid's min-max normalisation maps a leg's last
+            # candidate to 0, which no boost can raise.
+            {"content": "a code freeze", "occurred_at": timezone.now() - timedelta(days=60)},
         ],
     )
 
@@ -395,6 +400,25 @@ def test_negative_scores_move_away_from_zero_as_they_age():
     ]
 
 
+def test_with_a_reranker_the_boost_applies_to_its_scores(tenant, old_and_new, settings):
+    with serving() as api:
+        settings.MEMORYHUB = {
+            "RERANKER": "memoryhub.rerankers.HttpReranker",
+            "RERANKER_OPTIONS": {"base_url": api.url, "model": "rerank-test", "timeout": 2.0},
+        }
+        old = "deploy freeze friday: the deploy freeze starts friday"
+        api.scores = {old: 1.0, "someone mentioned a deploy freeze in passing": 0.9}
+        plain = query.query(tenant.scope, query="deploy freeze friday", k=2)
+        assert plain.reranked and plain.items[0].content == old
+        boosted = query.query(
+            tenant.scope, query="deploy freeze friday", k=2, recency_half_life=86400
+        )
+    assert boosted.reranked
+    assert boosted.items[0].content.endswith("in passing")
+    assert boosted.items[0].score == pytest.approx(0.9, rel=1e-3)  # just said: no decay
+    assert boosted.items[1].score == pytest.approx(0.5**30, rel=1e-2)  # thirty half-lives
+
+
 @pytest.mark.parametrize("value", [-1, "a week", True, 10**12, float("nan")])
 def test_a_bad_recency_half_life_is_a_400(tenant, value):
     with pytest.raises(ValidationFailed) as raised:
@@ -413,7 +437,7 @@ def errors_of(settings, **values) -> list[tuple[str, str]]:  # type: ignore[no-u
 @pytest.mark.parametrize("value", ["7d", -5, timedelta(seconds=-1), [1]])
 def test_a_bad_recency_half_life_setting_is_a_system_check_error(settings, value):
     [(check, _)] = errors_of(settings, RECENCY_HALF_LIFE=value)
-    assert check == "memoryhub.E014"
+    assert check == "memoryhub.E016"
 
 
 @pytest.mark.parametrize(
@@ -432,7 +456,7 @@ def test_a_bad_recency_half_life_setting_is_a_system_check_error(settings, value
 )
 def test_a_grounding_format_that_cannot_render_is_a_system_check_error(settings, value, says):
     [(check, message)] = errors_of(settings, GROUNDING_FORMAT=value)
-    assert check == "memoryhub.E015"
+    assert check == "memoryhub.E017"
     assert says in message
 
 

@@ -35,10 +35,15 @@ SCORE_HELP = {
         "matches more of the query's words, more often)."
     ),
     "hybrid": _(
-        "hybrid: reciprocal-rank fusion of the vector and keyword rankings, at most "
-        "2/61 ≈ 0.033; only the order is meaningful, not the value."
+        "hybrid: each leg's scores normalised over its candidates (0–1) and combined "
+        "with the domain's vector weight; the Vector leg and Keyword leg columns show "
+        "where each result stood in each ranking (— : that leg did not find it)."
     ),
 }
+RERANKED_HELP = _(
+    "reranked: the relevance score of the configured reranker (higher is more relevant), "
+    "over the best fused candidates."
+)
 
 
 def source_choices(domains: QuerySet[Domain]) -> list[Any]:
@@ -158,6 +163,7 @@ def playground_view(model_admin: Any, request: HttpRequest) -> HttpResponse:
                 sources=data["sources"] or None,
                 namespaces=data["namespaces"],
                 where=data["where"],
+                explain=True,
             )
         except ValidationFailed as exc:
             for path, messages in exc.errors.items():
@@ -170,9 +176,11 @@ def playground_view(model_admin: Any, request: HttpRequest) -> HttpResponse:
         else:
             context.update(
                 items=result.items,
+                rows=[(item, result.legs.get(item.id or "")) for item in result.items],
                 grounding=query_service.render_grounding(result.items),
                 strategy=result.strategy,
                 cached=result.cached,
-                score_help=SCORE_HELP.get(data["mode"], ""),
+                reranked=result.reranked,
+                score_help=RERANKED_HELP if result.reranked else SCORE_HELP.get(data["mode"], ""),
             )
     return TemplateResponse(request, "admin/memoryhub/playground.html", context)

@@ -114,6 +114,7 @@ QUERY_EXAMPLES = [
                 }
             ],
             "grounding": "Relevant context:\n[handbook] Refunds are issued within 5 business days.",
+            "reranked": False,
         },
         response_only=True,
     ),

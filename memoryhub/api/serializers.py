@@ -135,7 +135,12 @@ class QueryRequestSerializer(SettingsBounds, serializers.Serializer):
     tags = serializers.ListField(child=serializers.CharField(), required=False)
     where = serializers.DictField(required=False, help_text="The where filter language.")
     mode = serializers.ChoiceField(choices=["vector", "keyword", "hybrid"], required=False)
-    min_score = serializers.FloatField(required=False, min_value=-1, max_value=1)
+    min_score = serializers.FloatField(
+        required=False,
+        min_value=-1,
+        max_value=1,
+        help_text="The least score in the mode's scale (applied before any reranking).",
+    )
     occurred_after = serializers.DateTimeField(
         required=False,
         allow_null=True,
@@ -157,7 +162,16 @@ class QueryRequestSerializer(SettingsBounds, serializers.Serializer):
         "since the record occurred. Seconds; 0 turns it off; absent or null: the "
         "RECENCY_HALF_LIFE setting (default off).",
     )
+    rerank = serializers.BooleanField(
+        required=False,
+        help_text="false keeps the fused order when the site has a reranker (default true).",
+    )
     format = serializers.ChoiceField(choices=["items", "grounding"], required=False)
+    explain = serializers.BooleanField(
+        required=False,
+        help_text="Return each item's rank and score in the vector and keyword legs "
+        "(`legs`); an explained query is not answered from the cache.",
+    )
 
     def bounded_fields(self) -> dict[str, serializers.Field]:
         settings = memoryhub_settings
@@ -172,6 +186,16 @@ class QueryRequestSerializer(SettingsBounds, serializers.Serializer):
                 '(metadata["session"]): up to this many before and after it (default 0).',
             ),
         }
+
+
+class LegSerializer(serializers.Serializer):
+    rank = serializers.IntegerField()
+    score = serializers.FloatField()
+
+
+class LegsSerializer(serializers.Serializer):
+    vector = LegSerializer(allow_null=True)
+    keyword = LegSerializer(allow_null=True)
 
 
 class QueryItemSerializer(serializers.Serializer):
@@ -194,12 +218,17 @@ class QueryItemSerializer(serializers.Serializer):
     )
     dedupe_count = serializers.IntegerField(required=False)
     dedupe_sources = serializers.ListField(child=serializers.CharField(), required=False)
+    legs = LegsSerializer(
+        required=False,
+        help_text="With explain: where the item stood in each leg (null: not found by it).",
+    )
 
 
 class TurnSerializer(QueryItemSerializer):
     score = serializers.FloatField(allow_null=True, help_text="null: a turn is not ranked.")
     dedupe_count = None  # type: ignore[assignment]
     dedupe_sources = None  # type: ignore[assignment]
+    legs = None  # type: ignore[assignment]
 
 
 class TurnsSerializer(serializers.Serializer):
@@ -221,6 +250,11 @@ class QueryHitSerializer(QueryItemSerializer):
 class QueryResponseSerializer(serializers.Serializer):
     items = QueryHitSerializer(many=True)
     grounding = serializers.CharField(allow_null=True)
+    reranked = serializers.BooleanField(
+        help_text="true: the site's reranker ordered the items and each score is its "
+        "relevance score (higher is more relevant); false: the mode's order and scores "
+        "(no reranker, rerank=false, or the reranker failed)."
+    )
 
 
 class RecordSerializer(serializers.ModelSerializer):

@@ -469,8 +469,9 @@ class QueryView(MemoryAPIView):
         result = query_service.query(scope, **body)
         return Response(
             {
-                "items": [item.to_dict() for item in result.items],
+                "items": result.item_dicts(),
                 "grounding": query_service.render_grounding(result.items),
+                "reranked": result.reranked,
             }
         )
 

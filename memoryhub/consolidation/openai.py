@@ -16,13 +16,11 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from typing import Any, Literal
 
 import httpx
 
-from ..openai_compatible import bearer_client
+from ..openai_compatible import RETRYABLE_STATUS, bearer_client, retry_after
 from .base import (
     OPERATIONS,
     Episode,
@@ -45,8 +43,6 @@ __all__ = [
     "build_prompt",
     "parse_answer",
 ]
-
-RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 
 SYSTEM_PROMPT = """\
 You maintain the long-term memory of an AI assistant. You are given the existing facts \
@@ -287,24 +283,6 @@ def parse_answer(
         raise MalformedAnswer(exc.reason) from exc
 
 
-def _retry_after(response: httpx.Response) -> float | None:
-    """``Retry-After`` in seconds (a number or an HTTP date), if the response has one."""
-    value = response.headers.get("Retry-After")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
-
-
 class OpenAICompatibleExtractor:
     """Asks a chat model for the operations; see the module docstring.
 
@@ -442,7 +420,7 @@ class OpenAICompatibleExtractor:
             return Attempt(number, "ok", status=200), operations
         detail = f"HTTP {status}: {response.text[:200]}"
         if status == 429:
-            return Attempt(number, "rate_limited", detail, status, _retry_after(response)), None
+            return Attempt(number, "rate_limited", detail, status, retry_after(response)), None
         if status in RETRYABLE_STATUS:
-            return Attempt(number, "unavailable", detail, status, _retry_after(response)), None
+            return Attempt(number, "unavailable", detail, status, retry_after(response)), None
         return Attempt(number, "refused", detail, status), None

@@ -22,6 +22,10 @@ _NAME = re.compile(r"hashing-(\d{1,5})-c(\d)(\d)")
 class HashingEmbedder:
     """Signed feature hashing of words, word bigrams and character n-grams, L2-normalised."""
 
+    #: Its vectors see shared words and word pieces, less than the keyword leg does:
+    #: measured by ``python -m benchmarks.quality`` (benchmarks/REPORT.md, "Quality").
+    hybrid_vector_weight = 0.3
+
     def __init__(
         self,
         dimensions: int = 384,

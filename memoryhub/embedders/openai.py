@@ -14,10 +14,8 @@ from typing import Any
 
 import httpx
 
-from ..openai_compatible import bearer_client
+from ..openai_compatible import RETRYABLE_STATUS, bearer_client, retry_after
 from .base import EmbedderError
-
-RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 
 
 class OpenAICompatibleEmbedder:
@@ -78,18 +76,10 @@ class OpenAICompatibleEmbedder:
                 last_error = f"HTTP {response.status_code}: {response.text[:200]}"
                 if response.status_code not in RETRYABLE_STATUS:
                     raise EmbedderError(last_error)
-                delay = self._retry_after(response) or self.backoff * 2**attempt
+                delay = retry_after(response) or self.backoff * 2**attempt
             if attempt < self.max_retries:
                 time.sleep(min(delay, 30.0))
         raise EmbedderError(f"gave up after {self.max_retries + 1} attempts: {last_error}")
-
-    @staticmethod
-    def _retry_after(response: httpx.Response) -> float | None:
-        value = response.headers.get("Retry-After")
-        try:
-            return float(value) if value is not None else None
-        except ValueError:
-            return None
 
     def _parse(self, response: httpx.Response, expected: int) -> list[list[float]]:
         try:

@@ -161,6 +161,17 @@ def _query_properties() -> dict[str, Any]:
             f"{', '.join(['$and', '$or', *sorted(filters.OPERATORS)])}.",
         },
         "min_score": {"type": "number", "minimum": -1, "maximum": 1},
+        "rerank": {
+            "type": "boolean",
+            "default": True,
+            "description": "false keeps the search's order when a reranker is configured.",
+        },
+        "explain": {
+            "type": "boolean",
+            "default": False,
+            "description": "true: each item's rank and score in the vector and keyword "
+            "legs (legs).",
+        },
         "occurred_after": {
             "type": "string",
             "description": "Only memory that occurred at or after this moment (ISO 8601 "
@@ -190,8 +201,9 @@ def _query_properties() -> dict[str, Any]:
 def _query(request: Request, scope: Scope, arguments: Arguments) -> dict[str, Any]:
     result = query_service.query(scope, **arguments)
     return {
-        "items": [item.to_dict() for item in result.items],
+        "items": result.item_dicts(),
         "grounding": query_service.render_grounding(result.items),
+        "reranked": result.reranked,
     }
 
 

@@ -165,6 +165,9 @@ def _similar_facts(
         sources=[knowledge_base.name],
         namespaces=[namespace],
         mode="hybrid",
+        # The query is a batch of turns, not a question a reranker is trained for, and
+        # consolidation must not wait on (or observe the failures of) a reranker.
+        rerank=False,
     )
     return [
         Fact(

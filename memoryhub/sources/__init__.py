@@ -25,7 +25,13 @@ from typing import Any
 from ..items import MemoryItem, dedupe_items, deep_freeze, grounding_lines
 from ..services.query import render_grounding
 from .base import MemoryContext, MemorySource, MemoryWriteRefused, Reranker, accepts_writes
-from .compositions import CompositeMemory, CompositeWriteError, SequentialMemory, score_sort_rerank
+from .compositions import (
+    CompositeMemory,
+    CompositeWriteError,
+    ItemReranker,
+    SequentialMemory,
+    score_sort_rerank,
+)
 from .decorators import CachedMemory, CompactedMemory, ReadOnlyMemory, ScopedMemory, require_scope
 from .django import DjangoMemory, DjangoMemoryStore, StoredRecord
 from .http import HttpMemory, HttpMemoryError
@@ -74,6 +80,7 @@ __all__ = [
     "HttpMemory",
     "HttpMemoryError",
     "HttpMemoryStore",
+    "ItemReranker",
     "MemoryContext",
     "MemoryItem",
     "MemoryKind",

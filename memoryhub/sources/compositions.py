@@ -4,14 +4,25 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
+import logging
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Self
 
 from ..items import DedupeMode, MemoryItem, dedupe_items, sort_by_score
+from ..rerankers import DocumentReranker, RerankerError, checked_ranking
 from .base import MemoryContext, accepts_writes, observes_writes, refused_by_outcome
 
-__all__ = ["CompositeMemory", "CompositeWriteError", "SequentialMemory", "score_sort_rerank"]
+__all__ = [
+    "CompositeMemory",
+    "CompositeWriteError",
+    "ItemReranker",
+    "SequentialMemory",
+    "score_sort_rerank",
+]
+
+logger = logging.getLogger(__name__)
 
 
 async def score_sort_rerank(query: str, items: Sequence[MemoryItem], *, k: int) -> list[MemoryItem]:
@@ -25,6 +36,53 @@ async def _rerank(reranker: Any, query: str, items: list[MemoryItem], k: int) ->
     if inspect.isawaitable(outcome):
         outcome = await outcome
     return list(outcome)[:k]
+
+
+class ItemReranker:
+    """A :class:`~memoryhub.rerankers.DocumentReranker` (the server's kind, e.g.
+    ``HttpReranker``) as the seeds' ``Reranker``: ``await rerank(query, items, k=k)``,
+    for ``CompositeMemory(..., reranker=ItemReranker(reranker))``.
+
+    The reranker scores the items' content in a worker thread (it is synchronous; one
+    ``HttpReranker`` and its connection pool serve the server and every composite that
+    wraps it), and its best k come back with its scores. When it fails, the items are
+    ranked by ``fallback`` instead (score order, by default) and a warning is logged,
+    as the query service falls back to the fused order; ``fallback=None`` raises.
+    """
+
+    def __init__(self, reranker: DocumentReranker, *, fallback: Any = score_sort_rerank) -> None:
+        self.reranker = reranker
+        self.fallback = fallback
+
+    @classmethod
+    def from_settings(cls, *, fallback: Any = score_sort_rerank) -> Self:
+        """Over the reranker of ``MEMORYHUB["RERANKER"]``, the very instance the query
+        service uses; ``ValueError`` when none is configured."""
+        from ..conf import memoryhub_settings
+
+        reranker = memoryhub_settings.reranker()
+        if reranker is None:
+            raise ValueError('MEMORYHUB["RERANKER"] is not set')
+        return cls(reranker, fallback=fallback)
+
+    def __repr__(self) -> str:
+        return f"ItemReranker({self.reranker!r})"
+
+    async def rerank(self, query: str, items: Sequence[MemoryItem], *, k: int) -> list[MemoryItem]:
+        if not items or k < 1:
+            return []
+        documents = [item.content for item in items]
+        try:
+            answer = await asyncio.to_thread(self.reranker.rerank, query, documents, top_n=k)
+            ranking = checked_ranking(answer, len(documents), k)
+        except Exception as exc:
+            if self.fallback is None:
+                raise
+            reason = exc.reason if isinstance(exc, RerankerError) else type(exc).__name__
+            name = getattr(self.reranker, "name", type(self.reranker).__name__)
+            logger.warning("reranker %s failed (%s); falling back", name, reason)
+            return await _rerank(self.fallback, query, list(items), k)
+        return [dataclasses.replace(items[index], score=score) for index, score in ranking]
 
 
 class CompositeWriteError(Exception):

@@ -6,8 +6,15 @@ Scores are comparable within a mode:
   embeddings (the configured model only; records still pending are not found);
 * ``keyword``: PostgreSQL full-text rank, ``ts_rank`` normalised to [0, 1)
   (``rank / (rank + 1)``), over the generated ``search_vector`` (finds pending records);
-* ``hybrid`` (default): reciprocal-rank fusion, ``sum(1 / (RRF_K + rank))`` over the two
-  lists, with ``RRF_K = 60`` (Cormack et al.); at most ``2 / 61`` ≈ 0.0328.
+* ``hybrid`` (default): each leg's scores normalised over its candidates and combined
+  with the vector leg's weight (:func:`fusion.fuse`), in [0, 1]. ``explain=True`` returns
+  each item's rank and score in each leg (``QueryResult.legs``).
+
+With a reranker configured (``MEMORYHUB["RERANKER"]``), the best
+``RERANK_CANDIDATES`` fused items (deduplicated, at least k) are reordered by it and the
+best k kept, each with the reranker's score (``QueryResult.reranked``); ``min_score``
+still applies to the mode's scores, before reranking. A failing reranker leaves the
+fused order (see :mod:`.rerank`). ``rerank=False`` opts a query out.
 
 Vector search picks its plan from the size of the filtered scope: up to
 ``MEMORYHUB["EXACT_SCAN_THRESHOLD"]`` candidate rows it scans them exactly (btree on the tenant
@@ -17,13 +24,16 @@ iterative scans so a selective filter still yields k rows.
 Time: ``occurred_after``/``occurred_before`` filter every leg like the other filters (so
 k rows still come back); a recency half-life (``RECENCY_HALF_LIFE``, or the query's
 ``recency_half_life``) multiplies each candidate's score by ``0.5 ** (age / half-life)``
-before the top k are taken; ``context_turns`` adds each hit's neighbouring turns of its
-session (one statement for all hits, after the ranking, never cached).
+before the top k are taken (and a reranker's scores, which then rank);
+``context_turns`` adds each hit's neighbouring turns of its session (one statement for
+all hits, after the ranking, never cached).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,10 +45,11 @@ from ...conf import memoryhub_settings
 from ...items import MemoryItem, Turns, dedupe_items, grounding_lines, sort_by_score
 from ...models import Observation
 from ...scope import Scope
+from . import rerank
 from .execution import _fetch, _run, _to_item, _turns
-from .fusion import RRF_K, _fuse, boost_recent, merge_models
+from .fusion import RRF_K, boost_recent, fuse, merge_models
 from .plans import VECTOR, WORDS, _keyword_words, _plan, _Slot, clear_plans
-from .request import MAX_FILTER_VALUES, MODES, QueryRequest, QueryResult
+from .request import MAX_FILTER_VALUES, MODES, Legs, QueryRequest, QueryResult
 
 __all__ = [
     "MAX_FILTER_VALUES",
@@ -54,19 +65,44 @@ __all__ = [
 ]
 
 
+#: Query vectors by (model, text), in this process: an agent asks the same question
+#: again, and a real model's embedding of it costs more than the search (about 10 ms of
+#: 14 with all-MiniLM-L6-v2 on the benchmark machine). Bounded, least recently used out.
+_VECTORS: OrderedDict[tuple[str, str], str] = OrderedDict()
+_VECTORS_LOCK = threading.Lock()
+VECTORS_KEPT = 1024
+
+
+def _query_vector(embedder: Any, text: str) -> str:
+    """``text``'s query vector under ``embedder``, as pgvector text."""
+    key = (embedder.name, text)
+    with _VECTORS_LOCK:
+        found = _VECTORS.get(key)
+        if found is not None:
+            _VECTORS.move_to_end(key)
+            return found
+    vector = Vector(embedder.embed_query(text)).to_text()
+    with _VECTORS_LOCK:
+        _VECTORS[key] = vector
+        while len(_VECTORS) > VECTORS_KEPT:
+            _VECTORS.popitem(last=False)
+    return vector
+
+
 def _rank(
-    scope: Scope, request: QueryRequest, gen: int
-) -> tuple[list[tuple[Any, float]], str, dict[Any, dict[str, Any]]]:
-    """The best ``(id, score)`` pairs for ``request`` (twice k), the strategy used, and
-    the candidates' rows."""
-    plan = _plan(scope, request, gen)
+    scope: Scope, request: QueryRequest, gen: int, candidates: int
+) -> tuple[list[tuple[Any, float]], str, dict[Any, dict[str, Any]], dict[str, Legs]]:
+    """The ``(id, score)`` pairs for ``request``, best first, the strategy used, the
+    candidates' rows, and where each candidate stood in each leg (:data:`Legs`);
+    ``candidates`` is how many items the caller needs (k, or what the reranker sees)."""
+    plan = _plan(scope, request, gen, candidates)
     values: dict[_Slot, Any] = {WORDS: _keyword_words(request.query)}
     if plan.vector is not None:
-        values[VECTOR] = Vector(memoryhub_settings.embedder().embed_query(request.query)).to_text()
+        values[VECTOR] = _query_vector(memoryhub_settings.embedder(), request.query)
     for name, leg in plan.previous:
         embedder = memoryhub_settings.embedder_for(name)
         assert embedder is not None  # the plan was built with it
-        values[leg.slot] = Vector(embedder.embed_query(request.query)).to_text()
+        values[leg.slot] = _query_vector(embedder, request.query)
     legs = [plan.vector, plan.keyword, *(leg for _, leg in plan.previous)]
     (vector, keyword, *previous), rows = _run(legs, values, plan.settings)
     # relaxed_order may return the vector leg slightly out of order.
@@ -79,34 +115,51 @@ def _rank(
     elif request.mode == "keyword":
         ranked = keyword
     else:
-        ranked = _fuse(vector, keyword)
+        ranked = fuse(vector, keyword, plan.vector_weight)
     if request.min_score is not None:
         ranked = [(pk, score) for pk, score in ranked if score >= request.min_score]
     half_life = request.half_life()
     if half_life is not None:
         occurred = {pk: row["occurred"] for pk, row in rows.items()}
         ranked = boost_recent(ranked, occurred, half_life, timezone.now())
-    # Twice k: room for duplicates that merge away.
-    return ranked[: request.k * 2], plan.strategy, rows
+    standing: dict[str, Legs] = {}
+    if request.explain:
+        for name, ranking in (("vector", vector), ("keyword", keyword)):
+            for rank, (pk, score) in enumerate(ranking, start=1):
+                standing.setdefault(str(pk), {"vector": None, "keyword": None})[name] = {
+                    "rank": rank,
+                    "score": round(score, 6),
+                }
+    # Every candidate: duplicates that merge away must not leave the answer short of k
+    # (:func:`_items` converts only as many as it needs).
+    return ranked, plan.strategy, rows, standing
 
 
 def _items(
     scope: Scope,
-    request: QueryRequest,
     ranked: list[tuple[Any, float]],
     rows: dict[Any, dict[str, Any]] | None = None,
     *,
+    limit: int,
     observed: bool,
 ) -> list[MemoryItem]:
-    """The ranked records as items, duplicates merged; ``observed`` records the merge.
+    """The best ``limit`` ranked records as items, duplicates merged; ``observed``
+    records the merge.
 
     ``rows`` are the candidates' rows when the ranking was just computed; a cached
     ranking reads them again (a record erased since is simply not there).
     """
-    if rows is None:
-        rows = _fetch(scope, [pk for pk, _ in ranked])
-    items = [_to_item(rows[pk], score) for pk, score in ranked if pk in rows]
-    merged, collapsed = dedupe_items(items, "id")
+    # Twice the limit first (room for duplicates that merge away), more only while
+    # duplicates leave fewer: converting every candidate costs more than the statement.
+    taken = limit * 2
+    while True:
+        head = ranked[:taken]
+        found = rows if rows is not None else _fetch(scope, [pk for pk, _ in head])
+        items = [_to_item(found[pk], score) for pk, score in head if pk in found]
+        merged, collapsed = dedupe_items(items, "id")
+        if len(merged) >= limit or taken >= len(ranked):
+            break
+        taken *= 2
     if collapsed and observed:
         stamped = [item for item in merged if item.dedupe_count]
         observe.record_in_scope(
@@ -118,12 +171,15 @@ def _items(
                 "sources": sorted({s for item in stamped for s in item.dedupe_sources or ()}),
             },
         )
-    return sort_by_score(merged)[: request.k]
+    return sort_by_score(merged)[:limit]
 
 
 def _with_turns(scope: Scope, items: list[MemoryItem], count: int) -> list[MemoryItem]:
     """Each item with the ``count`` turns of its session before and after it (none when
-    it names no session); read live, never from the cache."""
+    it names no session); read live, never from the cache. ``count`` 0: the items as
+    they are."""
+    if not count:
+        return items
     found = _turns(scope, [item.id for item in items if item.id], count)
     return [dataclasses.replace(item, context=found.get(item.id or "", Turns())) for item in items]
 
@@ -133,30 +189,59 @@ def query(scope: Scope, request: QueryRequest | None = None, /, **raw: Any) -> Q
 
     The ranking (ids and scores, never content) is cached per (scope, domain
     generation, canonical request); any write or forget in the domain invalidates it, and
-    a hit reads the rows again, so erased memory cannot come back from the cache.
+    a hit reads the rows again, so erased memory cannot come back from the cache. The
+    reranker's scores are cached with it; an answer the reranker failed is not cached,
+    so the next query asks it again.
     """
     if not isinstance(scope, Scope):
         raise TypeError("query() needs a Scope.")
     if request is None:
         request = QueryRequest.build(**raw)
-    # The model is part of the key: after a change of embedder, old entries are not reused.
-    canonical = {**request.canonical(), "model": memoryhub_settings.embedder().name}
+    reranker = rerank.reranker_for(request)
+    limit = rerank.candidates(request, reranker)
+    # The models are part of the key: after a change of embedder or reranker, old
+    # entries are not reused.
+    canonical = {
+        **request.canonical(),
+        "model": memoryhub_settings.embedder().name,
+        "reranker": None if reranker is None else reranker.name,
+        "candidates": limit,
+    }
     # One generation for the read, the plan and the write (one cache round trip): a write
     # between them moves the generation on, and this (older) ranking must not be stored
     # under the new one.
     gen = cache.generation(scope)
     key = cache.query_key(scope, canonical, gen)
-    cached = cache.get_query(key)
+    # An explained query is ranked afresh: the cache keeps rankings, not the legs.
+    cached = None if request.explain else cache.get_query(key)
     if cached is not None:
-        ranked, strategy = cached
-        items = _items(scope, request, ranked, observed=False)
-    else:
-        ranked, strategy, rows = _rank(scope, request, gen)
-        cache.set_query(key, (ranked, strategy))
-        items = _items(scope, request, ranked, rows, observed=True)
-    if request.context_turns:
-        items = _with_turns(scope, items, request.context_turns)
-    return QueryResult(items=items, cached=cached is not None, strategy=strategy)
+        ranked, strategy, scores = cached
+        items = _items(scope, ranked, limit=limit, observed=False)
+        if scores is not None:
+            items = rerank.apply(items, scores)
+        return QueryResult(
+            items=_with_turns(scope, items[: request.k], request.context_turns),
+            cached=True,
+            strategy=strategy,
+            reranked=scores is not None,
+        )
+    ranked, strategy, rows, legs = _rank(scope, request, gen, limit)
+    items = _items(scope, ranked, rows, limit=limit, observed=True)
+    scores = None if reranker is None else rerank.rerank(scope, reranker, request, items)
+    half_life = request.half_life()
+    if scores is not None and half_life is not None:
+        # The reranker's scores rank the answer: the recency boost applies to them too.
+        occurred = {str(item.id): item.occurred_at for item in items}
+        scores = boost_recent(scores, occurred, half_life, timezone.now())
+    if reranker is None or scores is not None or not items:
+        cache.set_query(key, (ranked, strategy, scores))
+    if scores is not None:
+        items = rerank.apply(items, scores)
+    items = _with_turns(scope, items[: request.k], request.context_turns)
+    if request.explain:
+        empty: Legs = {"vector": None, "keyword": None}
+        legs = {item.id: legs.get(item.id, empty) for item in items if item.id}
+    return QueryResult(items=items, strategy=strategy, reranked=scores is not None, legs=legs)
 
 
 def render_grounding(items: Sequence[MemoryItem], format: Any = None) -> str | None:

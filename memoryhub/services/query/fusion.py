@@ -1,5 +1,5 @@
-"""Merging rankings: reciprocal-rank fusion of the legs, the merge of two models' vector
-rankings during a model change, and the recency boost."""
+"""Merging rankings: the fusion of the legs, the merge of two models' vector rankings
+during a model change, and the recency boost."""
 
 from __future__ import annotations
 
@@ -9,16 +9,28 @@ from typing import Any
 
 RRF_K = 60
 
+#: How hybrid search fuses its legs: each leg's scores are normalised over its own
+#: candidates ("minmax": the best maps to 1, the last to 0; equal scores stay equal),
+#: then combined with the vector leg's weight (``hybrid_weight``). Chosen by
+#: ``python -m benchmarks.quality`` over every set and shipped embedder against
+#: equal-weight RRF, weighted RRF (with and without tied ranks) and "dbsf" (mean ± 3
+#: standard deviations, clipped: it ties a leg's clear winners, and measured no better)
+#: (benchmarks/REPORT.md, "Quality on conversations").
+FUSION = "minmax"
 
-def _fuse(
-    vector: list[tuple[Any, float]], keyword: list[tuple[Any, float]]
+
+def fuse(
+    vector: list[tuple[Any, float]], keyword: list[tuple[Any, float]], vector_weight: float
 ) -> list[tuple[Any, float]]:
-    """Reciprocal-rank fusion of two ``(id, score)`` rankings."""
-    scores: dict[Any, float] = {}
-    for ranking in (vector, keyword):
-        for rank, (pk, _) in enumerate(ranking, start=1):
-            scores[pk] = scores.get(pk, 0.0) + 1.0 / (RRF_K + rank)
-    return sorted(scores.items(), key=lambda pair: -pair[1])
+    """Hybrid's ranking: ``vector_weight`` × the vector leg's normalised score + the
+    rest × the keyword leg's, in [0, 1]. A leg that found nothing gives its weight to
+    the other (a query without words, records not yet embedded): a lone leg keeps its
+    order."""
+    if not keyword:
+        vector_weight = 1.0
+    elif not vector:
+        vector_weight = 0.0
+    return convex(vector, keyword, vector_weight, FUSION)
 
 
 #: How the vector rankings of two models merge during a model change: "calibrated"
@@ -86,17 +98,82 @@ def _calibrated(rankings: Sequence[list[tuple[Any, float]]]) -> list[tuple[Any, 
 
 def boost_recent(
     ranked: list[tuple[Any, float]],
-    occurred: Mapping[Any, datetime],
+    occurred: Mapping[Any, datetime | None],
     half_life: float,
     now: datetime,
 ) -> list[tuple[Any, float]]:
     """``ranked`` re-ranked by recency: each score multiplied by ``0.5 ** (age /
-    half_life)``, the age (seconds, none for a moment to come) counted from when the record
-    occurred. A negative score (a vector mode's cosine) moves away from zero by the same
-    share, so an older record never overtakes an equal newer one."""
+    half_life)``, the age (seconds, none for a moment to come or not known) counted from
+    when the record occurred. A negative score (a vector mode's cosine) moves away from
+    zero by the same share, so an older record never overtakes an equal newer one."""
     boosted = []
     for pk, score in ranked:
-        age = max((now - occurred[pk]).total_seconds(), 0.0)
+        when = occurred.get(pk)
+        age = 0.0 if when is None else max((now - when).total_seconds(), 0.0)
         decay = 0.5 ** (age / half_life)
         boosted.append((pk, score - abs(score) * (1.0 - decay)))
     return sorted(boosted, key=lambda pair: -pair[1])
+
+
+# --- candidate fusions (measured by benchmarks.quality) --------------------------------
+
+
+def _ranks(ranking: list[tuple[Any, float]], ties: str) -> list[tuple[Any, float]]:
+    """Each id with its rank in a best-first ranking: its position ("none"), or shared
+    by equal scores: the group's first position ("min") or its mean ("mean")."""
+    if ties == "none":
+        return [(pk, float(rank)) for rank, (pk, _) in enumerate(ranking, start=1)]
+    ranked: list[tuple[Any, float]] = []
+    start = 0
+    while start < len(ranking):
+        end = start
+        while end + 1 < len(ranking) and ranking[end + 1][1] == ranking[start][1]:
+            end += 1
+        rank = start + 1 if ties == "min" else (start + end) / 2 + 1
+        ranked.extend((pk, rank) for pk, _ in ranking[start : end + 1])
+        start = end + 1
+    return ranked
+
+
+def weighted_rrf(
+    vector: list[tuple[Any, float]],
+    keyword: list[tuple[Any, float]],
+    vector_weight: float,
+    keyword_weight: float,
+    ties: str = "none",
+) -> list[tuple[Any, float]]:
+    """Reciprocal-rank fusion with a weight per leg; ``ties`` as in :func:`_ranks`."""
+    scores: dict[Any, float] = {}
+    for ranking, weight in ((vector, vector_weight), (keyword, keyword_weight)):
+        for pk, rank in _ranks(ranking, ties):
+            scores[pk] = scores.get(pk, 0.0) + weight / (RRF_K + rank)
+    return sorted(scores.items(), key=lambda pair: -pair[1])
+
+
+def _normalised(ranking: list[tuple[Any, float]], how: str) -> dict[Any, float]:
+    import statistics
+
+    if not ranking:
+        return {}
+    values = [score for _, score in ranking]
+    if how == "dbsf":
+        mean, spread = statistics.fmean(values), statistics.pstdev(values)
+        low, high = mean - 3 * spread, mean + 3 * spread
+    else:
+        low, high = min(values), max(values)
+    if high <= low:
+        return {pk: 1.0 for pk, _ in ranking}
+    return {pk: min(1.0, max(0.0, (score - low) / (high - low))) for pk, score in ranking}
+
+
+def convex(
+    vector: list[tuple[Any, float]], keyword: list[tuple[Any, float]], alpha: float, how: str
+) -> list[tuple[Any, float]]:
+    """``alpha`` × the vector leg's normalised score + (1 − ``alpha``) × the keyword
+    leg's; ``how`` normalises: "minmax" over the leg's candidates, "dbsf" over its mean
+    ± 3 standard deviations."""
+    v, k = _normalised(vector, how), _normalised(keyword, how)
+    fused = {
+        pk: alpha * v.get(pk, 0.0) + (1 - alpha) * k.get(pk, 0.0) for pk in v.keys() | k.keys()
+    }
+    return sorted(fused.items(), key=lambda pair: -pair[1])

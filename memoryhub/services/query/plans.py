@@ -20,6 +20,7 @@ from pgvector.django import CosineDistance, VectorField
 from ... import cache
 from ...conf import memoryhub_settings
 from ...embedders import Embedder
+from ...embedders.base import DEFAULT_HYBRID_VECTOR_WEIGHT
 from ...exceptions import UnknownSource
 from ...filters import compile_where
 from ...models import (
@@ -134,6 +135,8 @@ class _Plan:
     #: During a change of embedder: a vector leg per previous model still holding
     #: vectors in the scope, with its model's name (the query is embedded once per model).
     previous: tuple[tuple[str, _Leg], ...] = ()
+    #: Hybrid: the vector leg's share of the fused score (:func:`hybrid_weight`).
+    vector_weight: float = DEFAULT_HYBRID_VECTOR_WEIGHT
 
 
 def _vector_leg(
@@ -152,7 +155,7 @@ def _vector_leg(
     threshold = memoryhub_settings.EXACT_SCAN_THRESHOLD
     filters = {
         **request.canonical(),
-        **dict.fromkeys(("query", "k", "mode", "min_score", "recency_half_life")),
+        **dict.fromkeys(("query", "k", "mode", "min_score", "rerank", "recency_half_life")),
     }
     description = cache.canonical_json({**filters, "model": embedder.name})
     settings: dict[str, str] = {}
@@ -209,6 +212,20 @@ def _previous_embedders(scope: Scope) -> list[tuple[str, Embedder]]:
     return found[:MAX_PREVIOUS_MODELS]
 
 
+def hybrid_weight(scope: Scope) -> float:
+    """The vector leg's share of ``scope``'s hybrid scores: the domain's own weight, else
+    ``HYBRID_VECTOR_WEIGHT``, else the configured embedder's ``hybrid_vector_weight``."""
+    from tenants.models import Domain
+
+    own = Domain.objects.filter(pk=scope.domain_id).values_list("hybrid_vector_weight").first()
+    if own is not None and own[0] is not None:
+        return float(own[0])
+    if memoryhub_settings.HYBRID_VECTOR_WEIGHT is not None:
+        return float(memoryhub_settings.HYBRID_VECTOR_WEIGHT)
+    embedder = memoryhub_settings.embedder()
+    return float(getattr(embedder, "hybrid_vector_weight", DEFAULT_HYBRID_VECTOR_WEIGHT))
+
+
 def _keyword_words(text: str) -> str | None:
     """The query's words as a raw tsquery OR (stemmed, stop words dropped by PostgreSQL:
     any match ranks); None when it has no words."""
@@ -245,21 +262,29 @@ def clear_plans() -> None:
         _PLANS.clear()
 
 
-def _plan(scope: Scope, request: QueryRequest, gen: int | None = None) -> _Plan:
+def _plan(
+    scope: Scope, request: QueryRequest, gen: int | None = None, candidates: int = 0
+) -> _Plan:
     """The compiled legs for ``request``'s shape, from this process's plans when the
     domain has not changed since (same generation ``gen``, default the current one), nor
-    the settings the plan depends on, and the plan is younger than ``PLAN_SECONDS``."""
+    the settings the plan depends on, and the plan is younger than ``PLAN_SECONDS``.
+
+    Each leg selects at least ``candidates`` rows (the reranker's share), besides its
+    room for k."""
     settings = memoryhub_settings
     shape = {
         **request.canonical(),
         "query": None,
         "min_score": None,
+        "rerank": None,
         "recency_half_life": None,
+        "candidates": candidates,
         "model": settings.embedder().name,
         "previous": settings.PREVIOUS_EMBEDDERS,
         "exact": settings.EXACT_SCAN_THRESHOLD,
         "ef": settings.HNSW_EF_SEARCH,
         "tuples": settings.HNSW_MAX_SCAN_TUPLES,
+        "weight": settings.HYBRID_VECTOR_WEIGHT,
     }
     key = cache.plan_key(scope, "statements|" + cache.canonical_json(shape), gen)
     now = time.monotonic()
@@ -271,6 +296,7 @@ def _plan(scope: Scope, request: QueryRequest, gen: int | None = None) -> _Plan:
     with tenant_scope(scope):
         records = _base_queryset(scope, request)
         depth = max(request.k * 4, 40) if request.mode == "hybrid" else request.k * 2 + 10
+        depth = max(depth, candidates)
         vector: _Leg | None = None
         keyword: _Leg | None = None
         hnsw: dict[str, str] = {}
@@ -290,7 +316,8 @@ def _plan(scope: Scope, request: QueryRequest, gen: int | None = None) -> _Plan:
                 strategy += f"+{len(previous) + 1}models"
         if request.mode in ("keyword", "hybrid"):
             keyword = _keyword_leg(records, depth)
-    plan = _Plan(vector, keyword, strategy, hnsw, tuple(previous))
+        weight = hybrid_weight(scope) if request.mode == "hybrid" else 0.0
+    plan = _Plan(vector, keyword, strategy, hnsw, tuple(previous), weight)
     with _PLANS_LOCK:
         _PLANS[key] = (now, plan)
         while len(_PLANS) > PLANS_KEPT:

@@ -43,6 +43,10 @@ class QueryRequest:
     recency_half_life: float | None = None
     #: Neighbouring turns of each hit's session to return, on each side (0: none).
     context_turns: int = 0
+    #: Return each item's rank and score in each leg (``QueryResult.legs``).
+    explain: bool = False
+    #: False: keep the fused order even when a reranker is configured.
+    rerank: bool = True
 
     @classmethod
     def build(cls, /, **raw: Any) -> QueryRequest:
@@ -74,6 +78,12 @@ class QueryRequest:
             or not -1.0 <= float(min_score) <= 1.0
         ):
             errors.setdefault("min_score", []).append("must be a number from -1 to 1.")
+        explain = raw.get("explain", False)
+        if not isinstance(explain, bool):
+            errors.setdefault("explain", []).append("must be true or false.")
+        rerank = raw.get("rerank", True)
+        if not isinstance(rerank, bool):
+            errors.setdefault("rerank", []).append("must be true or false.")
         lists: dict[str, tuple[str, ...] | None] = {}
         for name in ("sources", "namespaces", "kinds", "tags"):
             lists[name] = _string_list(raw.get(name), name, errors)
@@ -131,6 +141,8 @@ class QueryRequest:
             occurred_before=before,
             recency_half_life=half_life,
             context_turns=turns,
+            explain=explain,
+            rerank=rerank,
         )
 
     def half_life(self) -> float | None:
@@ -155,6 +167,7 @@ class QueryRequest:
             "occurred_after": _iso(self.occurred_after),
             "occurred_before": _iso(self.occurred_before),
             "recency_half_life": self.half_life(),
+            "rerank": self.rerank,
         }
 
 
@@ -181,11 +194,30 @@ def _string_list(value: Any, name: str, errors: dict[str, list[str]]) -> tuple[s
     return tuple(result)
 
 
+#: Where an item stood in each leg of its query: ``{"vector": {"rank", "score"} | None,
+#: "keyword": ...}`` (None: the leg did not find it).
+Legs = dict[str, dict[str, float] | None]
+
+
 @dataclass
 class QueryResult:
+    """The items, and how they were found: from the cache or not, the plan's strategy,
+    and whether the reranker ordered them (then each score is the reranker's)."""
+
     items: list[MemoryItem] = field(default_factory=list)
     cached: bool = False
     strategy: str = ""
+    #: With ``explain``: each item's :data:`Legs`, by item id.
+    legs: dict[str, Legs] = field(default_factory=dict)
+    reranked: bool = False
+
+    def item_dicts(self) -> list[dict[str, Any]]:
+        """The items as the API and MCP answer them (with ``legs`` when explained)."""
+        items = [item.to_dict() for item in self.items]
+        if self.legs:
+            for item in items:
+                item["legs"] = self.legs.get(item["id"])
+        return items
 
 
 # --- candidates ------------------------------------------------------------------------

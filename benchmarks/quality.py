@@ -1,0 +1,309 @@
+"""``python -m benchmarks.quality [--locomo PATH] [--embedders hashing,minilm]``: retrieval
+quality on conversations.
+
+Each conversation of each set (:mod:`benchmarks.conversations`: the generated set
+always, LoCoMo when ``--locomo`` points at a copy) is written through the write service
+one record per turn (``"<speaker>: <text>"``, kind ``episodic``, the turn's id as key, its
+session in ``metadata["session"]``, one namespace per conversation), indexed, and every
+question is asked in its conversation's namespace in the three modes. Reported: evidence
+recall@5 and @10 (the share of a question's evidence turns in the first k) per mode, per
+embedder, per question category, with two baselines computed in the same run over the
+same texts: exact cosine (numpy, the embedder's vectors) and BM25 (rank-bm25, Okapi).
+
+A fusion study rides along: each leg's ranking (40 deep, as hybrid fetches it) is kept
+per question, and the candidate fusions of :mod:`memoryhub.services.query.fusion` are
+scored on it, so a fusion rule is chosen on measurements over every set and embedder.
+
+Writes ``benchmarks/results-quality.json`` and the "Quality" section of ``REPORT.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from benchmarks.conversations import Conversation, generate, known_items, load_locomo
+from benchmarks.report import replace_section
+
+ROOT = Path(__file__).resolve().parent.parent
+REPORT = ROOT / "benchmarks" / "REPORT.md"
+RESULTS = ROOT / "benchmarks" / "results-quality.json"
+BEGIN, END = "<!-- quality:begin -->", "<!-- quality:end -->"
+DEPTH = 40
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+EMBEDDERS = {
+    "hashing": ("memoryhub.embedders.HashingEmbedder", {}),
+    "minilm": ("memoryhub.embedders.sentence_transformers.SentenceTransformerEmbedder", {}),
+}
+
+Ranking = list[tuple[Any, float]]
+
+
+def _recall(ranked: Sequence[Any], evidence: set[Any], k: int) -> float:
+    return len(evidence.intersection(ranked[:k])) / len(evidence)
+
+
+def _use_embedder(name: str) -> Any:
+    from django.conf import settings
+
+    from memoryhub.conf import memoryhub_settings
+    from memoryhub.services.query import clear_plans
+
+    path, options = EMBEDDERS[name]
+    settings.MEMORYHUB = {**settings.MEMORYHUB, "EMBEDDER": path, "EMBEDDER_OPTIONS": options}
+    memoryhub_settings.reload()
+    clear_plans()
+    return memoryhub_settings.embedder()
+
+
+def _write(scope: Any, conversation: Conversation) -> tuple[dict[str, str], float]:
+    """The turns written (turn id → record id) and the seconds the write path took."""
+    from memoryhub.services import write
+
+    ids: dict[str, str] = {}
+    started = time.perf_counter()
+    for start in range(0, len(conversation.turns), 100):
+        turns = conversation.turns[start : start + 100]
+        result = write.write(
+            scope,
+            [
+                {
+                    "content": turn.content,
+                    "key": turn.id,
+                    "kind": "episodic",
+                    "namespace": f"conv:{conversation.id}",
+                    "metadata": {"session": turn.session, "speaker": turn.speaker},
+                }
+                for turn in turns
+            ],
+        )
+        ids.update((record.key, record.id) for record in result.records)
+    return ids, time.perf_counter() - started
+
+
+def _index(record_ids: list[str]) -> float:
+    from memoryhub.conf import memoryhub_settings
+    from memoryhub.services import indexing
+
+    batch = memoryhub_settings.INDEX_BATCH_SIZE
+    started = time.perf_counter()
+    for start in range(0, len(record_ids), batch):
+        indexing.index_records(record_ids[start : start + batch])
+    return time.perf_counter() - started
+
+
+def _baselines(embedder: Any, conversation: Conversation, ids: dict[str, str]) -> dict[str, Any]:
+    """Exact cosine and BM25 rankings of every question, over the same turns."""
+    import numpy as np
+    from rank_bm25 import BM25Okapi
+
+    turns = conversation.turns
+    record_ids = [ids[turn.id] for turn in turns]
+    started = time.perf_counter()
+    vectors = np.asarray(embedder.embed_documents([turn.content for turn in turns]))
+    encode_seconds = time.perf_counter() - started
+    bm25 = BM25Okapi([_WORD.findall(turn.content.lower()) or [""] for turn in turns])
+    exact, keyword = [], []
+    for question in conversation.questions:
+        query = np.asarray(embedder.embed_query(question.text))
+        order = np.argsort(-(vectors @ query), kind="stable")[:DEPTH]
+        exact.append([record_ids[i] for i in order])
+        scores = bm25.get_scores(_WORD.findall(question.text.lower()))
+        keyword.append([record_ids[i] for i in np.argsort(-scores, kind="stable")[:DEPTH]])
+    return {"exact cosine": exact, "BM25": keyword, "encode_seconds": encode_seconds}
+
+
+def _ask(scope: Any, conversation: Conversation, k: int) -> dict[str, Any]:
+    """Per question: the service's ranking in each mode, each leg 40 deep, and latency."""
+    from memoryhub.services import query
+
+    namespace = [f"conv:{conversation.id}"]
+    found: dict[str, list[Any]] = defaultdict(list)
+    latency: list[float] = []
+    for question in conversation.questions:
+        for mode in ("vector", "keyword"):
+            items = query.query(
+                scope, query=question.text, k=DEPTH, mode=mode, namespaces=namespace
+            ).items
+            found[f"{mode} leg"].append([(item.id, item.score) for item in items])
+            found[mode].append([item.id for item in items])
+        started = time.perf_counter()
+        items = query.query(
+            scope, query=question.text, k=k, mode="hybrid", namespaces=namespace
+        ).items
+        latency.append(time.perf_counter() - started)
+        found["hybrid"].append([item.id for item in items])
+    return {"rankings": found, "latency": latency}
+
+
+def _fusions() -> dict[str, Callable[[Ranking, Ranking], Ranking]]:
+    """The candidate fusions of the study, by name."""
+    from memoryhub.services.query import fusion
+
+    candidates: dict[str, Callable[[Ranking, Ranking], Ranking]] = {}
+    for ties in ("none", "mean"):
+        for weight in (0.25, 0.5, 1.0):
+            candidates[f"rrf {weight}:1 ties={ties}"] = lambda v, w, x=weight, t=ties: (
+                fusion.weighted_rrf(v, w, x, 1.0, t)
+            )
+    for alpha in (0.2, 0.3, 0.4, 0.5, 0.6):
+        candidates[f"minmax α={alpha}"] = lambda v, w, a=alpha: fusion.convex(v, w, a, "minmax")
+        candidates[f"dbsf α={alpha}"] = lambda v, w, a=alpha: fusion.convex(v, w, a, "dbsf")
+    return candidates
+
+
+def evaluate(
+    name: str, conversations: list[Conversation], embedder_name: str, k: int
+) -> dict[str, Any]:
+    from memoryhub.scope import Scope
+    from memoryhub.services import knowledge_bases
+    from tenants.models import Domain, Org
+
+    embedder = _use_embedder(embedder_name)
+    org = Org.objects.create(slug=f"q-{name}-{embedder_name}"[:60], name=name)
+    domain = Domain.objects.create(org=org, slug="conversations")
+    scope = Scope.for_domain(domain)
+    knowledge_bases.ensure_knowledge_base(scope, "memory")
+    scores: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    study: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    fusions = _fusions()
+    write_seconds = index_seconds = encode_seconds = 0.0
+    latency: list[float] = []
+    turns = questions = 0
+    for conversation in conversations:
+        ids, seconds = _write(scope, conversation)
+        write_seconds += seconds
+        index_seconds += _index(list(ids.values()))
+        turns += len(conversation.turns)
+        questions += len(conversation.questions)
+        asked = _ask(scope, conversation, k)
+        latency += asked["latency"]
+        baselines = _baselines(embedder, conversation, ids)
+        encode_seconds += baselines.pop("encode_seconds")
+        rankings = {**asked["rankings"], **baselines}
+        for n, question in enumerate(conversation.questions):
+            evidence = {ids[turn] for turn in question.evidence}
+            for mode in ("vector", "keyword", "hybrid", "exact cosine", "BM25"):
+                for at in (5, 10):
+                    value = _recall(rankings[mode][n], evidence, at)
+                    scores[f"{mode}@{at}"]["all"].append(value)
+                    scores[f"{mode}@{at}"][question.category].append(value)
+            legs = rankings["vector leg"][n], rankings["keyword leg"][n]
+            for fusion_name, fuse in fusions.items():
+                fused = [pk for pk, _ in fuse(*legs)]
+                study[fusion_name]["all"].append(_recall(fused, evidence, 10))
+                study[fusion_name][question.category].append(_recall(fused, evidence, 10))
+    mean = lambda values: round(statistics.fmean(values), 3)  # noqa: E731
+    return {
+        "set": name,
+        "embedder": embedder.name,
+        "turns": turns,
+        "questions": questions,
+        "write_turns_per_s": round(turns / write_seconds, 1),
+        "index_turns_per_s": round(turns / index_seconds, 1),
+        "encode_turns_per_s": round(turns / encode_seconds, 1),
+        "hybrid_p50_ms": round(statistics.median(latency) * 1000, 2),
+        "recall": {metric: {c: mean(v) for c, v in by.items()} for metric, by in scores.items()},
+        "fusion_study": {f: {c: mean(v) for c, v in by.items()} for f, by in study.items()},
+        "categories": {c: len(v) for c, v in scores["hybrid@10"].items()},
+    }
+
+
+def section(results: dict[str, Any]) -> str:
+    lines = [
+        BEGIN,
+        "## Quality on conversations (`python -m benchmarks.quality`)",
+        "",
+        f"Evidence recall@5 / @10 (the share of a question's evidence turns in the first k),"
+        f" one record per turn, one namespace per conversation; baselines over the same"
+        f" texts in the same run. {results['cpus']} CPUs, {results['date']}.",
+        "",
+    ]
+    for run in results["runs"]:
+        lines += [
+            f"### {run['set']}, {run['embedder']} ({run['turns']} turns,"
+            f" {run['questions']} questions)",
+            "",
+            "| questions | n | vector | keyword | hybrid | exact cosine | BM25 |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        categories = ["all", *sorted(c for c in run["categories"] if c != "all")]
+        for category in categories:
+            cells = [
+                f"{run['recall'][f'{mode}@5'].get(category, '–')} /"
+                f" {run['recall'][f'{mode}@10'].get(category, '–')}"
+                for mode in ("vector", "keyword", "hybrid", "exact cosine", "BM25")
+            ]
+            lines.append(
+                f"| {category} | {run['categories'][category]} | " + " | ".join(cells) + " |"
+            )
+        study = run["fusion_study"]
+        best = max(study, key=lambda f: study[f]["all"])
+        lines += [
+            "",
+            "Fusion study (recall@10, all questions): "
+            + ", ".join(f"{f} {v['all']}" for f, v in study.items())
+            + f"; best: {best}.",
+            f"Write path {run['write_turns_per_s']} turns/s; indexing (the worker's"
+            f" code, in process) {run['index_turns_per_s']} turns/s against the bare"
+            f" embedder's {run['encode_turns_per_s']} turns/s over the same texts"
+            f" ({run['index_turns_per_s'] / run['encode_turns_per_s']:.2f}); hybrid p50"
+            f" {run['hybrid_p50_ms']} ms.",
+            "",
+        ]
+    lines.append(END)
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.quality")
+    parser.add_argument("--locomo", type=Path, default=os.environ.get("MEMORYHUB_LOCOMO"))
+    parser.add_argument("--embedders", default="hashing,minilm")
+    parser.add_argument("--sets", default="known-items,generated,locomo")
+    parser.add_argument("--k", type=int, default=10)
+    parser.add_argument("--database", default="memoryhub_bench_quality")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="results JSON")
+    parser.add_argument("--no-report", action="store_true", help="leave REPORT.md alone")
+    args = parser.parse_args(argv)
+
+    from benchmarks.run import setup_django
+
+    os.environ["CELERY_BROKER_URL"] = "memory://"
+    setup_django(args.database)
+    sets: dict[str, list[Conversation]] = {}
+    wanted = args.sets.split(",")
+    if "known-items" in wanted:
+        sets["known items"] = known_items()
+    if "generated" in wanted:
+        sets["generated"] = generate()
+    if "locomo" in wanted and args.locomo:
+        sets["LoCoMo"] = load_locomo(Path(args.locomo))
+    results: dict[str, Any] = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "cpus": os.cpu_count(),
+        "runs": [],
+    }
+    for embedder_name in args.embedders.split(","):
+        for name, conversations in sets.items():
+            run = evaluate(name, conversations, embedder_name, args.k)
+            results["runs"].append(run)
+            print(f"{name} / {run['embedder']}: hybrid@10 {run['recall']['hybrid@10']}", flush=True)
+            args.out.write_text(json.dumps(results, indent=2) + "\n")
+    if not args.no_report:
+        replace_section(REPORT, BEGIN, END, section(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -6,6 +6,7 @@ read lazily and re-read when a test changes ``settings.MEMORYHUB``.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -53,6 +54,17 @@ DEFAULTS: dict[str, Any] = {
     "DEFAULT_K": 5,
     "MAX_K": 100,
     "MAX_QUERY_LENGTH": 4_000,
+    # The most neighbouring turns a query's context_turns may ask for on each side of a
+    # hit (turns of one session: metadata["session"]).
+    "MAX_CONTEXT_TURNS": 3,
+    # Recency boost: a record's score is multiplied by 0.5 ** (age / half-life), its age
+    # counted from when it occurred; seconds (or a timedelta), None: off. A query's
+    # recency_half_life overrides it.
+    "RECENCY_HALF_LIFE": None,
+    # One line of the grounding block per item (str.format over source, content, id, key,
+    # kind, namespace, score, occurred, created), e.g. "[{source} {occurred:%Y-%m-%d}]
+    # {content}".
+    "GROUNDING_FORMAT": "[{source}] {content}",
     # Vector search scans filtered scopes up to this many rows exactly; larger ones go
     # through the model's HNSW index with iterative scans.
     "EXACT_SCAN_THRESHOLD": 2_000,
@@ -122,6 +134,7 @@ INTEGER_SETTINGS = {
     "DEFAULT_K": 1,
     "MAX_K": 1,
     "MAX_QUERY_LENGTH": 1,
+    "MAX_CONTEXT_TURNS": 0,
     "CACHE_TTL": 0,
     "EXACT_SCAN_THRESHOLD": 0,
     "HNSW_EF_SEARCH": 1,
@@ -167,6 +180,30 @@ def parse_rate(rate: str | None) -> tuple[int, int] | None:
     return int(count), seconds
 
 
+#: The longest recency half-life, a query's or the setting's: a century.
+MAX_HALF_LIFE_SECONDS = 100 * 365 * 86400
+
+
+def half_life_seconds(value: Any) -> float | None:
+    """A recency half-life in seconds: a number of seconds or a ``timedelta``, up to
+    ``MAX_HALF_LIFE_SECONDS``; ``None`` and ``0`` are no boost. Raises ``ValueError``
+    for anything else."""
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if value is None or (not isinstance(value, bool) and value == 0):
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 < value <= MAX_HALF_LIFE_SECONDS
+    ):
+        raise ValueError(
+            f"a half-life is a number of seconds from 0 (off) to {MAX_HALF_LIFE_SECONDS}"
+            f" or a timedelta, not {value!r}"
+        )
+    return float(value)
+
+
 class MemoryhubSettings:
     """Attribute access to ``settings.MEMORYHUB`` merged over ``DEFAULTS``."""
 
@@ -209,6 +246,10 @@ class MemoryhubSettings:
         from .embedders.hashing import HashingEmbedder
 
         return HashingEmbedder.from_name(model_name)
+
+    def recency_half_life(self) -> float | None:
+        """``RECENCY_HALF_LIFE`` in seconds (None: no recency boost)."""
+        return half_life_seconds(self.RECENCY_HALF_LIFE)
 
     def reranker(self) -> DocumentReranker | None:
         """The configured reranker, built once and reused; None when ``RERANKER`` is."""
@@ -257,15 +298,26 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
     messages.extend(_check_cache_alias())
     messages.extend(_check_embedder())
     messages.extend(_check_reranker())
+    messages.extend(_check_time_aware())
     return messages
 
 
 def _check_search() -> list[CheckMessage]:
-    """``memoryhub.E002`` (``DEFAULT_K`` above ``MAX_K``, too many rerank candidates),
+    """``memoryhub.E002`` (``DEFAULT_K`` above ``MAX_K``, too many context turns or rerank
+    candidates),
     ``E015`` (``HYBRID_VECTOR_WEIGHT`` neither a number from 0 to 1 nor None)."""
     messages: list[CheckMessage] = []
     if memoryhub_settings.DEFAULT_K > memoryhub_settings.MAX_K:
         messages.append(Error("MEMORYHUB['DEFAULT_K'] exceeds MAX_K.", id="memoryhub.E002"))
+    turns = memoryhub_settings.MAX_CONTEXT_TURNS
+    if isinstance(turns, int) and turns > MAX_CONTEXT_TURNS_LIMIT:
+        messages.append(
+            Error(
+                f"MEMORYHUB['MAX_CONTEXT_TURNS'] = {turns} is more than "
+                f"{MAX_CONTEXT_TURNS_LIMIT} (each turn is a row read per hit and side).",
+                id="memoryhub.E002",
+            )
+        )
     candidates = memoryhub_settings.RERANK_CANDIDATES
     if isinstance(candidates, int) and candidates > MAX_RERANK_CANDIDATES:
         messages.append(
@@ -351,6 +403,41 @@ def _check_erasure_settings() -> list[CheckMessage]:
             Error(
                 "MEMORYHUB['ERASURE_RECEIPT_KEY'] must be a string of at least 32 characters.",
                 id="memoryhub.E007",
+            )
+        )
+    return messages
+
+
+#: The most ``MAX_CONTEXT_TURNS`` may be: a query then reads at most
+#: ``MAX_K × 2 × MAX_CONTEXT_TURNS`` turns.
+MAX_CONTEXT_TURNS_LIMIT = 20
+
+
+def _check_time_aware() -> list[CheckMessage]:
+    """``memoryhub.E016`` for a recency half-life that is not seconds or a timedelta,
+    ``memoryhub.E017`` for a grounding format that cannot render an item."""
+    from .items import grounding_fields
+
+    messages: list[CheckMessage] = []
+    try:
+        memoryhub_settings.recency_half_life()
+    except ValueError as exc:
+        messages.append(
+            Error(
+                f"MEMORYHUB['RECENCY_HALF_LIFE']: {exc}.",
+                hint="E.g. 7 * 86400 (a week), timedelta(days=7), or None (no boost).",
+                id="memoryhub.E016",
+            )
+        )
+    try:
+        grounding_fields(memoryhub_settings.GROUNDING_FORMAT)
+    except ValueError as exc:
+        messages.append(
+            Error(
+                f"MEMORYHUB['GROUNDING_FORMAT']: {exc}.",
+                hint='E.g. "[{source}] {content}" (the default) or '
+                '"[{source} {occurred:%Y-%m-%d}] {content}".',
+                id="memoryhub.E017",
             )
         )
     return messages

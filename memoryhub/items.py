@@ -7,14 +7,16 @@ duplicates by the same rules (seed 000, "Deduping the fan-out").
 from __future__ import annotations
 
 import dataclasses
+import string
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal, NoReturn
 
 __all__ = [
     "FrozenDict",
     "MemoryItem",
+    "Turns",
     "as_write_item",
     "dedupe_items",
     "deep_freeze",
@@ -25,7 +27,7 @@ __all__ = [
 #: The one vocabulary of a memory item's writable fields, as every door spells them: a
 #: record stores ``STORED_FIELDS`` (history keeps them too); a write also takes the
 #: ``namespace`` it goes to and ``ttl_seconds`` (turned into ``expires_at``).
-STORED_FIELDS = ("content", "key", "kind", "tags", "metadata", "expires_at")
+STORED_FIELDS = ("content", "key", "kind", "tags", "metadata", "expires_at", "occurred_at")
 ITEM_FIELDS = (*STORED_FIELDS[:3], "namespace", *STORED_FIELDS[3:], "ttl_seconds")
 #: What an update by id may change (a record's namespace and knowledge base stay).
 UPDATABLE_FIELDS = tuple(name for name in ITEM_FIELDS if name != "namespace")
@@ -99,10 +101,16 @@ class MemoryItem:
     namespace: str | None = None
     tags: tuple[str, ...] = ()
     created_at: datetime | None = None
+    #: When the content happened or was said (memoryhub's records: their ``occurred_at``,
+    #: else their ``created_at``).
+    occurred_at: datetime | None = None
     dedupe_count: int | None = None
     dedupe_sources: tuple[str, ...] | None = None
     #: A consolidated fact's sources: the ids of the episodic records it came from.
     derived_from: tuple[str, ...] = ()
+    #: The neighbouring turns of its conversation, when the query asked for them
+    #: (``context_turns``); never stored.
+    context: Turns | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "metadata", deep_freeze(self.metadata or {}))
@@ -127,12 +135,27 @@ class MemoryItem:
             "namespace": self.namespace,
             "tags": list(self.tags),
             "created_at": self.created_at,
+            "occurred_at": self.occurred_at,
             "derived_from": list(self.derived_from),
         }
         if self.dedupe_count is not None:
             data["dedupe_count"] = self.dedupe_count
             data["dedupe_sources"] = list(self.dedupe_sources or ())
+        if self.context is not None:
+            data["context"] = {
+                "before": [turn.to_dict() for turn in self.context.before],
+                "after": [turn.to_dict() for turn in self.context.after],
+            }
         return data
+
+
+@dataclass(frozen=True)
+class Turns:
+    """The turns of an item's conversation around it, oldest first: up to N ``before``
+    and N ``after`` it."""
+
+    before: tuple[MemoryItem, ...] = ()
+    after: tuple[MemoryItem, ...] = ()
 
 
 DedupeMode = Literal["id", "content"] | None
@@ -254,10 +277,98 @@ def as_write_item(item: MemoryItem, *, default_namespace: str | None = None) -> 
         raw["namespace"] = namespace
     if item.tags:
         raw["tags"] = list(item.tags)
+    if item.occurred_at is not None:
+        raw["occurred_at"] = item.occurred_at.isoformat()
     return raw
 
 
-def grounding_lines(items: Sequence[MemoryItem]) -> str:
-    """Seed 003's lines: one ``[source] content`` line per item (the one spelling of it:
-    ``as_grounder`` and ``render_grounding`` both use it)."""
-    return "\n".join(f"[{item.source}] {item.content}" for item in items)
+#: The line of an item in a grounding block, unless ``MEMORYHUB["GROUNDING_FORMAT"]`` says
+#: otherwise: seed 003's ``[source] content``.
+DEFAULT_GROUNDING_FORMAT = "[{source}] {content}"
+#: What a grounding format may name: ``occurred`` is when the content happened (else
+#: when it was written), ``created`` when it was written; both are datetimes
+#: (``{occurred:%Y-%m-%d}``).
+GROUNDING_FIELDS: tuple[str, ...] = (
+    *("source", "content", "id", "key", "kind", "namespace", "score"),
+    *("occurred", "created"),
+)
+
+
+def _grounding_values(item: MemoryItem) -> dict[str, Any]:
+    return {
+        "source": item.source,
+        "content": item.content,
+        "id": item.id,
+        "key": item.key,
+        "kind": item.kind,
+        "namespace": item.namespace,
+        "score": item.score,
+        "occurred": item.occurred_at or item.created_at,
+        "created": item.created_at,
+    }
+
+
+def grounding_fields(line_format: Any) -> tuple[str, ...]:
+    """The fields ``line_format`` names; raise ``ValueError`` saying what is wrong with it
+    (not a string, no ``{content}``, a field it may not name, attribute or index access,
+    a nested field, a format spec that does not apply to its value)."""
+    if not isinstance(line_format, str):
+        raise ValueError(f"must be a format string, not {line_format!r}")
+    try:
+        parsed = list(string.Formatter().parse(line_format))
+    except ValueError as exc:
+        raise ValueError(f"{line_format!r} is not a format string: {exc}") from None
+    names: list[str] = []
+    for _, name, spec, _ in parsed:
+        if name is None:
+            continue
+        if name not in GROUNDING_FIELDS:
+            raise ValueError(
+                f"{{{name}}} is not a grounding field; use {', '.join(GROUNDING_FIELDS)}"
+            )
+        if spec and "{" in spec:
+            raise ValueError(f"the format of {{{name}}} may not name other fields")
+        names.append(name)
+    if "content" not in names:
+        raise ValueError("must show the {content}")
+    sample = MemoryItem(
+        "content", "source", 0.5, id="id", key="key", kind="semantic", namespace="",
+        created_at=datetime(2000, 1, 1, tzinfo=UTC), occurred_at=datetime(2000, 1, 1, tzinfo=UTC),
+    )  # fmt: skip
+    try:
+        line_format.format_map(_grounding_values(sample))
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{line_format!r} cannot render an item: {exc}") from None
+    return tuple(names)
+
+
+def grounding_lines(items: Sequence[MemoryItem], line_format: str | None = None) -> str:
+    """Seed 003's lines: one line per item, ``[source] content`` unless ``line_format``
+    (default: ``MEMORYHUB["GROUNDING_FORMAT"]``) says otherwise (the one spelling of
+    them: ``as_grounder`` and ``render_grounding`` both use it).
+
+    An item that lacks a value the format names (a record without a key, an item of a
+    source that keeps no dates) gets the default line. An item with conversation turns
+    (``context``) comes with them, in order; a turn already shown is not shown again.
+    """
+    if line_format is None:
+        from .conf import memoryhub_settings
+
+        line_format = memoryhub_settings.GROUNDING_FORMAT
+    names = grounding_fields(line_format)
+    with_turns = any(item.context is not None for item in items)
+    shown: set[str] = set()
+    lines: list[str] = []
+    for item in items:
+        context = item.context or Turns()
+        for each in (*context.before, item, *context.after):
+            if with_turns and each.id:
+                if each.id in shown:
+                    continue
+                shown.add(each.id)
+            values = _grounding_values(each)
+            if any(values[name] is None for name in names):
+                lines.append(DEFAULT_GROUNDING_FORMAT.format_map(values))
+            else:
+                lines.append(line_format.format_map(values))
+    return "\n".join(lines)

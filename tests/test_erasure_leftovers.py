@@ -188,7 +188,8 @@ def test_postgres_keeps_no_samples_of_personal_columns_and_forgets_the_erased(te
                 "content": f"ALICEPII-{n} Alice's IBAN DE89 {n}",
                 "key": f"ALICEPII-key-{n}",
                 "tags": ["ALICEPII-tag"],
-                "metadata": {"iban": "ALICEPII-meta"},
+                # The session is also a column of the turns index (its own statistics).
+                "metadata": {"iban": "ALICEPII-meta", "session": f"ALICEPII-chat-{n % 3}"},
                 "namespace": "user:alice",
             }
             for n in range(50)

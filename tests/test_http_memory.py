@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 
 import pytest
 
@@ -42,7 +43,10 @@ def test_http_memory_writes_queries_and_grounds(remote, other_tenant):
         outcome = await memory.write(
             [
                 MemoryItem(
-                    content="Alice prefers EUR.", source="agent", metadata={"id": "currency"}
+                    content="Alice prefers EUR.",
+                    source="agent",
+                    metadata={"id": "currency"},
+                    occurred_at=datetime(2025, 3, 1, 9, 30, tzinfo=UTC),
                 ),
                 MemoryItem(content="Alice lives in Lyon.", source="agent"),
             ],
@@ -64,6 +68,7 @@ def test_http_memory_writes_queries_and_grounds(remote, other_tenant):
         "user:alice",
     )
     assert item.created_at is not None
+    assert item.occurred_at == datetime(2025, 3, 1, 9, 30, tzinfo=UTC)  # written, read back
     assert [i.source for i in mixed] == ["memory", "memory", "notes"]
     assert grounding == "[memory] Alice prefers EUR."
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import copy
 import pickle
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from memoryhub.items import (
     FrozenDict,
     MemoryItem,
+    Turns,
     as_write_item,
     dedupe_items,
     deep_freeze,
@@ -99,6 +100,7 @@ def test_to_dict_is_json_ready_and_names_the_merge_only_when_there_is_one():
         namespace="user:a",
         tags=["t"],
         created_at=when,
+        occurred_at=when - timedelta(days=1),
     )
     assert plain.to_dict() == {
         "id": "7",
@@ -111,6 +113,7 @@ def test_to_dict_is_json_ready_and_names_the_merge_only_when_there_is_one():
         "namespace": "user:a",
         "tags": ["t"],
         "created_at": when,
+        "occurred_at": when - timedelta(days=1),
         "derived_from": [],
     }
     fact = item("c", derived_from=["5f0b2f4e-1111-4111-8111-111111111111"]).to_dict()
@@ -118,6 +121,9 @@ def test_to_dict_is_json_ready_and_names_the_merge_only_when_there_is_one():
     merged = item("c", dedupe_count=2, dedupe_sources=("a", "b")).to_dict()
     assert (merged["dedupe_count"], merged["dedupe_sources"]) == (2, ["a", "b"])
     assert item("c", dedupe_count=2).to_dict()["dedupe_sources"] == []
+    with_turns = item("c", context=Turns(before=(item("b", id="1"),))).to_dict()
+    assert [turn["content"] for turn in with_turns["context"]["before"]] == ["b"]
+    assert with_turns["context"]["after"] == []
 
 
 # --- dedupe ---
@@ -221,6 +227,8 @@ def test_as_write_item_sends_what_the_write_service_reads():
         kind="episodic",
         namespace="user:a",
         tags=["t"],
+        occurred_at=datetime(2025, 3, 1, 9, 30, tzinfo=UTC),
+        created_at=datetime(2026, 1, 1, tzinfo=UTC),  # the store's own, not written
     )
     assert as_write_item(full) == {
         "content": "c",
@@ -229,6 +237,7 @@ def test_as_write_item_sends_what_the_write_service_reads():
         "kind": "episodic",
         "namespace": "user:a",
         "tags": ["t"],
+        "occurred_at": "2025-03-01T09:30:00+00:00",
     }
     assert as_write_item(item("c", key="k", metadata={"id": "doc"}))["key"] == "k"
     assert as_write_item(item("c", metadata={"id": 7}))["key"] == "7"

@@ -61,7 +61,7 @@ class RecordForm(forms.ModelForm):
     class Meta:
         model = MemoryRecord
         fields = ["knowledge_base", "namespace", "key", "kind", "content", "tags", "metadata"]
-        fields += ["expires_at"]
+        fields += ["expires_at", "occurred_at"]
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}

@@ -135,6 +135,7 @@ class MemoryRecordAdmin(OperatorAdmin):
             "tags",
             "metadata",
             "expires_at",
+            "occurred_at",
         ]
         if obj is None:
             return [(None, {"fields": main})]

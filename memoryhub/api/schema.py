@@ -38,6 +38,21 @@ WRITE_EXAMPLES = [
         request_only=True,
     ),
     OpenApiExample(
+        "Remember a conversation turn",
+        value={
+            "items": [
+                {
+                    "content": "Alice: my order 1042 arrived broken.",
+                    "kind": "episodic",
+                    "namespace": "user:alice",
+                    "occurred_at": "2026-11-28T09:14:00Z",
+                    "metadata": {"session": "chat-7f3a", "role": "user"},
+                }
+            ],
+        },
+        request_only=True,
+    ),
+    OpenApiExample(
         "Accepted",
         value={
             "accepted": ["memory"],
@@ -70,6 +85,17 @@ QUERY_EXAMPLES = [
         request_only=True,
     ),
     OpenApiExample(
+        "Recall a conversation",
+        value={
+            "query": "broken order",
+            "namespaces": ["user:alice"],
+            "occurred_after": "2026-11-01",
+            "recency_half_life": 604800,
+            "context_turns": 1,
+        },
+        request_only=True,
+    ),
+    OpenApiExample(
         "Results",
         value={
             "items": [
@@ -84,6 +110,7 @@ QUERY_EXAMPLES = [
                     "namespace": "",
                     "tags": [],
                     "created_at": "2026-11-29T12:00:00Z",
+                    "occurred_at": "2026-11-29T12:00:00Z",
                 }
             ],
             "grounding": "Relevant context:\n[handbook] Refunds are issued within 5 business days.",

@@ -10,7 +10,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from ..conf import memoryhub_settings
+from ..conf import MAX_HALF_LIFE_SECONDS, memoryhub_settings
 from ..models import KnowledgeBase, MemoryRecord, RecordVersion
 
 
@@ -60,6 +60,14 @@ def _item_bounds(required_content: bool) -> dict[str, serializers.Field]:
     }
 
 
+#: What ``occurred_at`` means, wherever an item is written.
+OCCURRED_HELP = (
+    "When what it says happened or was said (ISO 8601 with a time zone, or a date alone: "
+    "its start in UTC); absent or null: when the record was created. "
+    'A conversation turn names its session in metadata["session"].'
+)
+
+
 # The fields an item is written and updated with; those bounded by settings (content,
 # key, tags, namespace) are each serializer's bounded_fields. No docstring: the schema
 # describes a serializer by the first one it inherits.
@@ -68,6 +76,11 @@ class ItemFieldsSerializer(SettingsBounds, serializers.Serializer):
     metadata = serializers.DictField(required=False)
     expires_at = serializers.DateTimeField(required=False, allow_null=True)
     ttl_seconds = serializers.IntegerField(required=False, min_value=1)
+    occurred_at = serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        help_text=OCCURRED_HELP,
+    )
 
 
 class ItemInSerializer(ItemFieldsSerializer):
@@ -133,6 +146,27 @@ class QueryRequestSerializer(SettingsBounds, serializers.Serializer):
         max_value=1,
         help_text="The least score in the mode's scale (applied before any reranking).",
     )
+    occurred_after = serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        help_text="Only records that occurred at this moment or later (occurred_at, else "
+        "created_at). ISO 8601 with a time zone, or a date alone: its start in UTC.",
+    )
+    occurred_before = serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        help_text="Only records that occurred before this moment (exclusive); as "
+        "occurred_after. 2025-03-01 to 2025-03-02 selects 1 March (UTC).",
+    )
+    recency_half_life = serializers.FloatField(
+        required=False,
+        allow_null=True,
+        min_value=0,
+        max_value=MAX_HALF_LIFE_SECONDS,
+        help_text="Recency boost: each score times 0.5^(age / half-life), age in seconds "
+        "since the record occurred. Seconds; 0 turns it off; absent or null: the "
+        "RECENCY_HALF_LIFE setting (default off).",
+    )
     rerank = serializers.BooleanField(
         required=False,
         help_text="false keeps the fused order when the site has a reranker (default true).",
@@ -149,6 +183,13 @@ class QueryRequestSerializer(SettingsBounds, serializers.Serializer):
         return {
             "query": serializers.CharField(max_length=settings.MAX_QUERY_LENGTH),
             "k": serializers.IntegerField(required=False, min_value=1, max_value=settings.MAX_K),
+            "context_turns": serializers.IntegerField(
+                required=False,
+                min_value=0,
+                max_value=settings.MAX_CONTEXT_TURNS,
+                help_text="Return each hit's neighbouring turns of its session "
+                '(metadata["session"]): up to this many before and after it (default 0).',
+            ),
         }
 
 
@@ -173,6 +214,9 @@ class QueryItemSerializer(serializers.Serializer):
     namespace = serializers.CharField(allow_blank=True)
     tags = serializers.ListField(child=serializers.CharField())
     created_at = serializers.DateTimeField()
+    occurred_at = serializers.DateTimeField(
+        help_text="When it happened or was said (its occurred_at, else when it was created)."
+    )
     derived_from = serializers.ListField(
         child=serializers.UUIDField(),
         help_text="A consolidated fact's sources: the episodic records it came from.",
@@ -185,8 +229,31 @@ class QueryItemSerializer(serializers.Serializer):
     )
 
 
+class TurnSerializer(QueryItemSerializer):
+    score = serializers.FloatField(allow_null=True, help_text="null: a turn is not ranked.")
+    dedupe_count = None  # type: ignore[assignment]
+    dedupe_sources = None  # type: ignore[assignment]
+    legs = None  # type: ignore[assignment]
+
+
+class TurnsSerializer(serializers.Serializer):
+    before = TurnSerializer(many=True, help_text="Up to context_turns earlier turns, oldest first.")
+    after = TurnSerializer(many=True, help_text="Up to context_turns later turns, oldest first.")
+
+
+class QueryHitSerializer(QueryItemSerializer):
+    # A field of the response (DRF's metaclass moves it off the class, so the
+    # serializer's own ``context`` stays).
+    context = TurnsSerializer(  # type: ignore[assignment]
+        required=False,
+        help_text="With context_turns: the turns of the item's session (metadata.session) "
+        "around it, in its knowledge base and namespace; empty lists when it names no "
+        "session. Not counted in k.",
+    )
+
+
 class QueryResponseSerializer(serializers.Serializer):
-    items = QueryItemSerializer(many=True)
+    items = QueryHitSerializer(many=True)
     grounding = serializers.CharField(allow_null=True)
     reranked = serializers.BooleanField(
         help_text="true: the site's reranker ordered the items and each score is its "
@@ -197,6 +264,11 @@ class QueryResponseSerializer(serializers.Serializer):
 
 class RecordSerializer(serializers.ModelSerializer):
     source = serializers.CharField(source="knowledge_base.name", read_only=True)  # type: ignore[assignment]
+    occurred_at = serializers.DateTimeField(
+        source="occurred_or_created",
+        read_only=True,
+        help_text="When it happened or was said (its occurred_at, else when it was created).",
+    )
 
     class Meta:
         model = MemoryRecord
@@ -215,6 +287,7 @@ class RecordSerializer(serializers.ModelSerializer):
             "created_at",
             "updated_at",
             "expires_at",
+            "occurred_at",
             "derived_from",
         ]
         read_only_fields = fields
@@ -228,6 +301,9 @@ class RecordVersionSerializer(serializers.Serializer):
     tags = serializers.ListField(child=serializers.CharField())
     metadata = serializers.DictField()
     expires_at = serializers.DateTimeField(allow_null=True)
+    occurred_at = serializers.DateTimeField(
+        help_text="When its content happened (the record's creation time unless set)."
+    )
     changed_at = serializers.DateTimeField(help_text="When this state came to be.")
     actor = serializers.CharField(help_text="Who made the change that produced it.")
     cause = serializers.ChoiceField(

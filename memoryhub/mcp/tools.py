@@ -22,11 +22,11 @@ from rest_framework.utils.encoders import JSONEncoder
 
 from tenants.models import ApiKey
 
-from .. import policy
+from .. import filters, policy
 from ..api import serializers as s
 from ..api.authentication import request_api_key
 from ..api.permissions import actor, request_principal, require, resolve_domain
-from ..conf import memoryhub_settings
+from ..conf import MAX_HALF_LIFE_SECONDS, memoryhub_settings
 from ..models import MemoryRecord
 from ..scope import Scope
 from ..services import forget as forget_service
@@ -113,6 +113,12 @@ def _item_properties(*, updating: bool = False) -> dict[str, Any]:
         },
         "metadata": {"type": "object", "description": "JSON, filterable with where."},
         "expires_at": {"type": ["string", "null"], "format": "date-time"},
+        "occurred_at": {
+            "type": ["string", "null"],
+            "description": "When it happened or was said: ISO 8601 with a time zone, or a "
+            "date (its start in UTC); default: now. A conversation turn names its session "
+            'in metadata.session ("chat-7f3a").',
+        },
         "ttl_seconds": {
             "type": "integer",
             "minimum": 1,
@@ -152,7 +158,7 @@ def _query_properties() -> dict[str, Any]:
         "where": {
             "type": "object",
             "description": 'A metadata filter: {"team": "billing"}, {"price": {"$lt": 10}}, '
-            "$and, $or, $not, $in, $nin, $ne, $gt, $gte, $lt, $lte, $exists, $contains.",
+            f"{', '.join(['$and', '$or', *sorted(filters.OPERATORS)])}.",
         },
         "min_score": {"type": "number", "minimum": -1, "maximum": 1},
         "rerank": {
@@ -165,6 +171,29 @@ def _query_properties() -> dict[str, Any]:
             "default": False,
             "description": "true: each item's rank and score in the vector and keyword "
             "legs (legs).",
+        },
+        "occurred_after": {
+            "type": "string",
+            "description": "Only memory that occurred at or after this moment (ISO 8601 "
+            "with a time zone, or a date: its start in UTC).",
+        },
+        "occurred_before": {
+            "type": "string",
+            "description": "Only memory that occurred before this moment (exclusive).",
+        },
+        "recency_half_life": {
+            "type": "number",
+            "minimum": 0,
+            "maximum": MAX_HALF_LIFE_SECONDS,
+            "description": "Favour recent memory: scores halve every this many seconds "
+            "of age (0: off; default: the server's setting).",
+        },
+        "context_turns": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": settings.MAX_CONTEXT_TURNS,
+            "description": "Return each hit's neighbouring turns of its conversation "
+            "(metadata.session), this many before and after it.",
         },
     }
 

@@ -35,6 +35,7 @@ def version_fields(state: Any) -> dict[str, Any]:
         "tags": list(state.tags),
         "metadata": state.metadata,
         "expires_at": state.expires_at,
+        "occurred_at": state.occurred_at,
     }
 
 
@@ -93,7 +94,8 @@ def _trim(records: Sequence[MemoryRecord], keep: int) -> None:
 
 def history(scope: Scope, record_id: Any) -> dict[str, Any]:
     """A record's states, newest first, the current one first: each with its version
-    number, the history fields, when it came to be, by whom and why.
+    number, the history fields, when it came to be, by whom and why. A state without an
+    ``occurred_at`` shows the record's creation time (what it means).
 
     Raises ``RecordNotFound`` for a record the scope does not hold (another tenant's
     included).
@@ -107,9 +109,13 @@ def history(scope: Scope, record_id: Any) -> dict[str, Any]:
                 : max(int(memoryhub_settings.HISTORY_VERSIONS), 0)
             ]
         )
+
+    def shown(state: Any) -> dict[str, Any]:
+        return {**version_fields(state), "occurred_at": state.occurred_at or record.created_at}
+
     current = {
         "version": record.version,
-        **version_fields(record),
+        **shown(record),
         "changed_at": record.updated_at if record.version > 1 else record.created_at,
         "actor": record.changed_by,
         "cause": record.change_cause,
@@ -121,7 +127,7 @@ def history(scope: Scope, record_id: Any) -> dict[str, Any]:
             *(
                 {
                     "version": version.version,
-                    **version_fields(version),
+                    **shown(version),
                     "changed_at": version.changed_at,
                     "actor": version.actor,
                     "cause": version.cause,

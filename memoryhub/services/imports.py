@@ -123,7 +123,7 @@ def _rows_csv(lines: Iterable[str]) -> Iterator[Row]:
         for column, value in row.items():
             if column in (None, "content") or value in (None, ""):
                 continue
-            if column in ("key", "kind", "namespace", "expires_at"):
+            if column in ("key", "kind", "namespace", "expires_at", "occurred_at"):
                 item[column] = value
             elif column == "tags":
                 item["tags"] = [tag.strip() for tag in value.split(",") if tag.strip()]

@@ -209,7 +209,11 @@ def export_lines(knowledge_base: KnowledgeBase) -> Iterator[str]:
     )
     for record in records.iterator(chunk_size=500):
         row = {name: getattr(record, name) for name in (*STORED_FIELDS, "namespace")}
-        if row["expires_at"] is not None:
-            row["expires_at"] = row["expires_at"].isoformat()
+        # When it occurred, even unset (its creation): an import of the file is new
+        # records, and they keep the time of what they say.
+        row["occurred_at"] = record.occurred_or_created
+        for name in ("expires_at", "occurred_at"):
+            if row[name] is not None:
+                row[name] = row[name].isoformat()
         row = {name: value for name, value in row.items() if value not in (None, [], {})}
         yield json.dumps(row, ensure_ascii=False) + "\n"

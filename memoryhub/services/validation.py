@@ -11,24 +11,39 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
+from django.utils.dateparse import parse_date, parse_datetime
 
 from ..conf import memoryhub_settings
 from ..exceptions import ValidationFailed
 from ..items import ITEM_FIELDS
-from ..models import MemoryRecord, content_hash
+from ..models import SESSION_KEY, SESSION_MAX_LENGTH, MemoryRecord, content_hash
 
-__all__ = ["EXPIRY_RANGE", "MAX_TTL_SECONDS", "WriteItem", "validate_items"]
+__all__ = [
+    "EXPIRY_RANGE",
+    "MAX_TTL_SECONDS",
+    "OCCURRED_RANGE",
+    "WriteItem",
+    "parse_moment",
+    "validate_items",
+    "validate_moment",
+]
 
 
 #: ``expires_at`` must fall inside this range: every value in it is representable in
 #: every time zone, by Python and by PostgreSQL, so no accepted value can break a page.
 EXPIRY_RANGE = (
     datetime(2000, 1, 1, tzinfo=UTC),
+    datetime(9000, 1, 1, tzinfo=UTC),
+)
+#: ``occurred_at`` (and a query's ``occurred_after``/``occurred_before``) must fall inside
+#: this range: a thousand years back covers any archive, and both ends stay
+#: representable in every time zone.
+OCCURRED_RANGE = (
+    datetime(1000, 1, 1, tzinfo=UTC),
     datetime(9000, 1, 1, tzinfo=UTC),
 )
 #: ``ttl_seconds`` may not exceed ten years.
@@ -46,6 +61,7 @@ class WriteItem:
     tags: tuple[str, ...] = ()
     metadata: Mapping[str, Any] = field(default_factory=dict)
     expires_at: datetime | None = None
+    occurred_at: datetime | None = None
 
     @property
     def content_hash(self) -> str:
@@ -99,6 +115,51 @@ def _validate_text(
     return value
 
 
+def parse_moment(value: Any, *, dates: bool = False) -> datetime | None:
+    """A ``datetime`` or an ISO 8601 date-time as a ``datetime`` (naive when it names no
+    time zone); with ``dates``, also a date alone (a ``date`` or ``"2025-03-01"``), as
+    its start in UTC. None for anything else."""
+    moment = value
+    if isinstance(value, str):
+        try:
+            # A date first: parse_datetime reads "2025-03-01" as a naive midnight.
+            moment = (parse_date(value) if dates else None) or parse_datetime(value)
+        except ValueError:
+            return None
+    if dates and isinstance(moment, date) and not isinstance(moment, datetime):
+        moment = datetime.combine(moment, time.min, tzinfo=UTC)
+    return moment if isinstance(moment, datetime) else None
+
+
+def validate_moment(
+    value: Any,
+    path: str,
+    errors: dict[str, list[str]],
+    *,
+    bounds: tuple[datetime, datetime],
+    dates: bool = False,
+) -> datetime | None:
+    """:func:`parse_moment`, inside ``bounds``; an error under ``path`` otherwise."""
+    moment = parse_moment(value, dates=dates)
+    if moment is None:
+        shape = "date-time with a time zone" + (", or a date (its start in UTC)" if dates else "")
+        errors.setdefault(path, []).append(f"must be an ISO 8601 {shape}.")
+        return None
+    if timezone.is_naive(moment):
+        errors.setdefault(path, []).append("must include a time zone.")
+        return None
+    try:
+        in_range = bounds[0] <= moment <= bounds[1]
+    except OverflowError:  # an offset that moves the moment outside datetime's years
+        in_range = False
+    if not in_range:
+        errors.setdefault(path, []).append(
+            f"must be between {bounds[0]:%Y-%m-%d} and {bounds[1]:%Y-%m-%d} (UTC)."
+        )
+        return None
+    return moment
+
+
 def _validate_expiry(
     raw: Mapping[str, Any], path: str, errors: dict[str, list[str]], now: datetime
 ) -> datetime | None:
@@ -118,30 +179,26 @@ def _validate_expiry(
         return now + timedelta(seconds=ttl)
     if expires_at is None:
         return None
-    moment = expires_at
-    if isinstance(expires_at, str):
-        try:
-            moment = parse_datetime(expires_at)
-        except ValueError:
-            moment = None
-    if not isinstance(moment, datetime):
-        errors.setdefault(f"{path}.expires_at", []).append(
-            "must be an ISO 8601 date-time with a time zone."
+    return validate_moment(expires_at, f"{path}.expires_at", errors, bounds=EXPIRY_RANGE)
+
+
+def _validate_session(metadata: Mapping[str, Any], path: str, errors: dict[str, list[str]]) -> None:
+    """``metadata["session"]``, when given, names a conversation: a short string or an
+    integer (the turns index holds it)."""
+    if SESSION_KEY not in metadata:
+        return
+    value = metadata[SESSION_KEY]
+    text = value if isinstance(value, str) else None
+    if isinstance(value, int) and abs(value) < 10**SESSION_MAX_LENGTH:
+        text = str(value)
+    if isinstance(value, bool) or text is None or not text.strip():
+        errors.setdefault(f"{path}.{SESSION_KEY}", []).append(
+            "names a conversation: a non-blank string or an integer."
         )
-        return None
-    if timezone.is_naive(moment):
-        errors.setdefault(f"{path}.expires_at", []).append("must include a time zone.")
-        return None
-    try:
-        in_range = EXPIRY_RANGE[0] <= moment <= EXPIRY_RANGE[1]
-    except OverflowError:  # an offset that moves the moment outside datetime's years
-        in_range = False
-    if not in_range:
-        errors.setdefault(f"{path}.expires_at", []).append(
-            f"must be between {EXPIRY_RANGE[0]:%Y-%m-%d} and {EXPIRY_RANGE[1]:%Y-%m-%d} (UTC)."
+    elif len(text) > SESSION_MAX_LENGTH:
+        errors.setdefault(f"{path}.{SESSION_KEY}", []).append(
+            f"is longer than {SESSION_MAX_LENGTH} characters."
         )
-        return None
-    return moment
 
 
 def validate_items(raw_items: Any) -> list[WriteItem]:
@@ -209,7 +266,13 @@ def validate_items(raw_items: Any) -> list[WriteItem]:
                     errors.setdefault(f"{path}.metadata", []).append(
                         f"is {size} bytes of JSON; at most {settings.MAX_METADATA_BYTES}."
                     )
+            _validate_session(metadata, f"{path}.metadata", errors)
         expires_at = _validate_expiry(raw, path, errors, now)
+        occurred_at = raw.get("occurred_at")
+        if occurred_at is not None:
+            occurred_at = validate_moment(
+                occurred_at, f"{path}.occurred_at", errors, bounds=OCCURRED_RANGE, dates=True
+            )
         if key is not None and namespace is not None:
             first = seen_keys.setdefault((namespace, key), index)
             if first != index:
@@ -228,6 +291,7 @@ def validate_items(raw_items: Any) -> list[WriteItem]:
                 tags=tags,
                 metadata=metadata,
                 expires_at=expires_at,
+                occurred_at=occurred_at,
             )
         )
     if errors:

@@ -212,6 +212,7 @@ def _apply(record: MemoryRecord, item: WriteItem, *, content_changed: bool) -> N
     record.tags = list(item.tags)
     record.metadata = dict(item.metadata)
     record.expires_at = item.expires_at
+    record.occurred_at = item.occurred_at
     if content_changed:
         record.status = MemoryRecord.Status.PENDING
         record.embedding = None
@@ -229,6 +230,7 @@ UPSERT_FIELDS = [
     "tags",
     "metadata",
     "expires_at",
+    "occurred_at",
     "updated_at",
     "status",
     "embedding",
@@ -354,6 +356,7 @@ def _new_record(
         metadata=dict(item.metadata),
         tags=list(item.tags),
         expires_at=item.expires_at,
+        occurred_at=item.occurred_at,
         # Distinct, increasing timestamps keep a batch's order in newest-first lists.
         created_at=now + timedelta(microseconds=position),
         updated_at=now,
@@ -589,6 +592,7 @@ def _unchanged(record: MemoryRecord, item: WriteItem) -> bool:
         and list(record.tags) == list(item.tags)
         and record.metadata == dict(item.metadata)
         and record.expires_at == item.expires_at
+        and record.occurred_at == item.occurred_at
     )
 
 

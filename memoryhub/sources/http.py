@@ -178,8 +178,11 @@ def _payload(response: httpx.Response) -> Any:
     return payload
 
 
+def _moment(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
+
+
 def _item(row: Mapping[str, Any]) -> MemoryItem:
-    created = row.get("created_at")
     return MemoryItem(
         content=row["content"],
         source=row["source"],
@@ -190,7 +193,8 @@ def _item(row: Mapping[str, Any]) -> MemoryItem:
         kind=row.get("kind"),
         namespace=row.get("namespace"),
         tags=tuple(row.get("tags") or ()),
-        created_at=datetime.fromisoformat(created.replace("Z", "+00:00")) if created else None,
+        created_at=_moment(row.get("created_at")),
+        occurred_at=_moment(row.get("occurred_at")),
         dedupe_count=row.get("dedupe_count"),
         dedupe_sources=tuple(row["dedupe_sources"]) if row.get("dedupe_sources") else None,
         derived_from=tuple(row.get("derived_from") or ()),

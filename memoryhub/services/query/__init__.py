@@ -20,25 +20,34 @@ Vector search picks its plan from the size of the filtered scope: up to
 ``MEMORYHUB["EXACT_SCAN_THRESHOLD"]`` candidate rows it scans them exactly (btree on the tenant
 columns, then a sort: recall 1.0), above it it uses the model's HNSW index with pgvector
 iterative scans so a selective filter still yields k rows.
+
+Time: ``occurred_after``/``occurred_before`` filter every leg like the other filters (so
+k rows still come back); a recency half-life (``RECENCY_HALF_LIFE``, or the query's
+``recency_half_life``) multiplies each candidate's score by ``0.5 ** (age / half-life)``
+before the top k are taken (and a reranker's scores, which then rank);
+``context_turns`` adds each hit's neighbouring turns of its session (one statement for
+all hits, after the ranking, never cached).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
+from django.utils import timezone
 from pgvector import Vector
 
 from ... import cache, observe
 from ...conf import memoryhub_settings
-from ...items import MemoryItem, dedupe_items, grounding_lines, sort_by_score
+from ...items import MemoryItem, Turns, dedupe_items, grounding_lines, sort_by_score
 from ...models import Observation
 from ...scope import Scope
 from . import rerank
-from .execution import _fetch, _run, _to_item
-from .fusion import RRF_K, fuse, merge_models
+from .execution import _fetch, _run, _to_item, _turns
+from .fusion import RRF_K, boost_recent, fuse, merge_models
 from .plans import VECTOR, WORDS, _keyword_words, _plan, _Slot, clear_plans
 from .request import MAX_FILTER_VALUES, MODES, Legs, QueryRequest, QueryResult
 
@@ -109,6 +118,10 @@ def _rank(
         ranked = fuse(vector, keyword, plan.vector_weight)
     if request.min_score is not None:
         ranked = [(pk, score) for pk, score in ranked if score >= request.min_score]
+    half_life = request.half_life()
+    if half_life is not None:
+        occurred = {pk: row["occurred"] for pk, row in rows.items()}
+        ranked = boost_recent(ranked, occurred, half_life, timezone.now())
     standing: dict[str, Legs] = {}
     if request.explain:
         for name, ranking in (("vector", vector), ("keyword", keyword)):
@@ -161,6 +174,16 @@ def _items(
     return sort_by_score(merged)[:limit]
 
 
+def _with_turns(scope: Scope, items: list[MemoryItem], count: int) -> list[MemoryItem]:
+    """Each item with the ``count`` turns of its session before and after it (none when
+    it names no session); read live, never from the cache. ``count`` 0: the items as
+    they are."""
+    if not count:
+        return items
+    found = _turns(scope, [item.id for item in items if item.id], count)
+    return [dataclasses.replace(item, context=found.get(item.id or "", Turns())) for item in items]
+
+
 def query(scope: Scope, request: QueryRequest | None = None, /, **raw: Any) -> QueryResult:
     """Search ``scope``'s memory. Pass a :class:`QueryRequest` or raw fields.
 
@@ -197,16 +220,24 @@ def query(scope: Scope, request: QueryRequest | None = None, /, **raw: Any) -> Q
         if scores is not None:
             items = rerank.apply(items, scores)
         return QueryResult(
-            items=items[: request.k], cached=True, strategy=strategy, reranked=scores is not None
+            items=_with_turns(scope, items[: request.k], request.context_turns),
+            cached=True,
+            strategy=strategy,
+            reranked=scores is not None,
         )
     ranked, strategy, rows, legs = _rank(scope, request, gen, limit)
     items = _items(scope, ranked, rows, limit=limit, observed=True)
     scores = None if reranker is None else rerank.rerank(scope, reranker, request, items)
+    half_life = request.half_life()
+    if scores is not None and half_life is not None:
+        # The reranker's scores rank the answer: the recency boost applies to them too.
+        occurred = {str(item.id): item.occurred_at for item in items}
+        scores = boost_recent(scores, occurred, half_life, timezone.now())
     if reranker is None or scores is not None or not items:
         cache.set_query(key, (ranked, strategy, scores))
     if scores is not None:
         items = rerank.apply(items, scores)
-    items = items[: request.k]
+    items = _with_turns(scope, items[: request.k], request.context_turns)
     if request.explain:
         empty: Legs = {"vector": None, "keyword": None}
         legs = {item.id: legs.get(item.id, empty) for item in items if item.id}

@@ -10,9 +10,12 @@ import psycopg
 from django.db import connection, transaction
 from psycopg import ClientCursor
 
-from ...items import MemoryItem
+from ...items import MemoryItem, Turns
 from ...models import (
     LIVE_SQL,
+    OCCURRED_SQL,
+    SESSION_SQL,
+    TURN_SQL,
     KnowledgeBase,
     MemoryRecord,
 )
@@ -135,7 +138,8 @@ def _fetch(scope: Scope, ids: list[Any]) -> dict[Any, dict[str, Any]]:
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT r.id, r.content, kb.name, r.metadata, r.key, r.kind, r.namespace, r.tags,"
-            f" r.created_at, r.derived_from FROM {records} r JOIN {knowledge_bases} kb"
+            f" r.created_at, r.derived_from, {OCCURRED_SQL.format(table='r')}"
+            f" FROM {records} r JOIN {knowledge_bases} kb"
             " ON kb.id = r.knowledge_base_id"
             " WHERE r.org_id = %s AND r.domain_id = %s AND r.id = ANY(%s)"
             f" AND {LIVE_SQL.format(table='r')}",
@@ -150,7 +154,7 @@ def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str | bytes) else value
 
 
-def _to_item(row: dict[str, Any], score: float) -> MemoryItem:
+def _to_item(row: dict[str, Any], score: float | None) -> MemoryItem:
     return MemoryItem(
         content=row["content"],
         source=row["knowledge_base__name"],
@@ -162,5 +166,60 @@ def _to_item(row: dict[str, Any], score: float) -> MemoryItem:
         namespace=row["namespace"],
         tags=tuple(row["tags"]),
         created_at=row["created_at"],
+        occurred_at=row["occurred"],
         derived_from=tuple(row["derived_from"] or ()),
     )
+
+
+def _turns_sql() -> str:
+    """The statement behind :func:`_turns`: per hit that names a session, up to ``%s``
+    turns before it and ``%s`` after it, each side an index range scan of the turns index
+    (knowledge base, namespace, session, occurred) that stops after those rows; ties of
+    ``occurred`` are broken by id."""
+    records, knowledge_bases = MemoryRecord._meta.db_table, KnowledgeBase._meta.db_table
+    occurred = OCCURRED_SQL.format(table="n")
+    turn = (
+        "n.id, n.knowledge_base_id, n.content, n.metadata, n.key, n.kind, n.namespace,"
+        f" n.tags, n.created_at, n.derived_from, {occurred} AS occurred FROM {records} n"
+        " WHERE n.org_id = %s AND n.domain_id = %s"
+        " AND n.knowledge_base_id = h.knowledge_base_id AND n.namespace = h.namespace"
+        f" AND {SESSION_SQL.format(table='n')} = h.session AND {TURN_SQL.format(table='n')}"
+        f" AND {LIVE_SQL.format(table='n')}"
+    )
+    return (
+        "WITH h AS ("
+        f"SELECT r.id, r.knowledge_base_id, r.namespace, {SESSION_SQL.format(table='r')}"
+        f" AS session, {OCCURRED_SQL.format(table='r')} AS occurred FROM {records} r"
+        " WHERE r.org_id = %s AND r.domain_id = %s AND r.id = ANY(%s::uuid[])"
+        f" AND {TURN_SQL.format(table='r')})"
+        " SELECT h.id, t.after, t.id, t.content, kb.name, t.metadata, t.key, t.kind,"
+        " t.namespace, t.tags, t.created_at, t.derived_from, t.occurred FROM h"
+        " CROSS JOIN LATERAL ("
+        f"(SELECT false AS after, {turn} AND {occurred} <= h.occurred"
+        f" AND ({occurred}, n.id) < (h.occurred, h.id)"
+        f" ORDER BY {occurred} DESC, n.id DESC LIMIT %s)"
+        " UNION ALL"
+        f" (SELECT true AS after, {turn} AND {occurred} >= h.occurred"
+        f" AND ({occurred}, n.id) > (h.occurred, h.id)"
+        f" ORDER BY {occurred}, n.id LIMIT %s)"
+        f") t JOIN {knowledge_bases} kb ON kb.id = t.knowledge_base_id"
+        " ORDER BY h.id, t.after, t.occurred, t.id"
+    )
+
+
+def _turns(scope: Scope, ids: Sequence[str], count: int) -> dict[str, Turns]:
+    """The conversation around each of the records ``ids``: up to ``count`` turns before
+    and after each (same tenant, knowledge base, namespace and session; live), oldest
+    first, as items without a score. One statement for every hit; a record that names no
+    session has none."""
+    if not ids or count <= 0:
+        return {}
+    side: list[Any] = [scope.org_id, scope.domain_id, count]
+    with connection.cursor() as cursor:
+        cursor.execute(_turns_sql(), [scope.org_id, scope.domain_id, list(ids), *side, *side])
+        rows = cursor.fetchall()
+    found: dict[str, tuple[list[MemoryItem], list[MemoryItem]]] = {}
+    for hit, after, pk, *values in rows:
+        sides = found.setdefault(str(hit), ([], []))
+        sides[1 if after else 0].append(_to_item(_row(pk, values), None))
+    return {hit: Turns(tuple(before), tuple(after)) for hit, (before, after) in found.items()}

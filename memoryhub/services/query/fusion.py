@@ -1,9 +1,10 @@
-"""Merging rankings: reciprocal-rank fusion of the legs, and the merge of two models'
-vector rankings during a model change."""
+"""Merging rankings: the fusion of the legs, the merge of two models' vector rankings
+during a model change, and the recency boost."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 RRF_K = 60
@@ -93,6 +94,25 @@ def _calibrated(rankings: Sequence[list[tuple[Any, float]]]) -> list[tuple[Any, 
             for pk, score in ranking
         )
     return sorted(merged, key=lambda pair: -pair[1])
+
+
+def boost_recent(
+    ranked: list[tuple[Any, float]],
+    occurred: Mapping[Any, datetime | None],
+    half_life: float,
+    now: datetime,
+) -> list[tuple[Any, float]]:
+    """``ranked`` re-ranked by recency: each score multiplied by ``0.5 ** (age /
+    half_life)``, the age (seconds, none for a moment to come or not known) counted from
+    when the record occurred. A negative score (a vector mode's cosine) moves away from
+    zero by the same share, so an older record never overtakes an equal newer one."""
+    boosted = []
+    for pk, score in ranked:
+        when = occurred.get(pk)
+        age = 0.0 if when is None else max((now - when).total_seconds(), 0.0)
+        decay = 0.5 ** (age / half_life)
+        boosted.append((pk, score - abs(score) * (1.0 - decay)))
+    return sorted(boosted, key=lambda pair: -pair[1])
 
 
 # --- candidate fusions (measured by benchmarks.quality) --------------------------------

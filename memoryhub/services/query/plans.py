@@ -28,6 +28,7 @@ from ...models import (
     KnowledgeBase,
     MemoryRecord,
     MemoryRecordQuerySet,
+    occurred,
 )
 from ...scope import Scope, tenant_scope
 from .. import indexing
@@ -38,14 +39,19 @@ MIN_EF_SEARCH = 40
 
 
 #: What an item needs of its record, besides its id; the candidate statements select it,
-#: so a query's rows come with its ranking, in the same round trip.
+#: so a query's rows come with its ranking, in the same round trip (``occurred``: the
+#: ``models.occurred`` expression, which the legs annotate).
 ROW_FIELDS: tuple[str, ...] = ("content", "knowledge_base__name", "metadata", "key", "kind")
-ROW_FIELDS += ("namespace", "tags", "created_at", "derived_from")
+ROW_FIELDS += ("namespace", "tags", "created_at", "derived_from", "occurred")
 
 
 def _base_queryset(scope: Scope, request: QueryRequest) -> MemoryRecordQuerySet:
     # Now(), not the clock: the compiled statement is reused, and expiry is the server's now.
-    records = MemoryRecord.objects.live(now=Now()).in_namespaces(list(request.namespaces))
+    records = (
+        MemoryRecord.objects.live(now=Now())
+        .in_namespaces(list(request.namespaces))
+        .occurred_between(request.occurred_after, request.occurred_before)
+    )
     if request.sources is not None:
         knowledge_bases = dict(
             KnowledgeBase.objects.filter(name__in=request.sources).values_list("name", "pk")
@@ -149,7 +155,7 @@ def _vector_leg(
     threshold = memoryhub_settings.EXACT_SCAN_THRESHOLD
     filters = {
         **request.canonical(),
-        **dict.fromkeys(("query", "k", "mode", "min_score", "rerank")),
+        **dict.fromkeys(("query", "k", "mode", "min_score", "rerank", "recency_half_life")),
     }
     description = cache.canonical_json({**filters, "model": embedder.name})
     settings: dict[str, str] = {}
@@ -179,7 +185,7 @@ def _vector_leg(
     vector = RawSQL("%s", (slot,), output_field=VectorField())
     # The distance is computed once per row: ORDER BY reuses the SELECT column.
     ranked = (
-        scoped.annotate(distance=CosineDistance(expression, vector))
+        scoped.annotate(distance=CosineDistance(expression, vector), occurred=occurred())
         .order_by("distance")
         .values_list("id", "distance", *ROW_FIELDS)[:depth]
     )
@@ -234,7 +240,7 @@ def _keyword_leg(records: QuerySet[MemoryRecord], depth: int) -> _Leg | None:
     rank = Cast(SearchRank(F("search_vector"), search, normalization=32), FloatField())
     ranked = (
         records.filter(search_vector=search)
-        .annotate(rank=rank)
+        .annotate(rank=rank, occurred=occurred())
         .order_by("-rank", "-created_at")
         .values_list("id", "rank", *ROW_FIELDS)[:depth]
     )
@@ -271,6 +277,7 @@ def _plan(
         "query": None,
         "min_score": None,
         "rerank": None,
+        "recency_half_life": None,
         "candidates": candidates,
         "model": settings.embedder().name,
         "previous": settings.PREVIOUS_EMBEDDERS,

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
-from ...conf import memoryhub_settings
+from ...conf import MAX_HALF_LIFE_SECONDS, half_life_seconds, memoryhub_settings
 from ...exceptions import ValidationFailed
 from ...filters import compile_where
 from ...items import MemoryItem
 from ...models import (
     MemoryRecord,
 )
+from ..validation import OCCURRED_RANGE, validate_moment
 
 MODES = ("vector", "keyword", "hybrid")
 MAX_FILTER_VALUES = 50
@@ -33,6 +35,14 @@ class QueryRequest:
     where: dict[str, Any] | None = None
     mode: str = "hybrid"
     min_score: float | None = None
+    #: Only records whose content occurred at ``occurred_after`` or later and before
+    #: ``occurred_before`` (``models.occurred``), inside every leg.
+    occurred_after: datetime | None = None
+    occurred_before: datetime | None = None
+    #: Seconds; None: ``RECENCY_HALF_LIFE``; 0: no recency boost for this query.
+    recency_half_life: float | None = None
+    #: Neighbouring turns of each hit's session to return, on each side (0: none).
+    context_turns: int = 0
     #: Return each item's rank and score in each leg (``QueryResult.legs``).
     explain: bool = False
     #: False: keep the fused order even when a reranker is configured.
@@ -90,6 +100,31 @@ class QueryRequest:
             except ValidationFailed as exc:
                 for path, messages in exc.errors.items():
                     errors.setdefault(path, []).extend(messages)
+        after, before = (
+            validate_moment(raw[name], name, errors, bounds=OCCURRED_RANGE, dates=True)
+            if raw.get(name) is not None
+            else None
+            for name in ("occurred_after", "occurred_before")
+        )
+        if after is not None and before is not None and before <= after:
+            errors.setdefault("occurred_before", []).append("must be later than occurred_after.")
+        half_life = raw.get("recency_half_life")
+        try:
+            # 0 (no boost) stays 0: it overrides the setting, as None does not.
+            half_life = None if half_life is None else half_life_seconds(half_life) or 0.0
+        except ValueError:
+            errors.setdefault("recency_half_life", []).append(
+                f"must be a number of seconds from 0 (no boost) to {MAX_HALF_LIFE_SECONDS}."
+            )
+        turns = raw.get("context_turns", 0)
+        if (
+            isinstance(turns, bool)
+            or not isinstance(turns, int)
+            or not 0 <= turns <= settings.MAX_CONTEXT_TURNS
+        ):
+            errors.setdefault("context_turns", []).append(
+                f"must be an integer from 0 to {settings.MAX_CONTEXT_TURNS}."
+            )
         if errors:
             raise ValidationFailed(errors)
         return cls(
@@ -102,12 +137,23 @@ class QueryRequest:
             where=where or None,
             mode=mode,
             min_score=None if min_score is None else float(min_score),
+            occurred_after=after,
+            occurred_before=before,
+            recency_half_life=half_life,
+            context_turns=turns,
             explain=explain,
             rerank=rerank,
         )
 
+    def half_life(self) -> float | None:
+        """The recency half-life this query ranks with, in seconds (None: no boost)."""
+        if self.recency_half_life is None:
+            return memoryhub_settings.recency_half_life()
+        return self.recency_half_life or None
+
     def canonical(self) -> dict[str, Any]:
-        """The normalised request, for cache keys: order-insensitive lists sorted."""
+        """The normalised request, for cache keys: order-insensitive lists sorted, and
+        what the ranking depends on only (``context_turns`` is read after it)."""
         return {
             "query": self.query,
             "k": self.k,
@@ -118,8 +164,16 @@ class QueryRequest:
             "where": self.where,
             "mode": self.mode,
             "min_score": self.min_score,
+            "occurred_after": _iso(self.occurred_after),
+            "occurred_before": _iso(self.occurred_before),
+            "recency_half_life": self.half_life(),
             "rerank": self.rerank,
         }
+
+
+def _iso(moment: datetime | None) -> str | None:
+    """A moment as a canonical string: the same instant in any offset, the same key."""
+    return None if moment is None else moment.astimezone(UTC).isoformat()
 
 
 def _string_list(value: Any, name: str, errors: dict[str, list[str]]) -> tuple[str, ...] | None:

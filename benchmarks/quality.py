@@ -40,6 +40,7 @@ REPORT = ROOT / "benchmarks" / "REPORT.md"
 RESULTS = ROOT / "benchmarks" / "results-quality.json"
 BEGIN, END = "<!-- quality:begin -->", "<!-- quality:end -->"
 DEPTH = 40
+MODES = ("vector", "keyword", "hybrid", "exact cosine", "BM25")
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 EMBEDDERS = {
@@ -83,7 +84,8 @@ def _write(scope: Any, conversation: Conversation) -> tuple[dict[str, str], floa
                     "key": turn.id,
                     "kind": "episodic",
                     "namespace": f"conv:{conversation.id}",
-                    "metadata": {"session": turn.session, "speaker": turn.speaker},
+                    "metadata": {"session": f"s{turn.session}", "speaker": turn.speaker},
+                    "occurred_at": turn.occurred_at.isoformat(),
                 }
                 for turn in turns
             ],
@@ -144,6 +146,16 @@ def _ask(scope: Any, conversation: Conversation, k: int) -> dict[str, Any]:
         ).items
         latency.append(time.perf_counter() - started)
         found["hybrid"].append([item.id for item in items])
+        # Each hit with its session's previous and next turn (what the agent then reads).
+        widened = query.query(
+            scope, query=question.text, k=k, mode="hybrid", namespaces=namespace, context_turns=1
+        ).items
+        seen: list[Any] = []
+        for item in widened:
+            for turn in (*item.context.before, item, *item.context.after):
+                if turn.id not in seen:
+                    seen.append(turn.id)
+        found["hybrid + context 1"].append(seen)
     return {"rankings": found, "latency": latency}
 
 
@@ -199,6 +211,11 @@ def evaluate(
                     value = _recall(rankings[mode][n], evidence, at)
                     scores[f"{mode}@{at}"]["all"].append(value)
                     scores[f"{mode}@{at}"][question.category].append(value)
+            # Every turn read: the hits and their neighbours (up to 3 × k turns).
+            widened = rankings["hybrid + context 1"][n]
+            scores["context"]["all"].append(_recall(widened, evidence, len(widened)))
+            scores["context"][question.category].append(_recall(widened, evidence, len(widened)))
+            scores["context turns read"]["all"].append(len(widened))
             legs = rankings["vector leg"][n], rankings["keyword leg"][n]
             for fusion_name, fuse in fusions.items():
                 fused = [pk for pk, _ in fuse(*legs)]
@@ -248,6 +265,15 @@ def section(results: dict[str, Any]) -> str:
             lines.append(
                 f"| {category} | {run['categories'][category]} | " + " | ".join(cells) + " |"
             )
+        context = run["recall"]["context"]
+        lines += [
+            "",
+            f"With `context_turns: 1` (each hit with its session's previous and next turn,"
+            f" {run['recall']['context turns read']['all']} turns read on average for k ="
+            f" {results['k']}): evidence recall "
+            + ", ".join(f"{c} {context.get(c, '–')}" for c in categories)
+            + f" (hybrid@10 alone: {run['recall']['hybrid@10']['all']}).",
+        ]
         study = run["fusion_study"]
         best = max(study, key=lambda f: study[f]["all"])
         lines += [
@@ -262,6 +288,21 @@ def section(results: dict[str, Any]) -> str:
             f" {run['hybrid_p50_ms']} ms.",
             "",
         ]
+    lines += ["### Targets", "", "| target | measured | verdict |", "|---|---|---|"]
+    for run in results["runs"]:
+        recall = {mode: run["recall"][f"{mode}@10"]["all"] for mode in MODES}
+        label = f"{run['set']}, {run['embedder']}"
+        best = max(recall["vector"], recall["keyword"])
+        lines.append(
+            f"| {label}: hybrid ≥ max(vector, keyword) | {recall['hybrid']} vs {best} |"
+            f" {'met' if recall['hybrid'] >= best else '**not met**'} |"
+        )
+        if run["embedder"].startswith("st-"):
+            floor = round(1.2 * recall["BM25"], 3)
+            lines.append(
+                f"| {label}: hybrid ≥ 1.2 × BM25 | {recall['hybrid']} vs {floor} |"
+                f" {'met' if recall['hybrid'] >= floor else '**not met**'} |"
+            )
     lines.append(END)
     return "\n".join(lines)
 
@@ -292,6 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "cpus": os.cpu_count(),
+        "k": args.k,
         "runs": [],
     }
     for embedder_name in args.embedders.split(","):

@@ -766,3 +766,25 @@ def test_a_repeated_question_is_embedded_once(tenant, handbook, monkeypatch):
         query.query(tenant.scope, query="a question asked again", k=k)
     query.query(tenant.scope, query="another question", k=1)
     assert asked == ["a question asked again", "another question"]
+
+
+def test_keyword_leg_ranks_pair_matches_and_falls_back_to_any_word(tenant, committed):
+    # Fifty records hold both words of the query, one holds only the rarer one: with
+    # enough pair matches the pairs answer; a query whose words never meet in one record
+    # falls back to every record holding any of them.
+    both = [{"content": f"Invoice {n} lists the refund."} for n in range(50)]
+    committed(write.write, tenant.scope, [*both, {"content": "A refund, refund, refund note."}])
+    top = query.query(tenant.scope, query="invoice refund", k=5, mode="keyword").items
+    assert len(top) == 5 and all("Invoice" in item.content for item in top)
+    alone = query.query(tenant.scope, query="refund zebra", k=5, mode="keyword").items
+    assert alone[0].content == "A refund, refund, refund note."  # the any-word half
+    assert len(alone) == 5
+
+
+@pytest.mark.parametrize(
+    "text", ["O'Brien's refund", "refund \\ back\\slash", "'quoted' & refund | !x", "a:b c:d"]
+)
+def test_keyword_leg_quotes_what_the_query_holds(tenant, committed, text):
+    committed(write.write, tenant.scope, [{"content": f"{text} {text}"}, {"content": "refund"}])
+    for mode in ("keyword", "hybrid"):
+        assert query.query(tenant.scope, query=text, k=2, mode=mode).items

@@ -105,8 +105,9 @@ def _rank(
         values[leg.slot] = _query_vector(embedder, request.query)
     legs = [plan.vector, plan.keyword, *(leg for _, leg in plan.previous)]
     (vector, keyword, *previous), rows = _run(legs, values, plan.settings)
-    # relaxed_order may return the vector leg slightly out of order.
-    for ranking in (vector, *previous):
+    # relaxed_order may return the vector leg slightly out of order; the keyword leg's
+    # two halves come as one list (stable: equal ranks keep the statement's order).
+    for ranking in (vector, keyword, *previous):
         ranking.sort(key=lambda pair: -pair[1])
     if previous:
         vector = merge_models([vector, *previous])

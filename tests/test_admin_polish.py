@@ -413,3 +413,36 @@ def test_api_key_list_shows_active_not_revoked(tenant, keys, client):
 def test_api_key_state_filter(admin_client, keys, state, names):
     page = admin_client.get(KEYS + f"?state={state}").content.decode()
     assert set(key_rows(page)) == names
+
+
+def test_playground_filters_by_time_and_shows_context_turns(operator, tenant, other_tenant):
+    from memoryhub.services import write
+
+    turns = [
+        ("user:bo", "s1", "2024-03-01T10:00:00+00:00", "Bo: hello there"),
+        ("user:bo", "s1", "2024-03-01T10:01:00+00:00", "Bo: my refunds never arrived"),
+        ("user:bo", "s1", "2024-03-01T10:02:00+00:00", "Agent: I will check that"),
+        ("user:bo", "s2", "2024-06-01T10:00:00+00:00", "Bo: refunds again, sorry"),
+    ]
+    write.write(
+        tenant.scope,
+        [
+            {"content": c, "namespace": ns, "metadata": {"session": s}, "occurred_at": at}
+            for ns, s, at, c in turns
+        ],
+    )
+    write.write(other_tenant.scope, [{"content": "Eve: refunds", "metadata": {"session": "s1"}}])
+    page = playground(
+        operator,
+        tenant,
+        other_namespaces="user:bo",
+        occurred_before="2024-04-01",
+        context_turns="1",
+    )
+    assert "my refunds never arrived" in page
+    assert "refunds again" not in page  # occurred after the window
+    assert page.count('class="playground-turn"') == 2  # its previous and next turn
+    assert "Bo: hello there" in page and "I will check that" in page
+    assert "Eve" not in page
+    bad = playground(operator, tenant, occurred_before="next tuesday")
+    assert "occurred_before" in bad and "playground-item" not in bad

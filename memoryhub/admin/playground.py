@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from django import forms
-from django.core.validators import MaxLengthValidator
+from django.core.validators import MaxLengthValidator, MaxValueValidator
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
@@ -110,12 +110,28 @@ class PlaygroundForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 3, "cols": 80}),
         help_text=_('A where filter as JSON, e.g. {"team": "support"}.'),
     )
+    occurred_after = forms.CharField(
+        required=False,
+        max_length=64,
+        help_text=_("Only what occurred at or after this (ISO 8601, or a date: its start in UTC)."),
+    )
+    occurred_before = forms.CharField(
+        required=False, max_length=64, help_text=_("Only what occurred before this.")
+    )
+    context_turns = forms.IntegerField(
+        required=False,
+        min_value=0,
+        initial=0,
+        help_text=_("Show each hit's neighbouring turns of its session (metadata session)."),
+    )
 
     def __init__(self, *args: Any, domains: QuerySet[Domain], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # The bounds the query service enforces, as the operator set them.
         settings = memoryhub_settings
         self.fields["k"] = forms.IntegerField(min_value=1, max_value=settings.MAX_K, initial=5)
+        self.fields["context_turns"].max_value = settings.MAX_CONTEXT_TURNS  # type: ignore[attr-defined]
+        self.fields["context_turns"].validators = [MaxValueValidator(settings.MAX_CONTEXT_TURNS)]
         self.fields["query"].max_length = settings.MAX_QUERY_LENGTH  # type: ignore[attr-defined]
         self.fields["query"].validators = [MaxLengthValidator(settings.MAX_QUERY_LENGTH)]
         self.fields["query"].widget.attrs["maxlength"] = str(settings.MAX_QUERY_LENGTH)
@@ -164,6 +180,12 @@ def playground_view(model_admin: Any, request: HttpRequest) -> HttpResponse:
                 namespaces=data["namespaces"],
                 where=data["where"],
                 explain=True,
+                # The query service validates these (a bad date names its field).
+                **{
+                    name: data[name]
+                    for name in ("occurred_after", "occurred_before", "context_turns")
+                    if data.get(name)
+                },
             )
         except ValidationFailed as exc:
             for path, messages in exc.errors.items():

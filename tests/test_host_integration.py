@@ -50,6 +50,21 @@ def test_signals_are_sent_after_commit_with_their_payloads(tenant, received, com
     assert subject["namespace"] == "user:alice" and subject["actor"] == "t"
 
 
+def test_an_update_by_id_is_announced_too(tenant, received, committed):
+    [record_id] = committed(write.write, tenant.scope, [{"content": "Alice likes tea."}]).record_ids
+    received.clear()
+    committed(write.update_record, tenant.scope, record_id, {"content": "Alice likes coffee."},
+              partial=True, actor="api-key:abc")  # fmt: skip
+    [(name, payload)] = received
+    assert name == "record_written"
+    assert payload["created"] == [] and payload["updated"] == [record_id]
+    assert payload["source"] == "memory" and payload["actor"] == "api-key:abc"
+    received.clear()
+    committed(write.update_record, tenant.scope, record_id, {"content": "Alice likes coffee."},
+              partial=True)  # fmt: skip
+    assert received == []  # nothing changed: nothing to announce
+
+
 def test_a_rolled_back_write_sends_nothing(tenant, received, django_capture_on_commit_callbacks):
     from django.db import transaction
 

@@ -703,8 +703,17 @@ def _announce_update(
     actor: str,
     operator: bool,
 ) -> None:
-    """What an updated record tells the rest: the written observation, its embedding
-    (when its content changed) and the domain's cache generation, once committed."""
+    """What an updated record tells the rest: the ``record_written`` signal and the
+    written observation, its embedding (when its content changed) and the domain's cache
+    generation, once committed."""
+    signals.send_on_commit(
+        signals.record_written,
+        scope=scope,
+        source=knowledge_base.name,
+        created=[],
+        updated=[str(record.pk)],
+        actor=actor,
+    )
     _observe_written(scope, knowledge_base, created=0, updated=1, actor=actor, operator=operator)
     if content_changed:
         schedule_indexing([str(record.pk)])

@@ -304,14 +304,15 @@ def raw_sql(
 
     The same predicates (tenant, namespace, expiry, model, status), the exact scan or the
     HNSW iterative scan (with the service's ``ef_search``, which is lower on a tenant's
-    own index), the final rows with their content; with ``text``, hybrid: both legs,
-    reciprocal-rank fusion and the final rows in SQL. One message to the server, the HNSW
+    own index), the final rows with their content; with ``text``, hybrid: both legs (the
+    keyword leg pairs-first, as the service's), their min-max normalised weighted fusion
+    and the final rows in SQL. One message to the server, the HNSW
     settings included, as the service sends it.
     """
     from django.db import connection
 
     from memoryhub.conf import memoryhub_settings
-    from memoryhub.services.query import RRF_K
+    from memoryhub.services.query.plans import _PAIRS, hybrid_weight
     from memoryhub.services.query.request import _WORD
 
     embedder = memoryhub_settings.embedder()
@@ -341,20 +342,41 @@ def raw_sql(
         )
     else:
         words = " | ".join(_WORD.findall(text.lower())[:64])
-        statement = (
-            f"WITH v AS (SELECT id, row_number() OVER (ORDER BY distance) AS rank "
-            f"FROM ({vector_leg}) s), "
-            "k AS (SELECT id, row_number() OVER (ORDER BY rank DESC, created_at DESC) AS rank "
-            "FROM (SELECT id, created_at, ts_rank(search_vector, q, 32) AS rank "
+        weight = hybrid_weight(scope)
+        ranked = (
+            "SELECT id, created_at, ts_rank(search_vector, q, 32) AS score "
             "FROM memoryhub_memoryrecord, to_tsquery('english', %s) q "
-            f"WHERE {live}{bucket} AND search_vector @@ q "
-            f"ORDER BY rank DESC, created_at DESC LIMIT {depth}) s), "
-            f"c AS (SELECT id, sum(1.0 / ({RRF_K} + rank)) AS score "
-            "FROM (SELECT * FROM v UNION ALL SELECT * FROM k) u "
-            f"GROUP BY id ORDER BY score DESC LIMIT {K}) "
+            f"WHERE {live}{bucket} AND search_vector @@ {{match}} "
+            f"ORDER BY score DESC, created_at DESC LIMIT {depth}"
+        )
+
+        def normalised(leg: str) -> str:
+            return (
+                f"SELECT id, CASE WHEN max(score) OVER () > min(score) OVER () THEN "
+                f"(score - min(score) OVER ()) / (max(score) OVER () - min(score) OVER ()) "
+                f"ELSE 1.0 END AS score FROM {leg}"
+            )
+
+        # The service's work: the keyword leg's pairs first (every record holding any
+        # word only when they are fewer than the depth), each leg min-max normalised,
+        # the vector leg weighted (its weight goes to the other leg when one is empty).
+        statement = (
+            f"WITH v AS (SELECT id, 1 - distance AS score FROM ({vector_leg}) s), "
+            f"pairs AS MATERIALIZED ({ranked.format(match=_PAIRS)}), "
+            f"k AS (SELECT id, score FROM pairs WHERE (SELECT count(*) FROM pairs) >= {depth} "
+            f"UNION ALL SELECT id, score FROM ({ranked.format(match='q')}) o "
+            f"WHERE (SELECT count(*) FROM pairs) < {depth}), "
+            "w AS (SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM k) THEN 1.0 "
+            "WHEN NOT EXISTS (SELECT 1 FROM v) THEN 0.0 ELSE %s END AS vector), "
+            "c AS (SELECT id, sum(score) AS score FROM ("
+            f"SELECT n.id, n.score * w.vector AS score FROM ({normalised('v')}) n, w "
+            f"UNION ALL SELECT n.id, n.score * (1 - w.vector) FROM ({normalised('k')}) n, w"
+            f") u GROUP BY id ORDER BY score DESC LIMIT {K}) "
             f"SELECT {_ITEM_COLUMNS}, c.score FROM c {_JOIN_ITEMS} ORDER BY c.score DESC"
         )
-        params += [words, scope.org_id, scope.domain_id, *bucket_params]
+        pairs_params = [words, scope.org_id, scope.domain_id, *bucket_params, words]
+        any_params = [words, scope.org_id, scope.domain_id, *bucket_params]
+        params += [*pairs_params, *any_params, weight]
     prefix: list[str] = []
     if not exact:
         prefix = [

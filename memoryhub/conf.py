@@ -59,6 +59,13 @@ DEFAULTS: dict[str, Any] = {
     "CACHE_TTL": 60,
     # Indexing: records embedded per task, and retries of a failing embedder.
     "INDEX_BATCH_SIZE": 64,
+    # Bulk storage: a write creating at least this many records copies them in with one
+    # binary COPY, and an indexing batch of at least this many records stores its vectors
+    # the same way, outside the shared HNSW index where an exact scan or a bulk-built
+    # index serves them (services/bulk.py); smaller ones (an agent's turn) go row by row.
+    "BULK_MIN_RECORDS": 50,
+    # Records embedded per task for a bulk write, an import or a re-embed.
+    "BULK_INDEX_BATCH_SIZE": 500,
     "INDEX_MAX_ATTEMPTS": 5,
     # The sweeper re-enqueues records pending for longer than this many seconds.
     "SWEEP_PENDING_AFTER": 300,
@@ -115,6 +122,8 @@ INTEGER_SETTINGS = {
     "HNSW_MAX_SCAN_TUPLES": 1,
     "TENANT_INDEX_MIN_RECORDS": 0,
     "INDEX_BATCH_SIZE": 1,
+    "BULK_MIN_RECORDS": 1,
+    "BULK_INDEX_BATCH_SIZE": 1,
     "INDEX_MAX_ATTEMPTS": 1,
     "SWEEP_PENDING_AFTER": 1,
     "SWEEP_INTERVAL": 1,

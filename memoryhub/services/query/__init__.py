@@ -28,7 +28,7 @@ from ...items import MemoryItem, dedupe_items, grounding_lines, sort_by_score
 from ...models import Observation
 from ...scope import Scope
 from .execution import _fetch, _run, _to_item
-from .fusion import RRF_K, _fuse, merge_models
+from .fusion import RRF_K, _fuse, merge_models, union
 from .plans import VECTOR, WORDS, _keyword_words, _plan, _Slot, clear_plans
 from .request import MAX_FILTER_VALUES, MODES, QueryRequest, QueryResult
 
@@ -59,11 +59,14 @@ def _rank(
         embedder = memoryhub_settings.embedder_for(name)
         assert embedder is not None  # the plan was built with it
         values[leg.slot] = Vector(embedder.embed_query(request.query)).to_text()
-    legs = [plan.vector, plan.keyword, *(leg for _, leg in plan.previous)]
-    (vector, keyword, *previous), rows = _run(legs, values, plan.settings)
-    # relaxed_order may return the vector leg slightly out of order.
-    for ranking in (vector, *previous):
-        ranking.sort(key=lambda pair: -pair[1])
+    legs = [plan.vector, plan.keyword, plan.delta, *(leg for _, leg in plan.previous)]
+    (vector, keyword, delta, *rest), rows = _run(legs, values, plan.settings)
+    # A model's HNSW search and the exact scan of its delta rank parts of one scope.
+    vector = union(vector, delta)
+    by_model: dict[str, list[tuple[Any, float]]] = {}
+    for (name, _), ranking in zip(plan.previous, rest, strict=True):
+        by_model[name] = union(by_model.get(name, []), ranking)
+    previous = list(by_model.values())
     if previous:
         vector = merge_models([vector, *previous])
     if request.mode == "vector":

@@ -63,7 +63,7 @@ DEFAULTS: dict[str, Any] = {
     # binary COPY, and an indexing batch of at least this many records stores its vectors
     # the same way, outside the shared HNSW index where an exact scan or a bulk-built
     # index serves them (services/bulk.py); smaller ones (an agent's turn) go row by row.
-    "BULK_MIN_RECORDS": 50,
+    "BULK_MIN_RECORDS": 10,
     # Records embedded per task for a bulk write, an import or a re-embed.
     "BULK_INDEX_BATCH_SIZE": 500,
     "INDEX_MAX_ATTEMPTS": 5,

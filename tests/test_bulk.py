@@ -299,3 +299,53 @@ def test_a_shared_index_built_before_bulk_stores_is_built_again_without_them(ten
     indexing.ensure_tenant_indexes()
     assert "vector_batch IS NULL" in (vector_indexes._predicate(name) or "")
     assert vector_indexes._predicate(name + vector_indexes.NEXT_SUFFIX) is None
+
+
+def _own_index_with_memos(tenant, committed, settings, memos: int) -> str:  # type: ignore[no-untyped-def]
+    """``tenant``'s domain with ``memos`` records stored row by row and its own index."""
+    settings.MEMORYHUB = {"BULK_MIN_RECORDS": 1000, "TENANT_INDEX_MIN_RECORDS": memos}
+    committed(write.write, tenant.scope, [{"content": f"Acme memo {n}."} for n in range(memos)])
+    mine = indexing.tenant_index_name(MODEL, tenant.scope.org_id, tenant.scope.domain_id)
+    assert indexing.ensure_tenant_indexes().created == [mine]
+    return mine
+
+
+def test_past_its_most_a_delta_takes_no_more_and_vectors_go_into_the_own_index_only(
+    tenant, committed, settings, monkeypatch
+):
+    _own_index_with_memos(tenant, committed, settings, 8)
+    monkeypatch.setattr(indexing, "send", lambda *args, **kwargs: True)  # no maintenance
+    # At most 10 × EXACT_SCAN_THRESHOLD (1) records in the delta.
+    settings.MEMORYHUB = {
+        "BULK_MIN_RECORDS": 5,
+        "TENANT_INDEX_MIN_RECORDS": 8,
+        "EXACT_SCAN_THRESHOLD": 1,
+    }
+    for org in ("Initech", "Hooli", "Acme"):
+        committed(write.write, tenant.scope, handbook(org))
+    batches = [record.vector_batch for record in stored(tenant.scope)]
+    assert batches[:8] == [None] * 8  # row by row, before
+    own = indexing.own_index(tenant.scope, MODEL)
+    assert own is not None
+    assert all(batch > own.covers for batch in batches[8:22])  # the delta: 14 >= 10
+    assert batches[22:] == [vector_indexes.OWN_INDEX_ONLY] * len(TOPICS)
+    settings.MEMORYHUB = {"TENANT_INDEX_MIN_RECORDS": 8, "EXACT_SCAN_THRESHOLD": 0}
+    result = found(tenant.scope, "Acme policy on parking desk", "vector")
+    assert result.strategy == "hnsw-tenant+delta"
+    assert result.items[0].content == "Acme policy on parking: ask the parking desk, form 6."
+
+
+def test_a_settled_delta_small_beside_its_index_is_inserted_into_it_row_by_row(
+    tenant, committed, settings
+):
+    mine = _own_index_with_memos(tenant, committed, settings, 60)
+    settings.MEMORYHUB = {"BULK_MIN_RECORDS": 5, "TENANT_INDEX_MIN_RECORDS": 60}
+    committed(write.write, tenant.scope, handbook("Acme"))  # 7: less than 60 / 6
+    changes = indexing.ensure_tenant_indexes(settle_after=timedelta(0))
+    assert changes.rebuilt == []
+    assert changes.folded == {f"{tenant.scope.org_id}/{tenant.scope.domain_id}": len(TOPICS)}
+    batches = {record.vector_batch for record in stored(tenant.scope)}
+    assert batches == {None, vector_indexes.OWN_INDEX_ONLY}
+    settings.MEMORYHUB = {"TENANT_INDEX_MIN_RECORDS": 60, "EXACT_SCAN_THRESHOLD": 0}
+    assert_found_by_its_org_only(tenant.scope, "Acme", strategy="hnsw-tenant")
+    assert mine in _explain(tenant.scope, "policy on parking desk")

@@ -157,6 +157,7 @@ def _store_in_bulk(
         if where.batch is not None:
             for position in positions:
                 batches[position] = where.batch
+        if where.batch:  # into the delta: the plans' exact leg has rows to scan now
             bump_generation_on_commit(scope)
     bulk.store_vectors([row[0] for row in rows], vectors, model, batches)
     if maintain:

@@ -141,9 +141,18 @@ TENANT_INDEX_PREFIX = "memoryhub_thnsw_"
 TENANT_INDEX_MIN_SHARE = 0.10
 #: A domain's own index is built again once the vectors stored in bulk since it was built
 #: (its delta, scanned exactly by every query meanwhile) outgrow this share of the records
-#: it covers (or ``EXACT_SCAN_THRESHOLD``, whichever is larger). A rebuild costs about a
-#: sixth of inserting the same rows one by one (benchmarks/REPORT.md, "Bulk ingest").
+#: it covers (or ``EXACT_SCAN_THRESHOLD``, whichever is larger).
 TENANT_INDEX_REBUILD_SHARE = 0.25
+#: What inserting a vector into an HNSW index costs, in bulk builds of one: a build of
+#: 30,000 × 384 took 12 s (0.4 ms a vector, two workers), inserting them one by one
+#: 2.3 ms each (benchmarks/REPORT.md, "Bulk ingest"). A settled delta smaller than the
+#: index over this is inserted into it row by row rather than rebuilt.
+ROW_INSERT_COST = 6
+#: The delta of a domain stays within this many exact scans' worth of records
+#: (× ``EXACT_SCAN_THRESHOLD``): past it, a bulk store's vectors go into the domain's own
+#: index row by row (still not into the shared one), so a huge load into a huge domain
+#: never makes its queries scan a huge delta.
+TENANT_INDEX_DELTA_MAX = 10
 _TENANT_INDEX_NAME = re.compile(r"^memoryhub_thnsw_(\d+)_(\d+)_([0-9a-f]{8})(_next)?$")
 #: How an index predicate (as PostgreSQL prints it) says which bulk stores it covers.
 _COVERS = re.compile(r"vector_batch <= '?(\d+)")
@@ -167,11 +176,17 @@ class TenantIndexChanges:
     busy: bool = False
 
 
+#: ``MemoryRecord.vector_batch`` of a vector stored row by row into its domain's own
+#: index only (every own index covers it; the shared index holds nulls only).
+OWN_INDEX_ONLY = 0
+
+
 @dataclass(frozen=True, slots=True)
 class Placement:
     """Where one domain's vectors of a bulk store go: ``batch`` (their number: into the
-    domain's delta) or None (row by row into the shared index); ``maintain``: the
-    domain's own index is due to be built or rebuilt."""
+    domain's delta; ``OWN_INDEX_ONLY``: row by row into its own index) or None (row by row
+    into the shared index); ``maintain``: the domain's own index is due to be built or
+    rebuilt."""
 
     batch: int | None
     maintain: bool = False
@@ -204,7 +219,10 @@ def placement(scope: Scope, model_name: str) -> Placement:
     with connection.cursor() as cursor:
         if own is not None:
             bound = _rebuild_bound(own.covered)
-            delta = _delta_size(cursor, scope, model_name, own.covers, bound + 1)
+            most = max(threshold, 1) * TENANT_INDEX_DELTA_MAX
+            delta = _delta_size(cursor, scope, model_name, own.covers, max(bound, most) + 1)
+            if delta >= most:
+                return Placement(OWN_INDEX_ONLY, maintain=delta > bound)
             return Placement(_next_batch(cursor), maintain=delta > bound)
         cursor.execute(
             f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE org_id = %s AND domain_id = %s"
@@ -359,9 +377,16 @@ def _maintain(
                 _bump(name)
     for name, tenant in wanted.items():
         if existing.get(name) and name not in changes.dropped:
-            if _due(name, tenant, model_name, settle_after):
+            due = _due(name, tenant, model_name, settle_after)
+            if due == "rebuild":
                 _rebuild(name, tenant, model_name, dimensions, concurrently)
                 changes.rebuilt.append(name)
+            elif due == "insert":
+                own = _own_index_by_name(name)
+                covers = own.covers if own is not None else 0
+                changes.folded[f"{tenant[0]}/{tenant[1]}"] = _fold(
+                    tenant, model_name, after=covers, into=OWN_INDEX_ONLY
+                )
             continue
         with _connection_cursor() as cursor:
             covers = _last_batch(cursor)
@@ -409,30 +434,36 @@ def _deltas(model_name: str) -> dict[tuple[int, int], int]:
         return {(org, domain): n for org, domain, n in cursor.fetchall()}  # type: ignore[attr-defined]
 
 
-def _due(name: str, tenant: tuple[int, int], model_name: str, settle_after: timedelta) -> bool:
-    """Whether a domain's own index is to be built again over its delta."""
+def _due(
+    name: str, tenant: tuple[int, int], model_name: str, settle_after: timedelta
+) -> str | None:
+    """What a domain's own index needs for its delta: ``"rebuild"`` (built again over
+    it), ``"insert"`` (a settled delta small beside the index: inserted row by row) or
+    None (nothing yet)."""
     from django.db import connection
 
     own = _own_index_by_name(name)
     if own is None:
-        return False
+        return None
     if own.outdated:
-        return True  # built before bulk stores existed: its predicate says nothing of them
+        return "rebuild"  # built before bulk stores existed: its predicate says nothing of them
     scope = Scope(org_id=tenant[0], domain_id=tenant[1])
     bound = _rebuild_bound(own.covered)
     with connection.cursor() as cursor:
         delta = _delta_size(cursor, scope, model_name, own.covers, bound + 1)
         if delta > bound:
-            return True
+            return "rebuild"
         if not delta:
-            return False
+            return None
         cursor.execute(
             f"SELECT max(indexed_at) FROM {MemoryRecord._meta.db_table}"
             " WHERE domain_id = %s AND vector_batch > %s AND org_id = %s AND embedding_model = %s",
             [scope.domain_id, own.covers, scope.org_id, model_name],
         )
         (newest,) = cursor.fetchone()
-    return newest is None or newest <= timezone.now() - settle_after
+    if newest is not None and newest > timezone.now() - settle_after:
+        return None  # still growing: a load is under way
+    return "insert" if delta * ROW_INSERT_COST < own.covered else "rebuild"
 
 
 def _rebuild(
@@ -463,15 +494,18 @@ def _swap(successor: str, name: str, *, concurrently: bool) -> None:
         )
 
 
-def _fold(tenant: tuple[int, int], model_name: str) -> int:
-    """Move a domain's bulk-stored vectors into the shared index (each row inserted into
-    it, as when stored row by row); how many."""
+def _fold(
+    tenant: tuple[int, int], model_name: str, *, after: int = -1, into: int | None = None
+) -> int:
+    """Move a domain's bulk-stored vectors numbered above ``after`` into an index row by
+    row: the shared one (``into`` None) or the domain's own (``OWN_INDEX_ONLY``); how
+    many."""
     with _connection_cursor() as cursor:
         cursor.execute(  # type: ignore[attr-defined]
-            f"UPDATE {MemoryRecord._meta.db_table} SET vector_batch = NULL"
-            " WHERE domain_id = %s AND vector_batch IS NOT NULL AND org_id = %s"
+            f"UPDATE {MemoryRecord._meta.db_table} SET vector_batch = %s"
+            " WHERE domain_id = %s AND vector_batch > %s AND org_id = %s"
             " AND embedding_model = %s",
-            [tenant[1], tenant[0], model_name],
+            [into, tenant[1], after, tenant[0], model_name],
         )
         folded = int(cursor.rowcount)  # type: ignore[attr-defined]
     bump_generation(Scope(org_id=tenant[0], domain_id=tenant[1]))

@@ -66,6 +66,11 @@ DEFAULTS: dict[str, Any] = {
     "BULK_MIN_RECORDS": 10,
     # Records embedded per task for a bulk write, an import or a re-embed.
     "BULK_INDEX_BATCH_SIZE": 500,
+    # A domain's delta (vectors stored in bulk that its own HNSW index does not hold yet,
+    # scanned exactly by its vector queries until the index is built again) stays within
+    # this many records; past it, bulk-stored vectors go into the domain's own index row
+    # by row. Larger: huge loads build in bulk, while their domain's queries scan more.
+    "BULK_DELTA_MAX": 20_000,
     "INDEX_MAX_ATTEMPTS": 5,
     # The sweeper re-enqueues records pending for longer than this many seconds.
     "SWEEP_PENDING_AFTER": 300,
@@ -124,6 +129,7 @@ INTEGER_SETTINGS = {
     "INDEX_BATCH_SIZE": 1,
     "BULK_MIN_RECORDS": 1,
     "BULK_INDEX_BATCH_SIZE": 1,
+    "BULK_DELTA_MAX": 0,
     "INDEX_MAX_ATTEMPTS": 1,
     "SWEEP_PENDING_AFTER": 1,
     "SWEEP_INTERVAL": 1,

@@ -315,11 +315,10 @@ def test_past_its_most_a_delta_takes_no_more_and_vectors_go_into_the_own_index_o
 ):
     _own_index_with_memos(tenant, committed, settings, 8)
     monkeypatch.setattr(indexing, "send", lambda *args, **kwargs: True)  # no maintenance
-    # At most 10 × EXACT_SCAN_THRESHOLD (1) records in the delta.
     settings.MEMORYHUB = {
         "BULK_MIN_RECORDS": 5,
         "TENANT_INDEX_MIN_RECORDS": 8,
-        "EXACT_SCAN_THRESHOLD": 1,
+        "BULK_DELTA_MAX": 10,
     }
     for org in ("Initech", "Hooli", "Acme"):
         committed(write.write, tenant.scope, handbook(org))

@@ -141,18 +141,16 @@ TENANT_INDEX_PREFIX = "memoryhub_thnsw_"
 TENANT_INDEX_MIN_SHARE = 0.10
 #: A domain's own index is built again once the vectors stored in bulk since it was built
 #: (its delta, scanned exactly by every query meanwhile) outgrow this share of the records
-#: it covers (or ``EXACT_SCAN_THRESHOLD``, whichever is larger).
-TENANT_INDEX_REBUILD_SHARE = 0.25
+#: it covers (or ``EXACT_SCAN_THRESHOLD``, whichever is larger). At 1 the index doubles
+#: from one build to the next: a domain loaded from empty costs at most two builds of its
+#: final size, where a quarter cost five.
+TENANT_INDEX_REBUILD_SHARE = 1.0
 #: What inserting a vector into an HNSW index costs, in bulk builds of one: a build of
 #: 30,000 × 384 took 12 s (0.4 ms a vector, two workers), inserting them one by one
 #: 2.3 ms each (benchmarks/REPORT.md, "Bulk ingest"). A settled delta smaller than the
 #: index over this is inserted into it row by row rather than rebuilt.
 ROW_INSERT_COST = 6
-#: The delta of a domain stays within this many exact scans' worth of records
-#: (× ``EXACT_SCAN_THRESHOLD``): past it, a bulk store's vectors go into the domain's own
-#: index row by row (still not into the shared one), so a huge load into a huge domain
-#: never makes its queries scan a huge delta.
-TENANT_INDEX_DELTA_MAX = 10
+
 _TENANT_INDEX_NAME = re.compile(r"^memoryhub_thnsw_(\d+)_(\d+)_([0-9a-f]{8})(_next)?$")
 #: How an index predicate (as PostgreSQL prints it) says which bulk stores it covers.
 _COVERS = re.compile(r"vector_batch <= '?(\d+)")
@@ -219,7 +217,7 @@ def placement(scope: Scope, model_name: str) -> Placement:
     with connection.cursor() as cursor:
         if own is not None:
             bound = _rebuild_bound(own.covered)
-            most = max(threshold, 1) * TENANT_INDEX_DELTA_MAX
+            most = memoryhub_settings.BULK_DELTA_MAX
             delta = _delta_size(cursor, scope, model_name, own.covers, max(bound, most) + 1)
             if delta >= most:
                 return Placement(OWN_INDEX_ONLY, maintain=delta > bound)
@@ -637,9 +635,10 @@ def has_deltas() -> bool:
 
 @dataclass(frozen=True, slots=True)
 class OwnIndex:
-    """A domain's own index as queries see it: the share of the shared index's rows it
-    holds, the bulk stores it covers (up to number ``covers``) and about how many
-    records (``covered``)."""
+    """A domain's own index as queries see it: the share of all records it holds (what
+    the shared index would hold of the model's vectors, had none been stored in bulk),
+    the bulk stores it covers (up to number ``covers``) and about how many records
+    (``covered``)."""
 
     share: float
     covers: int
@@ -648,24 +647,24 @@ class OwnIndex:
     outdated: bool = False
 
 
-def _own_index_row(name: str, shared: str) -> tuple[float, float, str] | None:
+def _own_index_row(name: str) -> tuple[float, float, str] | None:
     with _connection_cursor() as cursor:
         cursor.execute(  # type: ignore[attr-defined]
-            "SELECT t.reltuples, coalesce(s.reltuples, -1), pg_get_expr(i.indpred, i.indrelid)"
+            "SELECT t.reltuples, r.reltuples, pg_get_expr(i.indpred, i.indrelid)"
             " FROM pg_class t JOIN pg_index i ON i.indexrelid = t.oid AND i.indisvalid"
-            " LEFT JOIN pg_class s ON s.relname = %s WHERE t.relname = %s",
-            [shared, name],
+            " JOIN pg_class r ON r.oid = i.indrelid WHERE t.relname = %s",
+            [name],
         )
         row = cursor.fetchone()  # type: ignore[attr-defined]
     return None if row is None else (float(row[0]), float(row[1]), str(row[2] or ""))
 
 
-def _own_index_by_name(name: str, shared: str = "") -> OwnIndex | None:
-    row = _own_index_row(name, shared)
+def _own_index_by_name(name: str) -> OwnIndex | None:
+    row = _own_index_row(name)
     if row is None:
         return None
     mine, total, predicate = row
-    # Not counted yet (-1): assume the whole index.
+    # Not counted yet (-1): assume the whole table.
     share = 1.0 if mine <= 0 or total <= 0 else min(mine / total, 1.0)
     found = _COVERS.search(predicate)
     return OwnIndex(
@@ -679,13 +678,11 @@ def _own_index_by_name(name: str, shared: str = "") -> OwnIndex | None:
 def own_index(scope: Scope, model_name: str) -> OwnIndex | None:
     """``scope``'s domain's own index of ``model_name``, when it exists and is valid
     (from the catalog: the planner's row counts and the index's predicate)."""
-    return _own_index_by_name(
-        tenant_index_name(model_name, scope.org_id, scope.domain_id), vector_index_name(model_name)
-    )
+    return _own_index_by_name(tenant_index_name(model_name, scope.org_id, scope.domain_id))
 
 
 def tenant_index_share(scope: Scope, model_name: str) -> float | None:
-    """The share of the shared index's rows that ``scope``'s domain's own index holds,
-    when that index exists and is valid (the planner's row counts, from the catalog)."""
+    """The share of all records that ``scope``'s domain's own index holds, when that index
+    exists and is valid (the planner's row counts, from the catalog)."""
     own = own_index(scope, model_name)
     return None if own is None else own.share

@@ -163,8 +163,9 @@ def _vector_leg(
         own = indexing.own_index(scope, embedder.name)
         if own is not None:
             # The domain's own index (the planner picks it: the predicate matches and it
-            # is smaller): the same effort per record of the domain as the shared index
-            # gives it, so the same recall or better, at ``share`` of the cost.
+            # is smaller): the same effort per record of the domain as a search of every
+            # vector of the model would give it, so the same recall or better, at
+            # ``share`` of the cost.
             floor = min(MIN_EF_SEARCH, ef_search)  # never above the operator's setting
             ef_search, strategy = max(round(ef_search * own.share), floor), "hnsw-tenant"
             # What it holds (the predicate, as its index's), and what it does not yet.

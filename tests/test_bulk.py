@@ -233,7 +233,7 @@ def test_placement_of_a_bulk_store(tenant, other_tenant, settings):
 
 def test_a_bulk_write_failing_midway_writes_nothing(tenant, committed, settings, monkeypatch):
     settings.MEMORYHUB = {"BULK_MIN_RECORDS": 5}
-    content = MemoryRecord._meta.get_field("content")
+    metadata = MemoryRecord._meta.get_field("metadata")
     streamed = []
 
     def failing(value, connection):  # type: ignore[no-untyped-def]
@@ -242,7 +242,7 @@ def test_a_bulk_write_failing_midway_writes_nothing(tenant, committed, settings,
             raise RuntimeError("the connection dropped")
         return value
 
-    monkeypatch.setattr(content, "get_db_prep_save", failing)
+    monkeypatch.setattr(metadata, "get_db_prep_save", failing)
     with pytest.raises(RuntimeError):
         committed(write.write, tenant.scope, handbook("Acme"))
     assert len(streamed) == 4  # three rows had gone into the COPY

@@ -13,11 +13,12 @@ nothing behind.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
 from typing import Any
 
 import numpy as np
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 from django.db.models import Field
 from django.utils import timezone
 from psycopg import sql
@@ -57,6 +58,59 @@ def _vector(value: Any) -> Any:
     return None if value is None else np.asarray(value, dtype=np.float32)
 
 
+#: Fields whose value, when it is a plain Python value (``_PLAIN``), is what the database
+#: gets: preparing it (Django's ``get_db_prep_save``, a few calls per field) is skipped.
+_AS_IS = {
+    "AutoField",
+    "BigAutoField",
+    "BigIntegerField",
+    "BooleanField",
+    "CharField",
+    "DateTimeField",
+    "ForeignKey",
+    "IntegerField",
+    "PositiveBigIntegerField",
+    "PositiveIntegerField",
+    "PositiveSmallIntegerField",
+    "SlugField",
+    "SmallIntegerField",
+    "TextField",
+    "UUIDField",
+}
+_PLAIN = (str, int, bool, uuid.UUID)
+
+
+def _plain(value: Any) -> bool:
+    if type(value) in _PLAIN:
+        return True
+    if isinstance(value, datetime):
+        return value.tzinfo is not None
+    if type(value) is list:
+        return all(type(item) in _PLAIN for item in value)
+    return False
+
+
+def _column_value(field: Field[Any, Any], db: Any) -> Callable[[MemoryRecord], Any]:
+    """How one column's value is read from a record: what ``bulk_create`` would send
+    (``pre_save``, then ``get_db_prep_save``), the preparation skipped where it would
+    return the value unchanged."""
+    if field.get_internal_type() == "VectorField":
+        return lambda record: _vector(getattr(record, field.attname))
+    attname = field.attname
+    pre_save = type(field).pre_save is not Field.pre_save  # auto_now and the like
+    as_is = field.get_internal_type() in _AS_IS or (
+        field.get_internal_type() == "ArrayField" and field.base_field.get_internal_type() in _AS_IS  # type: ignore[attr-defined]
+    )
+
+    def value(record: MemoryRecord) -> Any:
+        found = field.pre_save(record, True) if pre_save else getattr(record, attname)
+        if found is None or (as_is and _plain(found)):
+            return found
+        return field.get_db_prep_save(found, db)
+
+    return value
+
+
 def copy_records(records: Sequence[MemoryRecord]) -> None:
     """Insert ``records`` (new, unsaved) with one binary COPY: the rows ``bulk_create``
     would insert (each field's ``pre_save`` and database preparation), nothing else, and
@@ -64,19 +118,17 @@ def copy_records(records: Sequence[MemoryRecord]) -> None:
     if not records:
         return
     meta = MemoryRecord._meta
+    db = connections[connection.alias]  # not the proxy: it is asked once per value
     fields: list[Field[Any, Any]] = [
         field for field in meta.concrete_fields if not getattr(field, "generated", False)
     ]
     columns = [str(field.column) for field in fields]
-    vectors = {
-        column
-        for column, field in zip(columns, fields, strict=True)
-        if field.get_internal_type() == "VectorField"
-    }
+    values = [_column_value(field, db) for field in fields]
     with connection.cursor() as cursor:
         types = _column_types(cursor, meta.db_table)
-        for column in vectors:
-            _dump_vectors(cursor, types[column])
+        for column, field in zip(columns, fields, strict=True):
+            if field.get_internal_type() == "VectorField":
+                _dump_vectors(cursor, types[column])
         statement = sql.SQL("COPY {table} ({columns}) FROM STDIN WITH (FORMAT BINARY)").format(
             table=sql.Identifier(meta.db_table),
             columns=sql.SQL(", ").join([sql.Identifier(column) for column in columns]),
@@ -84,14 +136,7 @@ def copy_records(records: Sequence[MemoryRecord]) -> None:
         with connection.wrap_database_errors, _raw(cursor).copy(statement) as copy:
             copy.set_types([types[column] for column in columns])
             for record in records:
-                copy.write_row(
-                    [
-                        _vector(getattr(record, field.attname))
-                        if column in vectors
-                        else field.get_db_prep_save(field.pre_save(record, True), connection)
-                        for column, field in zip(columns, fields, strict=True)
-                    ]
-                )
+                copy.write_row([value(record) for value in values])
     for record in records:
         record._state.adding = False
         record._state.db = connection.alias

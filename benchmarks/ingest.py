@@ -99,8 +99,37 @@ def settle() -> dict[str, Any]:
                 "rebuilt": len(changes.rebuilt),
                 "created": len(changes.created),
                 "folded": sum(changes.folded.values()),
+                "unindexed": unindexed(),
             }
         time.sleep(0.2)
+
+
+def unindexed() -> int:
+    """Vectors in no HNSW index of a domain its queries search through HNSW (larger than
+    ``EXACT_SCAN_THRESHOLD``): what settling leaves to exact scans (0 expected)."""
+    from django.db import connection
+
+    from memoryhub.conf import memoryhub_settings
+    from memoryhub.scope import Scope
+    from memoryhub.services.indexing import own_index
+
+    model = memoryhub_settings.embedder().name
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT org_id, domain_id, count(*) FROM memoryhub_memoryrecord GROUP BY 1, 2"
+            " HAVING count(*) > %s",
+            [memoryhub_settings.EXACT_SCAN_THRESHOLD],
+        )
+        total = 0
+        for org_id, domain_id, _ in cursor.fetchall():
+            own = own_index(Scope(org_id=org_id, domain_id=domain_id), model)
+            cursor.execute(
+                "SELECT count(*) FROM memoryhub_memoryrecord WHERE domain_id = %s"
+                " AND org_id = %s AND vector_batch > %s",
+                [domain_id, org_id, own.covers if own is not None else -1],
+            )
+            total += cursor.fetchone()[0]
+    return total
 
 
 def _figures(records: int, written: float, indexed: float, settled: float) -> dict[str, Any]:
@@ -200,6 +229,9 @@ def reset() -> None:
 
     with connection.cursor() as cursor:
         cursor.execute("TRUNCATE memoryhub_memoryrecord CASCADE")
+        # The statistics too (TRUNCATE keeps the live-row count the service estimates
+        # the table's size from): an empty table, as it was before the first load.
+        cursor.execute("ANALYZE memoryhub_memoryrecord")
     ensure_tenant_indexes()
 
 

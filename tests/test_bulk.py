@@ -348,3 +348,21 @@ def test_a_settled_delta_small_beside_its_index_is_inserted_into_it_row_by_row(
     settings.MEMORYHUB = {"TENANT_INDEX_MIN_RECORDS": 60, "EXACT_SCAN_THRESHOLD": 0}
     assert_found_by_its_org_only(tenant.scope, "Acme", strategy="hnsw-tenant")
     assert mine in _explain(tenant.scope, "policy on parking desk")
+
+
+def test_a_bulk_re_embed_is_searchable_with_the_new_model_at_once(
+    tenant, other_tenant, committed, settings
+):
+    settings.MEMORYHUB = {"BULK_MIN_RECORDS": 5}
+    committed(write.write, tenant.scope, handbook("Acme"))
+    committed(write.write, other_tenant.scope, handbook("Globex"))
+    settings.MEMORYHUB = {"BULK_MIN_RECORDS": 5, "EMBEDDER_OPTIONS": {"dimensions": 64}}
+    with tenant_scope(tenant.scope):
+        scheduled = committed(indexing.reembed, MemoryRecord.objects.all())
+    assert scheduled == len(TOPICS)
+    records = stored(tenant.scope)
+    assert {record.embedding_model for record in records} == {"hashing-64-c35"}
+    assert all(record.vector_batch is not None for record in records)
+    assert_found_by_its_org_only(tenant.scope, "Acme", strategy="exact")
+    settings.MEMORYHUB = {"EMBEDDER_OPTIONS": {"dimensions": 64}, "EXACT_SCAN_THRESHOLD": 0}
+    assert_found_by_its_org_only(tenant.scope, "Acme", strategy="hnsw+delta")

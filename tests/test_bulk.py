@@ -366,3 +366,25 @@ def test_a_bulk_re_embed_is_searchable_with_the_new_model_at_once(
     assert_found_by_its_org_only(tenant.scope, "Acme", strategy="exact")
     settings.MEMORYHUB = {"EMBEDDER_OPTIONS": {"dimensions": 64}, "EXACT_SCAN_THRESHOLD": 0}
     assert_found_by_its_org_only(tenant.scope, "Acme", strategy="hnsw+delta")
+
+
+def test_ensure_indexes_after_a_bulk_load_settles_it_at_once(tenant, committed, settings):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    mine = indexing.tenant_index_name(MODEL, tenant.scope.org_id, tenant.scope.domain_id)
+    settings.MEMORYHUB = {
+        "BULK_MIN_RECORDS": 5,
+        "TENANT_INDEX_MIN_RECORDS": 5,
+        "EXACT_SCAN_THRESHOLD": 2,
+    }
+    committed(write.write, tenant.scope, handbook("Acme"))  # its own index, built over it
+    committed(write.write, tenant.scope, handbook("Initech"))  # its delta
+    assert indexing.own_index(tenant.scope, MODEL) is not None
+    out = StringIO()
+    call_command("memoryhub_ensure_indexes", stdout=out)
+    assert f"Tenant HNSW index {mine}: rebuilt." in out.getvalue()
+    own = indexing.own_index(tenant.scope, MODEL)
+    assert own is not None
+    assert all(record.vector_batch <= own.covers for record in stored(tenant.scope))

@@ -145,10 +145,11 @@ TENANT_INDEX_MIN_SHARE = 0.10
 #: from one build to the next: a domain loaded from empty costs at most two builds of its
 #: final size, where a quarter cost five.
 TENANT_INDEX_REBUILD_SHARE = 1.0
-#: What inserting a vector into an HNSW index costs, in bulk builds of one: a build of
-#: 30,000 × 384 took 12 s (0.4 ms a vector, two workers), inserting them one by one
-#: 2.3 ms each (benchmarks/REPORT.md, "Bulk ingest"). A settled delta smaller than the
-#: index over this is inserted into it row by row rather than rebuilt.
+#: What inserting a vector into an HNSW index row by row costs, in bulk builds of one:
+#: 12 (``python -m benchmarks.index_builds``, 30,000 × 384: 0.15 ms a vector built in
+#: bulk with two workers, 1.8 ms inserted), halved for the two scans of the whole table a
+#: concurrent build adds. A settled delta smaller than the index over this is inserted
+#: into it row by row rather than rebuilt.
 ROW_INSERT_COST = 6
 
 _TENANT_INDEX_NAME = re.compile(r"^memoryhub_thnsw_(\d+)_(\d+)_([0-9a-f]{8})(_next)?$")

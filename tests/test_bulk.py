@@ -388,3 +388,16 @@ def test_ensure_indexes_after_a_bulk_load_settles_it_at_once(tenant, committed, 
     own = indexing.own_index(tenant.scope, MODEL)
     assert own is not None
     assert all(record.vector_batch <= own.covers for record in stored(tenant.scope))
+
+
+def test_an_own_index_kept_below_the_bound_still_takes_its_delta_in(tenant, committed, settings):
+    mine = _own_index_with_memos(tenant, committed, settings, 8)
+    # The bound moved up (a larger table): the domain is no longer wanted, but kept
+    # (at least half the bound), and its bulk stores still go into its delta.
+    settings.MEMORYHUB = {"BULK_MIN_RECORDS": 5, "TENANT_INDEX_MIN_RECORDS": 20}
+    committed(write.write, tenant.scope, handbook("Acme"))
+    changes = indexing.ensure_tenant_indexes(settle_after=timedelta(0))
+    assert (changes.dropped, changes.rebuilt) == ([], [mine])
+    own = indexing.own_index(tenant.scope, MODEL)
+    assert own is not None
+    assert all(r.vector_batch is None or r.vector_batch <= own.covers for r in stored(tenant.scope))

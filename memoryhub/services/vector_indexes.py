@@ -374,7 +374,10 @@ def _maintain(
             if not name.endswith(NEXT_SUFFIX):
                 changes.dropped.append(name)
                 _bump(name)
-    for name, tenant in wanted.items():
+    # Every own index that stays (wanted, or kept above half the bound) keeps up with its
+    # domain's delta; a wanted one that is missing is built over every bulk store so far.
+    staying = {**dict(_kept_tenants(existing, kept, changes.dropped)), **wanted}
+    for name, tenant in staying.items():
         if existing.get(name) and name not in changes.dropped:
             due = _due(name, tenant, model_name, settle_after)
             if due == "rebuild":
@@ -395,8 +398,7 @@ def _maintain(
             changes.created.append(name)
             _bump(name)
     threshold = memoryhub_settings.EXACT_SCAN_THRESHOLD
-    owned = {tenant for name, tenant in wanted.items()}
-    owned |= {tenant for name, tenant in _kept_tenants(existing, kept, changes.dropped)}
+    owned = set(staying.values())
     for tenant in deltas:
         # A domain without an index of its own, too large for the exact scan: its
         # vectors belong in the shared index. A small one's stay out of every index.

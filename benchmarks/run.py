@@ -104,169 +104,6 @@ def make_tenants(total: int) -> tuple[list[Any], list[int]]:
     return scopes, sizes
 
 
-# --- ingest --------------------------------------------------------------------------------
-
-
-def ingest_service(
-    scopes: list[Any], sizes: list[int], texts: list[str], broker_url: str, logs: Path
-) -> dict[str, Any]:
-    """POST-equivalent writes through the write service; real workers index them."""
-    from celery import current_app
-
-    from memoryhub.models import MemoryRecord
-    from memoryhub.services import write
-    from tests.programs import start_worker, wait_for
-
-    current_app.conf.task_always_eager = False
-    current_app.conf.broker_url = broker_url
-    current_app._pool = None
-    current_app.amqp._producer_pool = None
-    workers = [start_worker(broker_url, logs / "worker.log", pool="prefork", concurrency=2)]
-    try:
-        bar = tqdm(total=len(texts), desc="ingest (service + workers)", unit="record")
-        started = time.perf_counter()
-        offset = 0
-        for scope, size in zip(scopes, sizes, strict=True):
-            chunk = texts[offset : offset + size]
-            for start in range(0, len(chunk), 500):
-                batch = chunk[start : start + 500]
-                write.write(
-                    scope,
-                    [
-                        {"content": text, "metadata": {"bucket": (offset + start + i) % 100}}
-                        for i, text in enumerate(batch)
-                    ],
-                )
-                bar.update(len(batch))
-            offset += size
-        bar.close()
-        written = time.perf_counter() - started
-        wait_for(
-            lambda: not MemoryRecord.unscoped.exclude(status="indexed").exists(),
-            timeout=3600,
-            what="every record indexed",
-        )
-        total = time.perf_counter() - started
-    finally:
-        for worker in workers:
-            worker.stop()
-        current_app.conf.task_always_eager = True
-    return {
-        "records": len(texts),
-        "write_seconds": round(written, 2),
-        "indexed_seconds": round(total, 2),
-        "records_per_second": round(len(texts) / total, 1),
-    }
-
-
-def ingest_copy(scopes: list[Any], sizes: list[int], texts: list[str]) -> dict[str, Any]:
-    """The floor: one binary COPY of the same rows with precomputed vectors.
-
-    Into an empty copy of the records table (``LIKE … INCLUDING ALL``: the same columns,
-    generated full-text column, btree, GIN and HNSW indexes; no foreign keys, so the
-    floor is if anything a little faster), as the service wrote into an empty table.
-    """
-    import numpy as np
-    from django.db import connection
-    from pgvector.psycopg import register_vector
-    from psycopg.types.json import Jsonb
-
-    from memoryhub.conf import memoryhub_settings
-    from memoryhub.models import KnowledgeBase, MemoryRecord, content_hash
-    from memoryhub.services import write
-
-    embedder = memoryhub_settings.embedder()
-    vectors = np.array(embedder.embed_documents(texts), dtype=np.float32)
-    kbs = {scope: write.ensure_knowledge_base(scope, "copyfloor").pk for scope in scopes}
-    rows = []
-    offset = 0
-    now = datetime.now(UTC)
-    for scope, size in zip(scopes, sizes, strict=True):
-        for i in range(offset, offset + size):
-            rows.append(
-                (
-                    uuid.uuid4(),
-                    scope.org_id,
-                    scope.domain_id,
-                    kbs[scope],
-                    "",
-                    "semantic",
-                    texts[i],
-                    content_hash(texts[i]),
-                    Jsonb({"bucket": i % 100}),
-                    [],
-                    vectors[i],
-                    embedder.name,
-                    "indexed",
-                    0,
-                    "",
-                    now,
-                    now,
-                    now,
-                )
-            )
-        offset += size
-    columns = "id, org_id, domain_id, knowledge_base_id, namespace, kind, content, content_hash, metadata, tags, embedding, embedding_model, status, attempts, last_error, created_at, updated_at, indexed_at, version, changed_by, change_cause, consolidation, derived_from"
-    table = MemoryRecord._meta.db_table
-    with connection.cursor() as cursor:
-        cursor.execute("DROP TABLE IF EXISTS bench_copy_floor")
-        # LIKE copies columns, defaults, storage and indexes, not the table's options
-        # (toast_tuple_target): the same row layout as the service's needs them too.
-        cursor.execute("SELECT reloptions FROM pg_class WHERE relname = %s", [table])
-        (options,) = cursor.fetchone()
-        with_options = f" WITH ({', '.join(options)})" if options else ""
-        cursor.execute(f"CREATE TABLE bench_copy_floor (LIKE {table} INCLUDING ALL){with_options}")
-    connection.ensure_connection()
-    raw = connection.connection
-    register_vector(raw)
-    started = time.perf_counter()
-    with (
-        raw.cursor() as cursor,
-        cursor.copy(f"COPY bench_copy_floor ({columns}) FROM STDIN WITH (FORMAT BINARY)") as copy,
-    ):
-        copy.set_types(
-            [
-                "uuid",
-                "int8",
-                "int8",
-                "int8",
-                "varchar",
-                "varchar",
-                "text",
-                "varchar",
-                "jsonb",
-                "varchar[]",
-                "vector",
-                "varchar",
-                "varchar",
-                "int2",
-                "text",
-                "timestamptz",
-                "timestamptz",
-                "timestamptz",
-                "int4",
-                "varchar",
-                "varchar",
-                "varchar",
-                "uuid[]",
-            ]
-        )
-        # The history and consolidation columns, as the write service fills them.
-        extra = (1, "", "create", "", [])
-        for row in rows:
-            copy.write_row((*row, *extra))
-    raw.commit()
-    seconds = time.perf_counter() - started
-    with connection.cursor() as cursor:
-        cursor.execute("DROP TABLE bench_copy_floor")
-    KnowledgeBase.unscoped.filter(name="copyfloor").delete()
-    return {
-        "records": len(rows),
-        "seconds": round(seconds, 2),
-        "records_per_second": round(len(rows) / seconds, 1),
-    }
-
-
 # --- queries ---------------------------------------------------------------------------------
 
 
@@ -299,6 +136,7 @@ def raw_sql(
     where_bucket: int | None = None,
     text: str | None = None,
     ef_search: int | None = None,
+    covers: int | None = None,
 ) -> list[str]:
     """The floor: one statement doing the service's work with the plan it would pick.
 
@@ -306,8 +144,10 @@ def raw_sql(
     HNSW iterative scan (with the service's ``ef_search``, which is lower on a tenant's
     own index), the final rows with their content; with ``text``, hybrid: both legs (the
     keyword leg pairs-first, as the service's), their min-max normalised weighted fusion
-    and the final rows in SQL. One message to the server, the HNSW
-    settings included, as the service sends it.
+    and the final rows in SQL. One message to the server, the HNSW settings included, as
+    the service sends it. The HNSW leg names the vectors its index holds, as the
+    service's does: those stored row by row, and for a domain's own index the bulk stores
+    it ``covers``.
     """
     from django.db import connection
 
@@ -329,9 +169,14 @@ def raw_sql(
         )
         bucket_params = [json.dumps(where_bucket)]
     depth = K * 2 + 10 if text is None else max(K * 4, 40)
+    held = ""
+    if not exact:
+        held = " AND vector_batch IS NULL"
+        if covers is not None:
+            held = f" AND (vector_batch IS NULL OR vector_batch <= {int(covers)})"
     vector_leg = (
         f"SELECT id, {expression} <=> %s::vector AS distance FROM memoryhub_memoryrecord "
-        f"WHERE {live} AND embedding_model = %s AND status = 'indexed'{bucket} "
+        f"WHERE {live} AND embedding_model = %s AND status = 'indexed'{held}{bucket} "
         f"ORDER BY 2 LIMIT {depth}"
     )
     params: list[Any] = [literal, scope.org_id, scope.domain_id, embedder.name, *bucket_params]
@@ -585,6 +430,7 @@ def tenant_latency(
 
     from memoryhub.conf import memoryhub_settings
     from memoryhub.services import query as query_service
+    from memoryhub.services.indexing import own_index
 
     embedder = memoryhub_settings.embedder()
     ids, matrix = tenant_matrix(scope)
@@ -606,11 +452,16 @@ def tenant_latency(
         "ef_search": ef["vector"],
     }
     rows.update(served_latency(scope, questions, client, key))
+    # The bulk stores the domain's own index covers (its HNSW leg names them).
+    own = own_index(scope, embedder.name)
+    covers = own.covers if own is not None else None
     query_vectors = [embedder.embed_query(q) for q in questions]
     vectors = iter(query_vectors)
     rows["raw sql vector"] = percentiles(
         timed(
-            lambda: raw_sql(scope, next(vectors), exact_plan, ef_search=ef["vector"]),
+            lambda: raw_sql(
+                scope, next(vectors), exact_plan, ef_search=ef["vector"], covers=covers
+            ),
             range(QUERIES),
         )
     )
@@ -618,10 +469,12 @@ def tenant_latency(
 
     def hybrid_floor() -> list[str]:
         vector, question = next(pairs)
-        return raw_sql(scope, vector, exact_plan, text=question, ef_search=ef["hybrid"])
+        return raw_sql(
+            scope, vector, exact_plan, text=question, ef_search=ef["hybrid"], covers=covers
+        )
 
     rows["raw sql hybrid"] = percentiles(timed(hybrid_floor, range(QUERIES)))
-    overlap = floor_overlap(scope, questions, query_vectors, exact_plan, ef)
+    overlap = floor_overlap(scope, questions, query_vectors, exact_plan, ef, covers)
     vectors = iter(query_vectors)
     rows["numpy exact"] = percentiles(
         timed(
@@ -668,6 +521,7 @@ def floor_overlap(
     query_vectors: list[Any],
     exact_plan: bool,
     ef: dict[str, int | None],
+    covers: int | None = None,
 ) -> dict[str, float]:
     """The floors do the service's work: the share of the service's top k that they
     return too, per mode, over the first 20 questions."""
@@ -677,7 +531,7 @@ def floor_overlap(
     for vector, question in list(zip(query_vectors, questions, strict=True))[:20]:
         for mode, text in (("vector", None), ("hybrid", question)):
             served = query_service.query(scope, query=question, k=K, mode=mode).items
-            floor = raw_sql(scope, vector, exact_plan, text=text, ef_search=ef[mode])
+            floor = raw_sql(scope, vector, exact_plan, text=text, ef_search=ef[mode], covers=covers)
             overlap[mode].append(len({i.id for i in served} & set(floor)) / K)
     return {m: round(statistics.mean(v), 3) for m, v in overlap.items()}
 
@@ -826,36 +680,34 @@ def describe_setup() -> dict[str, Any]:
 
 
 def measure_ingest(
-    scopes: list[Any], sizes: list[int], texts: list[str], logs: Path
+    scopes: list[Any], sizes: list[int], texts: list[str], logs: Path, scale: str
 ) -> dict[str, Any]:
-    """Ingest through the service with real workers, then the COPY floor, then what the
-    sweeper does within a minute of the load (large domains get their own HNSW index,
-    ``TENANT_INDEX_MIN_RECORDS``), timed apart."""
+    """Ingest (benchmarks/ingest.py): the bulk and incremental floors first (the records
+    table as a load finds it, no domain's own index yet), the service in one process,
+    MiniLM's pipeline against bare ``encode()``, then the service with 2 workers; each
+    service clock stops once the sweeper's settling maintenance is done."""
     from django.db import connection
 
-    from memoryhub.conf import memoryhub_settings
-    from memoryhub.services.indexing import ensure_tenant_indexes
+    from benchmarks import ingest
     from tests.programs import redis_server
 
+    results: dict[str, Any] = {"floors": ingest.floors(scopes, sizes, texts)}
+    results["single_process"] = ingest.single_process(scopes, sizes, texts)
+    ingest.reset()
     with redis_server(logs) as redis:
         redis.client(db=12).flushdb()
-        ingest = {"service": ingest_service(scopes, sizes, texts, redis.url(db=12), logs)}
-    ingest["copy_floor"] = ingest_copy(scopes, sizes, texts)
+        results["minilm"] = ingest.minilm(
+            scopes, ingest.MINILM_RECORDS[scale], texts, redis.url(db=12), logs
+        )
+        ingest.reset()
+        results["service"] = ingest.with_workers(scopes, sizes, texts, redis.url(db=12), logs)
+    results["ratios"] = ingest.ratios(results)
+    results["ratio"] = results["ratios"]["service/bulk"]
     with connection.cursor() as cursor:
         # What autovacuum does soon after a load in production: the planner sees the
         # real table.
         cursor.execute("VACUUM (ANALYZE) memoryhub_memoryrecord")
-    started = time.perf_counter()
-    built = ensure_tenant_indexes()
-    ingest["tenant_indexes"] = {
-        "built": len(built.created),
-        "seconds": round(time.perf_counter() - started, 2),
-        "min_records": memoryhub_settings.TENANT_INDEX_MIN_RECORDS,
-    }
-    ingest["ratio"] = round(
-        ingest["service"]["records_per_second"] / ingest["copy_floor"]["records_per_second"], 3
-    )
-    return ingest
+    return results
 
 
 def main(scale: str, output: Path) -> dict[str, Any]:
@@ -885,7 +737,7 @@ def main(scale: str, output: Path) -> dict[str, Any]:
     sys.stderr.write(f"corpus: {total} passages of the standard library's docstrings\n")
     texts = passages(total)
     scopes, sizes = make_tenants(total)
-    results["ingest"] = measure_ingest(scopes, sizes, texts, logs)
+    results["ingest"] = measure_ingest(scopes, sizes, texts, logs, scale)
     rng = random.Random(42)
     served, peer_queries = measure_queries(scopes, sizes, texts, rng, logs)
     results.update(served)

@@ -84,6 +84,18 @@ DEFAULTS: dict[str, Any] = {
     "CACHE_TTL": 60,
     # Indexing: records embedded per task, and retries of a failing embedder.
     "INDEX_BATCH_SIZE": 64,
+    # Bulk storage: a write creating at least this many records copies them in with one
+    # binary COPY, and an indexing batch of at least this many records stores its vectors
+    # the same way, outside the shared HNSW index where an exact scan or a bulk-built
+    # index serves them (services/bulk.py); smaller ones (an agent's turn) go row by row.
+    "BULK_MIN_RECORDS": 10,
+    # Records embedded per task for a bulk write, an import or a re-embed.
+    "BULK_INDEX_BATCH_SIZE": 500,
+    # A domain's delta (vectors stored in bulk that its own HNSW index does not hold yet,
+    # scanned exactly by its vector queries until the index is built again) stays within
+    # this many records; past it, bulk-stored vectors go into the domain's own index row
+    # by row. Larger: huge loads build in bulk, while their domain's queries scan more.
+    "BULK_DELTA_MAX": 20_000,
     "INDEX_MAX_ATTEMPTS": 5,
     # The sweeper re-enqueues records pending for longer than this many seconds.
     "SWEEP_PENDING_AFTER": 300,
@@ -141,6 +153,9 @@ INTEGER_SETTINGS = {
     "HNSW_MAX_SCAN_TUPLES": 1,
     "TENANT_INDEX_MIN_RECORDS": 0,
     "INDEX_BATCH_SIZE": 1,
+    "BULK_MIN_RECORDS": 1,
+    "BULK_INDEX_BATCH_SIZE": 1,
+    "BULK_DELTA_MAX": 0,
     "INDEX_MAX_ATTEMPTS": 1,
     "SWEEP_PENDING_AFTER": 1,
     "SWEEP_INTERVAL": 1,

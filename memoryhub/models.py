@@ -337,6 +337,13 @@ class MemoryRecord(TenantScopedModel):
         _("changed by"), max_length=200, blank=True, default="", editable=False
     )
     change_cause = models.CharField(_("cause"), max_length=16, default="create", editable=False)
+    #: The bulk store that wrote the record's vector (a number from the
+    #: ``memoryhub_vector_batch`` sequence), or null when the vector was stored row by row
+    #: (it is then in the shared HNSW index, and in its domain's own index if it has
+    #: one). A bulk-stored vector is in no shared index: its domain's own index covers it
+    #: once that index is built again, and until then queries scan it exactly
+    #: (``services/vector_indexes.py``).
+    vector_batch = models.BigIntegerField(_("vector batch"), null=True, blank=True, editable=False)
     #: The import that created the record (what undoing that import erases).
     import_job = models.ForeignKey(
         "ImportJob",
@@ -411,6 +418,13 @@ class MemoryRecord(TenantScopedModel):
                 fields=["knowledge_base", "namespace", "created_at"],
                 condition=Q(consolidation="pending"),
                 name="memoryhub_record_pending_c_idx",
+            ),
+            # A domain's bulk-stored vectors not yet in an HNSW index: the exact leg of its
+            # vector queries (services/vector_indexes.py).
+            models.Index(
+                fields=["domain", "vector_batch"],
+                condition=Q(vector_batch__isnull=False),
+                name="memoryhub_record_delta_idx",
             ),
             GinIndex(fields=["search_vector"], name="memoryhub_record_fts_idx"),
             GinIndex(fields=["tags"], name="memoryhub_record_tags_idx"),

@@ -62,9 +62,16 @@ def consolidate_namespace(self: Any, knowledge_base_id: int, namespace: str) -> 
 
 @shared_task(acks_late=True)
 def tenant_indexes() -> dict[str, Any]:
-    """Build the HNSW indexes of domains that grew large; drop those of shrunk ones."""
+    """Build the HNSW indexes of domains that grew large, again over what was stored in
+    bulk since; drop those of shrunk ones (``services.vector_indexes`` decides)."""
     changes = indexing.ensure_tenant_indexes()
-    return {"created": changes.created, "dropped": changes.dropped, "busy": changes.busy}
+    return {
+        "created": changes.created,
+        "dropped": changes.dropped,
+        "rebuilt": changes.rebuilt,
+        "folded": changes.folded,
+        "busy": changes.busy,
+    }
 
 
 @shared_task(acks_late=True)

@@ -50,7 +50,20 @@ def test_benchmark_harness_smoke(tmp_path):
     assert "## Mixed load" in report
     results = json.loads((tmp_path / "results-tiny.json").read_text())
     assert results["records"] == 1000
-    assert results["ingest"]["service"]["records_per_second"] > 0
+    ingest = results["ingest"]
+    assert ingest["service"]["records_per_second"] > 0
+    assert ingest["single_process"]["records_per_second"] > 0
+    assert ingest["floors"]["bulk"]["records_per_second"] > 0
+    assert ingest["floors"]["incremental"]["records_per_second"] > 0
+    assert set(ingest["ratios"]) == {
+        "service/bulk",
+        "service/incremental",
+        "single_process/bulk",
+        "single_process/incremental",
+    }
+    # Settled: no vector left out of every index of a domain searched through HNSW.
+    assert ingest["service"]["settle"]["unindexed"] == 0
+    assert ingest["single_process"]["settle"]["unindexed"] == 0
     assert set(results["filtered_recall"]) == {"1%", "10%", "100%"}
     load = results["load"]
     assert load["requests"] > 0

@@ -20,16 +20,22 @@ from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from .. import observe
-from ..cache import bump_generation
+from ..cache import bump_generation, bump_generation_on_commit
 from ..conf import memoryhub_settings
 from ..embedders import EmbedderError
 from ..models import MemoryRecord, Observation
 from ..scope import Scope
+from . import bulk
+from .scheduling import send
 from .vector_indexes import (
+    OwnIndex,
     TenantIndexChanges,
     ensure_tenant_indexes,
     ensure_vector_index,
+    has_deltas,
     has_tenant_indexes,
+    own_index,
+    placement,
     tenant_index_name,
     tenant_index_share,
     vector_expression,
@@ -38,14 +44,17 @@ from .vector_indexes import (
 
 __all__ = [
     "IndexResult",
+    "OwnIndex",
     "TenantIndexChanges",
     "ensure_tenant_indexes",
     "ensure_vector_index",
+    "has_deltas",
     "has_tenant_indexes",
     "index_records",
     "model_change_progress",
     "models_in_domain",
     "models_in_use",
+    "own_index",
     "pending_for_sweep",
     "pipeline_status",
     "purge_expired",
@@ -72,6 +81,13 @@ class IndexResult:
 def index_records(record_ids: Sequence[str], *, force: bool = False) -> IndexResult:
     """Embed and store vectors for ``record_ids`` in one embedder call.
 
+    A batch of at least ``BULK_MIN_RECORDS`` records is stored in bulk (one binary COPY,
+    one ``UPDATE``), each domain's vectors where :func:`placement` puts them: outside
+    the shared HNSW index when the domain is searched exactly or has (or qualifies
+    for) its own index, built in bulk over them by the maintenance task this asks for.
+    They are searchable as soon as the batch commits. A smaller batch (an agent's turn)
+    is stored row by row into the HNSW indexes, as it always was.
+
     Records already indexed with the configured model are skipped unless ``force``. A
     record being re-embedded keeps its status and its previous vector until the new one
     is stored: a change of model never hides it from vector search.
@@ -93,13 +109,17 @@ def index_records(record_ids: Sequence[str], *, force: bool = False) -> IndexRes
             candidates = candidates.exclude(
                 status=MemoryRecord.Status.INDEXED, embedding_model=embedder.name
             )
-        rows = list(candidates.select_for_update(skip_locked=True).values_list("id", "content"))
-        found = {str(pk) for pk, _ in rows}
+        rows = list(
+            candidates.select_for_update(skip_locked=True).values_list(
+                "id", "content", "org_id", "domain_id"
+            )
+        )
+        found = {str(row[0]) for row in rows}
         result.skipped = [str(pk) for pk in record_ids if str(pk) not in found]
         if not rows:
             return result
         try:
-            vectors = embedder.embed_documents([content for _, content in rows])
+            vectors = embedder.embed_documents([row[1] for row in rows])
             if len(vectors) != len(rows):
                 raise EmbedderError(
                     f"embedder returned {len(vectors)} vectors for {len(rows)} texts"
@@ -107,16 +127,48 @@ def index_records(record_ids: Sequence[str], *, force: bool = False) -> IndexRes
         except Exception as exc:
             failure = exc
         else:
-            _store_vectors([pk for pk, _ in rows], vectors, embedder.name)
-            result.indexed = [str(pk) for pk, _ in rows]
+            if len(rows) >= memoryhub_settings.BULK_MIN_RECORDS:
+                _store_in_bulk(rows, vectors, embedder.name)
+            else:
+                _store_vectors([row[0] for row in rows], vectors, embedder.name)
+            result.indexed = [str(row[0]) for row in rows]
     if failure is not None:
-        result.failed = _record_failure([pk for pk, _ in rows], failure)
+        result.failed = _record_failure([row[0] for row in rows], failure)
         raise EmbedderError(str(failure)) from failure
     return result
 
 
+def _store_in_bulk(
+    rows: Sequence[tuple[Any, str, int, int]], vectors: Sequence[Sequence[float]], model: str
+) -> None:
+    """Store a batch's vectors with one COPY, each domain's where :func:`placement` puts
+    them; a domain whose vectors skip the HNSW indexes has its compiled plans redone
+    (their exact leg now has rows to scan), and maintenance is asked for when a
+    domain's own index is due."""
+    by_domain: dict[tuple[int, int], list[int]] = {}
+    for position, row in enumerate(rows):
+        by_domain.setdefault((row[2], row[3]), []).append(position)
+    batches: list[int | None] = [None] * len(rows)
+    maintain = False
+    for (org_id, domain_id), positions in by_domain.items():
+        scope = Scope(org_id=org_id, domain_id=domain_id)
+        where = placement(scope, model)
+        maintain = maintain or where.maintain
+        if where.batch is not None:
+            for position in positions:
+                batches[position] = where.batch
+        if where.batch:  # into the delta: the plans' exact leg has rows to scan now
+            bump_generation_on_commit(scope)
+    bulk.store_vectors([row[0] for row in rows], vectors, model, batches)
+    if maintain:
+        transaction.on_commit(
+            lambda: send("tenant_indexes", what="tenant index maintenance", left="left")
+        )
+
+
 def _store_vectors(ids: list[Any], vectors: list[list[float]], model_name: str) -> None:
-    """One UPDATE for the whole batch (not one per row): vectors travel as one array."""
+    """A small batch: one UPDATE (vectors travel as one array), each row inserted into
+    the HNSW indexes it belongs to, searchable by them at once."""
     from django.db import connection
 
     table = MemoryRecord._meta.db_table
@@ -128,7 +180,8 @@ def _store_vectors(ids: list[Any], vectors: list[list[float]], model_name: str) 
                    embedding_model = %s,
                    status = %s,
                    last_error = '',
-                   indexed_at = %s
+                   indexed_at = %s,
+                   vector_batch = NULL
               FROM unnest(%s::uuid[], %s::vector[]) AS batch(id, embedding)
              WHERE record.id = batch.id
             """,
@@ -360,15 +413,15 @@ def reembed(records: QuerySet[MemoryRecord], *, force: bool = False) -> int:
     MemoryRecord.unscoped.filter(
         pk__in=records.filter(attempts__gt=0).order_by().values("pk")
     ).update(attempts=0, last_error="")
-    size = memoryhub_settings.INDEX_BATCH_SIZE * 50
+    size = memoryhub_settings.BULK_INDEX_BATCH_SIZE * 10
     batch: list[str] = []
     total = 0
     for pk in records.order_by().values_list("id", flat=True).iterator(chunk_size=size):
         batch.append(str(pk))
         if len(batch) >= size:
-            schedule_indexing(batch, force=force)
+            schedule_indexing(batch, force=force, bulk=True)
             total, batch = total + len(batch), []
-    schedule_indexing(batch, force=force)
+    schedule_indexing(batch, force=force, bulk=True)
     return total + len(batch)
 
 

@@ -31,7 +31,11 @@ def sweep() -> dict[str, int]:
     for knowledge_base_id, namespace in waiting:
         consolidation.enqueue(knowledge_base_id, namespace)
     purged = indexing.purge_expired()
-    if memoryhub_settings.TENANT_INDEX_MIN_RECORDS or indexing.has_tenant_indexes():
+    if (
+        memoryhub_settings.TENANT_INDEX_MIN_RECORDS
+        or indexing.has_tenant_indexes()
+        or indexing.has_deltas()
+    ):
         # Its own task: a build takes minutes on a large domain; the sweep stays quick.
         send("tenant_indexes", what="tenant index maintenance", left="left")
     return {

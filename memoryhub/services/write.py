@@ -29,7 +29,7 @@ from ..exceptions import UnknownSource, ValidationFailed, WriteRefused
 from ..items import UPDATABLE_FIELDS
 from ..models import KnowledgeBase, MemoryRecord, Observation, RecordVersion
 from ..scope import Scope, tenant_scope
-from . import consolidation, history
+from . import bulk, consolidation, history
 from .knowledge_bases import accepts_writes, ensure_knowledge_base, resolve_sources, source_names
 from .scheduling import send
 from .validation import MAX_TTL_SECONDS, WriteItem, validate_items
@@ -217,6 +217,7 @@ def _apply(record: MemoryRecord, item: WriteItem, *, content_changed: bool) -> N
         record.status = MemoryRecord.Status.PENDING
         record.embedding = None
         record.embedding_model = ""
+        record.vector_batch = None
         record.attempts = 0
         record.last_error = ""
         record.indexed_at = None
@@ -235,6 +236,7 @@ UPSERT_FIELDS = [
     "status",
     "embedding",
     "embedding_model",
+    "vector_batch",
     "attempts",
     "last_error",
     "indexed_at",
@@ -364,7 +366,13 @@ def _new_record(
 
 
 def _save(batch: _Batch) -> None:
-    if batch.new_records:
+    """Store the batch: new records with one binary COPY when there are at least
+    ``BULK_MIN_RECORDS`` of them (the rows ``bulk_create`` would insert, without
+    compiling an INSERT of them), else with ``bulk_create``; changed ones (kept in
+    their history first) with ``bulk_update`` either way."""
+    if len(batch.new_records) >= memoryhub_settings.BULK_MIN_RECORDS:
+        bulk.copy_records(batch.new_records)
+    elif batch.new_records:
         MemoryRecord.objects.bulk_create(batch.new_records)
     if batch.changed:
         MemoryRecord.objects.bulk_update(batch.changed, UPSERT_FIELDS)
@@ -404,9 +412,8 @@ def _announce(
             operator=operator,
         )
     statuses = {str(record.pk): record.status for record in written}
-    schedule_indexing(
-        [pk for pk, status in statuses.items() if status == MemoryRecord.Status.PENDING]
-    )
+    pending = [pk for pk, status in statuses.items() if status == MemoryRecord.Status.PENDING]
+    schedule_indexing(pending, bulk=len(pending) >= memoryhub_settings.BULK_MIN_RECORDS)
 
 
 def _observe_written(
@@ -453,8 +460,12 @@ def _fill_dedupe_status(records: list[RecordResult]) -> list[RecordResult]:
     ]
 
 
-def schedule_indexing(record_ids: Sequence[str], *, force: bool = False) -> None:
-    """Enqueue indexing of ``record_ids`` in batches, once the transaction commits.
+def schedule_indexing(
+    record_ids: Sequence[str], *, force: bool = False, bulk: bool = False
+) -> None:
+    """Enqueue indexing of ``record_ids`` in batches, once the transaction commits:
+    of ``INDEX_BATCH_SIZE``, or of ``BULK_INDEX_BATCH_SIZE`` for a ``bulk`` write (the
+    batches a worker then stores in bulk).
 
     The write is committed by then, so a broker that cannot be reached does not fail it
     (``delay_on_commit`` would raise out of the commit): the failure is logged, the
@@ -462,7 +473,7 @@ def schedule_indexing(record_ids: Sequence[str], *, force: bool = False) -> None
     """
     if not record_ids:
         return
-    size = memoryhub_settings.INDEX_BATCH_SIZE
+    size = memoryhub_settings.BULK_INDEX_BATCH_SIZE if bulk else memoryhub_settings.INDEX_BATCH_SIZE
     batches = [
         [str(pk) for pk in record_ids[start : start + size]]
         for start in range(0, len(record_ids), size)

@@ -1,6 +1,7 @@
 """``manage.py memoryhub_ensure_indexes``: the HNSW index of the configured embedder, and
-the own HNSW indexes of domains with at least ``TENANT_INDEX_MIN_RECORDS`` records (the
-sweeper maintains those too; run this after a bulk load not to wait for it).
+the own HNSW indexes of domains with at least ``TENANT_INDEX_MIN_RECORDS`` records, built
+again over the vectors stored in bulk since (the sweeper maintains those too, once a load
+has settled; run this after a bulk load not to wait for it).
 
 The shared index is also created after ``migrate``. Pass ``--model NAME --dimensions D``
 to create the indexes of another model (e.g. before switching ``MEMORYHUB["EMBEDDER"]``).
@@ -8,6 +9,7 @@ to create the indexes of another model (e.g. before switching ``MEMORYHUB["EMBED
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -34,9 +36,15 @@ class Command(BaseCommand):
         name, created = ensure_vector_index(model, dimensions)
         state = "created" if created else "already present"
         self.stdout.write(f"HNSW index {name} for {model} ({dimensions}-d): {state}.")
-        changes = ensure_tenant_indexes(model, dimensions)
-        for label, names in (("created", changes.created), ("dropped", changes.dropped)):
+        changes = ensure_tenant_indexes(model, dimensions, settle_after=timedelta(0))
+        for label, names in (
+            ("created", changes.created),
+            ("dropped", changes.dropped),
+            ("rebuilt", changes.rebuilt),
+        ):
             for tenant_index in names:
                 self.stdout.write(f"Tenant HNSW index {tenant_index}: {label}.")
+        for domain, count in changes.folded.items():
+            self.stdout.write(f"Domain {domain}: {count} bulk-stored vectors inserted row by row.")
         if changes.busy:
             self.stdout.write("Tenant HNSW indexes: another process is maintaining them.")

@@ -47,7 +47,7 @@ from ...models import Observation
 from ...scope import Scope
 from . import rerank
 from .execution import _fetch, _run, _to_item, _turns
-from .fusion import RRF_K, boost_recent, fuse, merge_models
+from .fusion import RRF_K, boost_recent, fuse, merge_models, union
 from .plans import VECTOR, WORDS, _keyword_words, _plan, _Slot, clear_plans
 from .request import MAX_FILTER_VALUES, MODES, Legs, QueryRequest, QueryResult
 
@@ -103,12 +103,17 @@ def _rank(
         embedder = memoryhub_settings.embedder_for(name)
         assert embedder is not None  # the plan was built with it
         values[leg.slot] = _query_vector(embedder, request.query)
-    legs = [plan.vector, plan.keyword, *(leg for _, leg in plan.previous)]
-    (vector, keyword, *previous), rows = _run(legs, values, plan.settings)
-    # relaxed_order may return the vector leg slightly out of order; the keyword leg's
-    # two halves come as one list (stable: equal ranks keep the statement's order).
-    for ranking in (vector, keyword, *previous):
-        ranking.sort(key=lambda pair: -pair[1])
+    legs = [plan.vector, plan.keyword, plan.delta, *(leg for _, leg in plan.previous)]
+    (vector, keyword, delta, *rest), rows = _run(legs, values, plan.settings)
+    # The keyword leg's two halves come as one list (stable: equal ranks keep the
+    # statement's order).
+    keyword.sort(key=lambda pair: -pair[1])
+    # A model's HNSW search and the exact scan of its delta rank parts of one scope.
+    vector = union(vector, delta)
+    by_model: dict[str, list[tuple[Any, float]]] = {}
+    for (name, _), ranking in zip(plan.previous, rest, strict=True):
+        by_model[name] = union(by_model.get(name, []), ranking)
+    previous = list(by_model.values())
     if previous:
         vector = merge_models([vector, *previous])
     if request.mode == "vector":

@@ -33,6 +33,19 @@ def fuse(
     return convex(vector, keyword, vector_weight, FUSION)
 
 
+def union(*rankings: list[tuple[Any, float]]) -> list[tuple[Any, float]]:
+    """One ranking from rankings of the same model over parts of one scope (an HNSW
+    search and the exact scan of what its index does not hold yet), best first; a record
+    both found keeps its best score. Sorting also restores the order ``relaxed_order``
+    iterative scans may return slightly out of."""
+    best: dict[Any, float] = {}
+    for ranking in rankings:
+        for pk, score in ranking:
+            if pk not in best or score > best[pk]:
+                best[pk] = score
+    return sorted(best.items(), key=lambda pair: -pair[1])
+
+
 #: How the vector rankings of two models merge during a model change: "calibrated"
 #: moves the previous model's similarities onto the configured model's mean and spread
 #: over the candidates (the configured model's scores stay cosines); "raw" compares the

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.contrib.postgres.search import SearchQuery, SearchRank
 from django.core.exceptions import EmptyResultSet
-from django.db.models import BooleanField, CharField, F, FloatField, QuerySet
+from django.db.models import BooleanField, CharField, F, FloatField, Q, QuerySet
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast, Now
 from pgvector.django import CosineDistance, VectorField
@@ -132,11 +132,14 @@ class _Plan:
     keyword: _Leg | None
     strategy: str
     settings: dict[str, str]
-    #: During a change of embedder: a vector leg per previous model still holding
+    #: During a change of embedder: the vector legs of each previous model still holding
     #: vectors in the scope, with its model's name (the query is embedded once per model).
     previous: tuple[tuple[str, _Leg], ...] = ()
     #: Hybrid: the vector leg's share of the fused score (:func:`hybrid_weight`).
     vector_weight: float = DEFAULT_HYBRID_VECTOR_WEIGHT
+    #: The exact scan of the vectors stored in bulk that the HNSW index the vector leg
+    #: searches does not hold yet (the domain's delta), when the scope has any.
+    delta: _Leg | None = None
 
 
 def _vector_leg(
@@ -146,9 +149,10 @@ def _vector_leg(
     depth: int,
     embedder: Embedder | None = None,
     slot: _Slot | None = None,
-) -> tuple[_Leg | None, str, dict[str, str]]:
+) -> tuple[_Leg | None, _Leg | None, str, dict[str, str]]:
     """The vector leg over ``embedder``'s vectors (default: the configured model's), the
-    plan it uses, and the settings that plan needs (HNSW)."""
+    exact leg over its delta (None when the scope has none), the plan they use, and the
+    settings that plan needs (HNSW)."""
     embedder = embedder or memoryhub_settings.embedder()
     slot = slot or VECTOR
     scoped = records.indexed_with(embedder.name)
@@ -159,6 +163,7 @@ def _vector_leg(
     }
     description = cache.canonical_json({**filters, "model": embedder.name})
     settings: dict[str, str] = {}
+    delta: MemoryRecordQuerySet | None = None
     if threshold > 0 and _scope_size(scope, scoped, threshold, description) <= threshold:
         # Not the indexed expression: the planner scans the filtered rows exactly.
         expression: Any = F("embedding")
@@ -167,13 +172,26 @@ def _vector_leg(
         expression = Cast("embedding", VectorField(dimensions=embedder.dimensions))
         ef_search = memoryhub_settings.HNSW_EF_SEARCH
         strategy = "hnsw"
-        share = indexing.tenant_index_share(scope, embedder.name)
-        if share is not None:
+        own = indexing.own_index(scope, embedder.name)
+        if own is not None:
             # The domain's own index (the planner picks it: the predicate matches and it
-            # is smaller): the same effort per record of the domain as the shared index
-            # gives it, so the same recall or better, at ``share`` of the cost.
+            # is smaller): the same effort per record of the domain as a search of every
+            # vector of the model would give it, so the same recall or better, at
+            # ``share`` of the cost.
             floor = min(MIN_EF_SEARCH, ef_search)  # never above the operator's setting
-            ef_search, strategy = max(round(ef_search * share), floor), "hnsw-tenant"
+            ef_search, strategy = max(round(ef_search * own.share), floor), "hnsw-tenant"
+            # What it holds (the predicate, as its index's), and what it does not yet.
+            delta = scoped.filter(vector_batch__gt=own.covers)
+            scoped = scoped.filter(Q(vector_batch__isnull=True) | Q(vector_batch__lte=own.covers))
+        else:
+            # The shared index holds the vectors stored row by row.
+            delta = scoped.filter(vector_batch__isnull=False)
+            scoped = scoped.filter(vector_batch__isnull=True)
+        covers = own.covers if own is not None else None
+        if _scope_size(scope, delta, 0, f"{description}|delta>{covers}") == 0:
+            delta = None
+        else:
+            strategy += "+delta"
         # enable_sort=off: we chose HNSW for this scope, and a sort would mean the planner
         # fell back to scanning the whole scope (it underestimates large tenants).
         settings = {
@@ -189,7 +207,21 @@ def _vector_leg(
         .order_by("distance")
         .values_list("id", "distance", *ROW_FIELDS)[:depth]
     )
-    return _Leg.compile(ranked, lambda distance: 1.0 - distance, slot), strategy, settings
+    leg = _Leg.compile(ranked, _similarity, slot)
+    if delta is None:
+        return leg, None, strategy, settings
+    # Not the indexed expression either: an exact scan of the delta's rows (a sort,
+    # whatever enable_sort says, since no index can order them).
+    exact = (
+        delta.annotate(distance=CosineDistance(F("embedding"), vector), occurred=occurred())
+        .order_by("distance")
+        .values_list("id", "distance", *ROW_FIELDS)[:depth]
+    )
+    return leg, _Leg.compile(exact, _similarity, slot), strategy, settings
+
+
+def _similarity(distance: float) -> float:
+    return 1.0 - distance
 
 
 #: At most this many previous models serve queries at once (each costs an embedding of
@@ -339,26 +371,27 @@ def _plan(
         depth = max(request.k * 4, 40) if request.mode == "hybrid" else request.k * 2 + 10
         depth = max(depth, candidates)
         vector: _Leg | None = None
+        delta: _Leg | None = None
         keyword: _Leg | None = None
         hnsw: dict[str, str] = {}
         strategy = request.mode
         previous: list[tuple[str, _Leg]] = []
         if request.mode in ("vector", "hybrid"):
-            vector, chosen, hnsw = _vector_leg(scope, request, records, depth)
+            vector, delta, chosen, hnsw = _vector_leg(scope, request, records, depth)
             for name, embedder in _previous_embedders(scope):
-                leg, _, leg_settings = _vector_leg(
+                leg, its_delta, _, leg_settings = _vector_leg(
                     scope, request, records, depth, embedder, _Slot(f"query vector {name}")
                 )
+                previous.extend((name, part) for part in (leg, its_delta) if part is not None)
                 if leg is not None:
-                    previous.append((name, leg))
                     hnsw = hnsw or leg_settings  # an HNSW leg needs its iterative scan
             strategy = chosen if request.mode == "vector" else f"hybrid+{chosen}"
             if previous:
-                strategy += f"+{len(previous) + 1}models"
+                strategy += f"+{len({name for name, _ in previous}) + 1}models"
         if request.mode in ("keyword", "hybrid"):
             keyword = _keyword_leg(records, depth)
         weight = hybrid_weight(scope) if request.mode == "hybrid" else 0.0
-    plan = _Plan(vector, keyword, strategy, hnsw, tuple(previous), weight)
+    plan = _Plan(vector, keyword, strategy, hnsw, tuple(previous), weight, delta)
     with _PLANS_LOCK:
         _PLANS[key] = (now, plan)
         while len(_PLANS) > PLANS_KEPT:

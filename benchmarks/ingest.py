@@ -73,16 +73,17 @@ def _items(texts: list[str], offset: int) -> list[dict[str, Any]]:
 
 
 def _write_all(scopes: list[Any], sizes: list[int], texts: list[str], label: str) -> None:
-    from benchmarks.run import Progress
+    from tqdm import tqdm
+
     from memoryhub.services import write
 
-    bar = Progress(label, len(texts))
+    bar = tqdm(total=len(texts), desc=label, unit="record")
     offset = 0
     for scope, size in zip(scopes, sizes, strict=True):
         for start in range(offset, offset + size, 500):
             stop = min(start + 500, offset + size)
             write.write(scope, _items(texts[start:stop], start))
-            bar.advance(stop - start)
+            bar.update(stop - start)
         offset += size
     bar.close()
 

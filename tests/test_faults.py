@@ -311,7 +311,8 @@ def test_worker_killed_mid_batch_loses_nothing_and_indexes_once(
     """Trial k kills a two-process worker while its k-th batch is being embedded, so the
     kill lands after 0..4 batches were stored (and, with two processes, sometimes while
     another batch commits)."""
-    settings.MEMORYHUB = {"INDEX_BATCH_SIZE": 10}
+    # Fifty records take the bulk path: its indexing batches of ten, stored with COPY.
+    settings.MEMORYHUB = {"INDEX_BATCH_SIZE": 10, "BULK_INDEX_BATCH_SIZE": 10}
     marker = tmp_path / "batches.txt"
     marker.touch()
     slow = {

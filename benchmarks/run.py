@@ -142,9 +142,8 @@ def raw_sql(
 
     The same predicates (tenant, namespace, expiry, model, status), the exact scan or the
     HNSW iterative scan (with the service's ``ef_search``, which is lower on a tenant's
-    own index), the final rows with their content; with ``text``, hybrid: both legs (the
-    keyword leg pairs-first, as the service's), their min-max normalised weighted fusion
-    and the final rows in SQL. One message to the server, the HNSW settings included, as
+    own index), the final rows with their content; with ``text``, hybrid: both legs,
+    their min-max normalised weighted fusion and the final rows in SQL. One message to the server, the HNSW settings included, as
     the service sends it. The HNSW leg names the vectors its index holds, as the
     service's does: those stored row by row, and for a domain's own index the bulk stores
     it ``covers``.
@@ -152,7 +151,7 @@ def raw_sql(
     from django.db import connection
 
     from memoryhub.conf import memoryhub_settings
-    from memoryhub.services.query.plans import _PAIRS, hybrid_weight
+    from memoryhub.services.query.plans import hybrid_weight
     from memoryhub.services.query.request import _WORD
 
     embedder = memoryhub_settings.embedder()
@@ -191,7 +190,7 @@ def raw_sql(
         ranked = (
             "SELECT id, created_at, ts_rank(search_vector, q, 32) AS score "
             "FROM memoryhub_memoryrecord, to_tsquery('english', %s) q "
-            f"WHERE {live}{bucket} AND search_vector @@ {{match}} "
+            f"WHERE {live}{bucket} AND search_vector @@ q "
             f"ORDER BY score DESC, created_at DESC LIMIT {depth}"
         )
 
@@ -202,15 +201,11 @@ def raw_sql(
                 f"ELSE 1.0 END AS score FROM {leg}"
             )
 
-        # The service's work: the keyword leg's pairs first (every record holding any
-        # word only when they are fewer than the depth), each leg min-max normalised,
-        # the vector leg weighted (its weight goes to the other leg when one is empty).
+        # The service's work: each leg min-max normalised, the vector leg weighted (its
+        # weight goes to the other leg when one is empty).
         statement = (
             f"WITH v AS (SELECT id, 1 - distance AS score FROM ({vector_leg}) s), "
-            f"pairs AS MATERIALIZED ({ranked.format(match=_PAIRS)}), "
-            f"k AS (SELECT id, score FROM pairs WHERE (SELECT count(*) FROM pairs) >= {depth} "
-            f"UNION ALL SELECT id, score FROM ({ranked.format(match='q')}) o "
-            f"WHERE (SELECT count(*) FROM pairs) < {depth}), "
+            f"k AS (SELECT id, score FROM ({ranked}) o), "
             "w AS (SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM k) THEN 1.0 "
             "WHEN NOT EXISTS (SELECT 1 FROM v) THEN 0.0 ELSE %s END AS vector), "
             "c AS (SELECT id, sum(score) AS score FROM ("
@@ -219,9 +214,7 @@ def raw_sql(
             f") u GROUP BY id ORDER BY score DESC LIMIT {K}) "
             f"SELECT {_ITEM_COLUMNS}, c.score FROM c {_JOIN_ITEMS} ORDER BY c.score DESC"
         )
-        pairs_params = [words, scope.org_id, scope.domain_id, *bucket_params, words]
-        any_params = [words, scope.org_id, scope.domain_id, *bucket_params]
-        params += [*pairs_params, *any_params, weight]
+        params += [words, scope.org_id, scope.domain_id, *bucket_params, weight]
     prefix: list[str] = []
     if not exact:
         prefix = [

@@ -771,10 +771,10 @@ def test_a_repeated_question_is_embedded_once(tenant, handbook, monkeypatch):
     assert asked == ["a question asked again", "another question"]
 
 
-def test_keyword_leg_ranks_pair_matches_and_falls_back_to_any_word(tenant, committed):
-    # Fifty records hold both words of the query, one holds only the rarer one: with
-    # enough pair matches the pairs answer; a query whose words never meet in one record
-    # falls back to every record holding any of them.
+def test_keyword_leg_ranks_both_words_first_and_finds_any_word(tenant, committed):
+    # Fifty records hold both words of the query, one holds only one of them (three
+    # times): the records with both rank first; a query whose words never meet in one
+    # record still finds every record holding either.
     both = [{"content": f"Invoice {n} lists the refund."} for n in range(50)]
     committed(write.write, tenant.scope, [*both, {"content": "A refund, refund, refund note."}])
     top = query.query(tenant.scope, query="invoice refund", k=5, mode="keyword").items

@@ -105,9 +105,6 @@ def _rank(
         values[leg.slot] = _query_vector(embedder, request.query)
     legs = [plan.vector, plan.keyword, plan.delta, *(leg for _, leg in plan.previous)]
     (vector, keyword, delta, *rest), rows = _run(legs, values, plan.settings)
-    # The keyword leg's two halves come as one list (stable: equal ranks keep the
-    # statement's order).
-    keyword.sort(key=lambda pair: -pair[1])
     # A model's HNSW search and the exact scan of its delta rank parts of one scope.
     vector = union(vector, delta)
     by_model: dict[str, list[tuple[Any, float]]] = {}

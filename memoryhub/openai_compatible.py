@@ -10,7 +10,7 @@ from email.utils import parsedate_to_datetime
 
 import httpx
 
-__all__ = ["RETRYABLE_STATUS", "bearer_client", "retry_after"]
+__all__ = ["RETRYABLE_STATUS", "BearerClientOwner", "bearer_client", "retry_after"]
 
 #: Answers worth another attempt: timeouts, conflicts, rate limits and server errors.
 #: Any other status is the request's fault and is not retried.
@@ -28,6 +28,31 @@ def bearer_client(
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
     return httpx.Client(base_url=base_url, headers=headers, timeout=timeout, transport=transport)
+
+
+class BearerClientOwner:
+    """The HTTP client of a class that talks to an OpenAI-compatible endpoint, built on
+    first use from its ``base_url``, ``_api_key``, ``timeout`` and ``transport``, and
+    closed by :meth:`close` (the next call builds it again)."""
+
+    base_url: str
+    _api_key: str
+    timeout: float
+    transport: httpx.BaseTransport | None = None
+    _client: httpx.Client | None = None
+
+    @property
+    def client(self) -> httpx.Client:
+        if self._client is None:
+            self._client = bearer_client(
+                self.base_url, self._api_key, timeout=self.timeout, transport=self.transport
+            )
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
 
 
 def retry_after(response: httpx.Response) -> float | None:

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import httpx
 
-from ..openai_compatible import RETRYABLE_STATUS, bearer_client, retry_after
+from ..openai_compatible import RETRYABLE_STATUS, BearerClientOwner, retry_after
 from .base import (
     OPERATIONS,
     Episode,
@@ -283,7 +283,7 @@ def parse_answer(
         raise MalformedAnswer(exc.reason) from exc
 
 
-class OpenAICompatibleExtractor:
+class OpenAICompatibleExtractor(BearerClientOwner):
     """Asks a chat model for the operations; see the module docstring.
 
     After each :meth:`extract`, ``last_attempts`` records every request (for
@@ -339,19 +339,6 @@ class OpenAICompatibleExtractor:
 
     def __repr__(self) -> str:  # never show the API key
         return f"OpenAICompatibleExtractor(model={self.model!r}, base_url={self.base_url!r})"
-
-    @property
-    def client(self) -> httpx.Client:
-        if self._client is None:
-            self._client = bearer_client(
-                self.base_url, self._api_key, timeout=self.timeout, transport=self.transport
-            )
-        return self._client
-
-    def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
 
     def extract(self, episodes: Sequence[Episode], facts: Sequence[Fact]) -> list[Operation]:
         self.last_attempts, self.last_error, self.last_omitted = (), None, Omitted()

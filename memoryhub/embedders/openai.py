@@ -14,11 +14,11 @@ from typing import Any
 
 import httpx
 
-from ..openai_compatible import RETRYABLE_STATUS, bearer_client, retry_after
+from ..openai_compatible import RETRYABLE_STATUS, BearerClientOwner, retry_after
 from .base import EmbedderError
 
 
-class OpenAICompatibleEmbedder:
+class OpenAICompatibleEmbedder(BearerClientOwner):
     def __init__(
         self,
         *,
@@ -52,12 +52,6 @@ class OpenAICompatibleEmbedder:
 
     def __repr__(self) -> str:  # never show the API key
         return f"OpenAICompatibleEmbedder(model={self.model!r}, base_url={self.base_url!r})"
-
-    @property
-    def client(self) -> httpx.Client:
-        if self._client is None:
-            self._client = bearer_client(self.base_url, self._api_key, timeout=self.timeout)
-        return self._client
 
     def _post(self, texts: list[str]) -> list[list[float]]:
         body: dict[str, Any] = {"model": self.model, "input": texts}

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import httpx
 
-from ..openai_compatible import RETRYABLE_STATUS, bearer_client, retry_after
+from ..openai_compatible import RETRYABLE_STATUS, BearerClientOwner, retry_after
 from .base import Outcome, RerankerError, checked_ranking
 
 __all__ = ["APIS", "HttpReranker"]
@@ -33,7 +33,7 @@ __all__ = ["APIS", "HttpReranker"]
 APIS = ("cohere", "tei")
 
 
-class HttpReranker:
+class HttpReranker(BearerClientOwner):
     """Reranks with a remote cross-encoder; see the module docstring.
 
     One ``httpx.Client`` per instance, shared by every thread that calls
@@ -88,19 +88,6 @@ class HttpReranker:
 
     def __repr__(self) -> str:  # never show the API key
         return f"HttpReranker(api={self.api!r}, model={self.model!r}, base_url={self.base_url!r})"
-
-    @property
-    def client(self) -> httpx.Client:
-        if self._client is None:
-            self._client = bearer_client(
-                self.base_url, self._api_key, timeout=self.timeout, transport=self.transport
-            )
-        return self._client
-
-    def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
 
     def rerank(
         self, query: str, documents: Sequence[str], *, top_n: int

@@ -7,6 +7,7 @@ statement on the same index, exact numpy search).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -129,6 +130,18 @@ _JOIN_ITEMS = (
 )
 
 
+@functools.cache
+def _hybrid_choices(org_id: int, domain_id: int) -> tuple[float, bool]:
+    """What the service's compiled plan knows of a domain (read once, as the plan is): the
+    hybrid weight and whether its keyword leg ranks the rarest words' records."""
+    from memoryhub.scope import Scope
+    from memoryhub.services import word_statistics
+    from memoryhub.services.query.plans import hybrid_weight
+
+    scope = Scope(org_id=org_id, domain_id=domain_id)
+    return hybrid_weight(scope), word_statistics.applies(scope)
+
+
 def raw_sql(
     scope: Any,
     vector: list[float],
@@ -151,7 +164,7 @@ def raw_sql(
     from django.db import connection
 
     from memoryhub.conf import memoryhub_settings
-    from memoryhub.services.query.plans import hybrid_weight
+    from memoryhub.services import word_statistics
     from memoryhub.services.query.request import _WORD
 
     embedder = memoryhub_settings.embedder()
@@ -186,11 +199,19 @@ def raw_sql(
         )
     else:
         words = " | ".join(_WORD.findall(text.lower())[:64])
-        weight = hybrid_weight(scope)
+        weight, rarest_words = _hybrid_choices(scope.org_id, scope.domain_id)
+        # A large domain's keyword leg ranks the records holding the query's rarest
+        # words, as the service's does (services/word_statistics.py).
+        matched, matched_params = "search_vector @@ q", []
+        if rarest_words:
+            rarest, matched_params = word_statistics.rarest_words_sql(
+                scope, words, word_statistics.budget(depth), depth
+            )
+            matched = f"search_vector @@ {rarest} AND (search_vector @@ q) IS TRUE"
         ranked = (
             "SELECT id, created_at, ts_rank(search_vector, q, 32) AS score "
             "FROM memoryhub_memoryrecord, to_tsquery('english', %s) q "
-            f"WHERE {live}{bucket} AND search_vector @@ q "
+            f"WHERE {live}{bucket} AND {matched} "
             f"ORDER BY score DESC, created_at DESC LIMIT {depth}"
         )
 
@@ -214,7 +235,7 @@ def raw_sql(
             f") u GROUP BY id ORDER BY score DESC LIMIT {K}) "
             f"SELECT {_ITEM_COLUMNS}, c.score FROM c {_JOIN_ITEMS} ORDER BY c.score DESC"
         )
-        params += [words, scope.org_id, scope.domain_id, *bucket_params, weight]
+        params += [words, scope.org_id, scope.domain_id, *bucket_params, *matched_params, weight]
     prefix: list[str] = []
     if not exact:
         prefix = [

@@ -79,6 +79,12 @@ DEFAULTS: dict[str, Any] = {
     # by the sweeper; its queries search that index with the same effort per record as
     # the shared one (0 disables).
     "TENANT_INDEX_MIN_RECORDS": 10_000,
+    # A domain with at least this many records has its words counted by the sweeper
+    # (services/word_statistics.py): its keyword leg then ranks the records holding a
+    # query's rarest words, about KEYWORD_RANK_BUDGET of them, instead of every record
+    # holding any of its words (0 disables).
+    "KEYWORD_STATISTICS_MIN_RECORDS": 5_000,
+    "KEYWORD_RANK_BUDGET": 200,
     # Seconds a query result stays in the cache (0 disables the cache).
     "CACHE_ALIAS": "default",
     "CACHE_TTL": 60,
@@ -152,6 +158,8 @@ INTEGER_SETTINGS = {
     "HNSW_EF_SEARCH": 1,
     "HNSW_MAX_SCAN_TUPLES": 1,
     "TENANT_INDEX_MIN_RECORDS": 0,
+    "KEYWORD_STATISTICS_MIN_RECORDS": 0,
+    "KEYWORD_RANK_BUDGET": 1,
     "INDEX_BATCH_SIZE": 1,
     "BULK_MIN_RECORDS": 1,
     "BULK_INDEX_BATCH_SIZE": 1,

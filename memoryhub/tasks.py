@@ -70,6 +70,7 @@ def tenant_indexes() -> dict[str, Any]:
         "dropped": changes.dropped,
         "rebuilt": changes.rebuilt,
         "folded": changes.folded,
+        "words": changes.words,
         "busy": changes.busy,
     }
 

@@ -5,13 +5,21 @@ from __future__ import annotations
 import pytest
 from django_scopes import ScopeError, scope
 
-from memoryhub.models import KnowledgeBase, MemoryRecord, Observation
+from memoryhub.models import (
+    KnowledgeBase,
+    MemoryRecord,
+    Observation,
+    WordFrequency,
+    WordStatistics,
+)
 from memoryhub.scope import Scope, ScopeRequired, operator_access, tenant_scope
 
 from .factories import MemoryRecordFactory
 
 
-@pytest.mark.parametrize("model", [MemoryRecord, KnowledgeBase, Observation])
+@pytest.mark.parametrize(
+    "model", [MemoryRecord, KnowledgeBase, Observation, WordFrequency, WordStatistics]
+)
 @pytest.mark.django_db
 def test_unscoped_query_raises(model):
     with pytest.raises(ScopeError):

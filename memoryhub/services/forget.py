@@ -40,7 +40,7 @@ from ..models import (
     RecordVersion,
 )
 from ..scope import Scope, tenant_scope
-from . import consolidation, write
+from . import consolidation, word_statistics, write
 from .scheduling import send
 
 logger = logging.getLogger(__name__)
@@ -486,6 +486,9 @@ def _record_receipt(
         payload={"by_source": result.by_source, "selector": selector, "receipt": result.receipt},
         actor=actor,
     )
+    # Counts of the domain's common words may count erased records' words: gone with
+    # them, counted again from what remains by the sweeper.
+    word_statistics.forget(scope)
     erase_on_commit(scope)
     transaction.on_commit(schedule_vacuum)
 
@@ -506,6 +509,11 @@ ERASURE_REGISTRY: dict[str, str] = {
     "memoryhub.ErasureReceipt": "the receipt: counts and the selector as a keyed hash",
     "memoryhub.KnowledgeBase": "operator-curated names and descriptions, not subject data",
     "sessions.Session": "login sessions of staff users, not memory",
+    "memoryhub.WordFrequency": "a large domain's common words (held by at least 20 of "
+    "its records) and their counts: deleted by every erasure in the domain "
+    "(word_statistics.forget), counted again by the sweeper from what remains",
+    "memoryhub.WordStatistics": "when a domain's words were counted, and how many "
+    "records it held: counts only",
 }
 
 #: The tables an erasure deletes from or rewrites, vacuumed and analysed after it.

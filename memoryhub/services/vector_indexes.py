@@ -32,6 +32,7 @@ from ..cache import bump_generation
 from ..conf import memoryhub_settings
 from ..models import MemoryRecord
 from ..scope import Scope
+from . import word_statistics
 
 logger = logging.getLogger(__name__)
 
@@ -171,6 +172,8 @@ class TenantIndexChanges:
     rebuilt: list[str] = field(default_factory=list)
     #: Bulk-stored vectors moved into the shared index, per "org/domain".
     folded: dict[str, int] = field(default_factory=dict)
+    #: Domains whose words were counted ("org/domain"; ``services.word_statistics``).
+    words: list[str] = field(default_factory=list)
     #: Another process was maintaining the tenant indexes: this run did nothing.
     busy: bool = False
 
@@ -324,7 +327,11 @@ def ensure_tenant_indexes(
             return changes
         with _no_statement_timeout(concurrently):
             _upgrade_shared_index(model_name, dimensions, concurrently=concurrently)
-            _maintain(model_name, dimensions, minimum, concurrently, settle_after, changes)
+            sizes = _maintain(model_name, dimensions, minimum, concurrently, settle_after, changes)
+        # The keyword leg's statistics of large domains, in the same run (and lock).
+        if memoryhub_settings.KEYWORD_STATISTICS_MIN_RECORDS and not sizes:
+            sizes = _domain_sizes()
+        changes.words = word_statistics.refresh(sizes)
     if changes.created or changes.dropped or changes.rebuilt or changes.folded:
         logger.info(
             "tenant HNSW indexes: created %s, dropped %s, rebuilt %s; folded %s",
@@ -343,8 +350,9 @@ def _maintain(
     concurrently: bool,
     settle_after: timedelta,
     changes: TenantIndexChanges,
-) -> None:
-    """One maintenance run's work (under the lock; see :func:`ensure_tenant_indexes`)."""
+) -> dict[tuple[int, int], int]:
+    """One maintenance run's work (under the lock; see :func:`ensure_tenant_indexes`);
+    returns the records per (org, domain) it counted (none when it needed no count)."""
     deltas = _deltas(model_name)
     counts = _domain_sizes() if minimum > 0 or deltas else {}
     # Large, or a large share of a smaller table (and too large for the exact scan):
@@ -404,6 +412,7 @@ def _maintain(
         # vectors belong in the shared index. A small one's stay out of every index.
         if tenant not in owned and counts.get(tenant, 0) > threshold:
             changes.folded[f"{tenant[0]}/{tenant[1]}"] = _fold(tenant, model_name)
+    return counts
 
 
 def _kept_tenants(

@@ -105,6 +105,10 @@ def _rank(
         values[leg.slot] = _query_vector(embedder, request.query)
     legs = [plan.vector, plan.keyword, plan.delta, *(leg for _, leg in plan.previous)]
     (vector, keyword, delta, *rest), rows = _run(legs, values, plan.settings)
+    if plan.every_keyword is not None and len(keyword) < request.k:
+        # The rarest words' records were too few: every record holding any word.
+        (keyword,), more = _run([plan.every_keyword], values, {})
+        rows.update(more)
     # A model's HNSW search and the exact scan of its delta rank parts of one scope.
     vector = union(vector, delta)
     by_model: dict[str, list[tuple[Any, float]]] = {}

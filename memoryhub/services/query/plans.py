@@ -12,7 +12,7 @@ from typing import Any
 
 from django.contrib.postgres.search import SearchQuery, SearchRank
 from django.core.exceptions import EmptyResultSet
-from django.db.models import CharField, F, FloatField, Q, QuerySet
+from django.db.models import BooleanField, CharField, F, FloatField, Q, QuerySet
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast, Now
 from pgvector.django import CosineDistance, VectorField
@@ -31,7 +31,7 @@ from ...models import (
     occurred,
 )
 from ...scope import Scope, tenant_scope
-from .. import indexing
+from .. import indexing, word_statistics
 from .request import _WORD, QueryRequest
 
 #: pgvector's default ``hnsw.ef_search``: the least a tenant index is searched with.
@@ -140,6 +140,9 @@ class _Plan:
     #: The exact scan of the vectors stored in bulk that the HNSW index the vector leg
     #: searches does not hold yet (the domain's delta), when the scope has any.
     delta: _Leg | None = None
+    #: A large domain's keyword leg over every record holding any word of the query,
+    #: sent when ``keyword`` (its rarest words' records) returns fewer than k.
+    every_keyword: _Leg | None = None
 
 
 def _vector_leg(
@@ -265,25 +268,51 @@ def _keyword_words(text: str) -> str | None:
     return " | ".join(words) if words else None
 
 
-def _keyword_leg(records: QuerySet[MemoryRecord], depth: int) -> _Leg | None:
-    """The best ``depth`` full-text matches, ranked by ``ts_rank`` normalised to [0, 1).
+def _keyword_legs(
+    scope: Scope, records: QuerySet[MemoryRecord], depth: int
+) -> tuple[_Leg | None, _Leg | None]:
+    """The best ``depth`` full-text matches, ranked by ``ts_rank`` normalised to [0, 1):
+    the leg sent first, and the leg sent when the first returns fewer than k (or None).
 
-    Every record holding any word of the query is ranked (an OR). Ranking only the
-    records holding two or more of the words first was tried (issue 19) and measured at
-    100k records: the large tenant's p50 went from 16.8 to 12.5 ms but its p95 from 47
-    to 64 ms, and a 1% tenant's from 2.1 to 8.1 ms (the pairs' tsquery is evaluated on
-    every row of a small scope), so it was taken out again.
+    Every record holding any word of the query is ranked (an OR), except in a domain
+    with word statistics (``services.word_statistics``: a large one): there the first
+    leg ranks the records holding the query's rarest words, about
+    ``KEYWORD_RANK_BUDGET`` of them, and the OR over every record is the second, for a
+    query whose rarest words are held by too few records to fill k.
+
+    Ranking only the records holding two or more of the words first was tried (issue
+    19) and measured at 100k records: the large tenant's p50 went from 16.8 to 12.5 ms
+    but its p95 from 47 to 64 ms, and a 1% tenant's from 2.1 to 8.1 ms (the pairs'
+    tsquery is evaluated on every row of a small scope), so it was taken out again.
     """
     words = RawSQL("%s", (WORDS,), output_field=CharField())
     search = SearchQuery(words, config=SEARCH_CONFIG, search_type="raw")
     rank = Cast(SearchRank(F("search_vector"), search, normalization=32), FloatField())
-    ranked = (
-        records.filter(search_vector=search)
-        .annotate(rank=rank, occurred=occurred())
-        .order_by("-rank", "-created_at")
-        .values_list("id", "rank", *ROW_FIELDS)[:depth]
+
+    def ranked(matching: QuerySet[MemoryRecord]) -> _Leg | None:
+        return _Leg.compile(
+            matching.annotate(rank=rank, occurred=occurred())
+            .order_by("-rank", "-created_at")
+            .values_list("id", "rank", *ROW_FIELDS)[:depth],
+            float,
+            WORDS,
+        )
+
+    every = ranked(records.filter(search_vector=search))
+    if not word_statistics.applies(scope):
+        return every, None
+    column = f'"{MemoryRecord._meta.db_table}"."search_vector"'
+    rarest, params = word_statistics.rarest_words_sql(
+        scope, WORDS, word_statistics.budget(depth), depth
     )
-    return _Leg.compile(ranked, float, WORDS)
+    # The GIN index finds the records holding the rarest words; the whole query's match
+    # is checked on those rows only (IS TRUE keeps it out of the index scan).
+    matched = RawSQL(
+        f"{column} @@ {rarest} AND ({column} @@ to_tsquery(%s::regconfig, %s)) IS TRUE",
+        (*params, SEARCH_CONFIG, WORDS),
+        output_field=BooleanField(),
+    )
+    return ranked(records.filter(matched)), every
 
 
 #: Compiled plans by request shape, settings and domain generation, in this process:
@@ -339,6 +368,7 @@ def _plan(
         vector: _Leg | None = None
         delta: _Leg | None = None
         keyword: _Leg | None = None
+        every_keyword: _Leg | None = None
         hnsw: dict[str, str] = {}
         strategy = request.mode
         previous: list[tuple[str, _Leg]] = []
@@ -355,9 +385,9 @@ def _plan(
             if previous:
                 strategy += f"+{len({name for name, _ in previous}) + 1}models"
         if request.mode in ("keyword", "hybrid"):
-            keyword = _keyword_leg(records, depth)
+            keyword, every_keyword = _keyword_legs(scope, records, depth)
         weight = hybrid_weight(scope) if request.mode == "hybrid" else 0.0
-    plan = _Plan(vector, keyword, strategy, hnsw, tuple(previous), weight, delta)
+    plan = _Plan(vector, keyword, strategy, hnsw, tuple(previous), weight, delta, every_keyword)
     with _PLANS_LOCK:
         _PLANS[key] = (now, plan)
         while len(_PLANS) > PLANS_KEPT:

@@ -1,0 +1,198 @@
+"""Word statistics of large domains (issue 19): the keyword leg of a domain whose words
+are counted ranks the records holding a query's rarest words instead of every record
+holding any of them; every door keeps the promises: counts per tenant, never another
+org's, gone with every erasure in the domain, k answers when any record matches."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.core.cache import cache
+
+from memoryhub.models import WordFrequency, WordStatistics
+from memoryhub.scope import Scope, tenant_scope
+from memoryhub.services import indexing, query, word_statistics, write
+from memoryhub.services.forget import ForgetRequest, forget
+from memoryhub.services.query.plans import WORDS, _keyword_words
+
+pytestmark = pytest.mark.django_db
+
+#: Large enough for word statistics in these tests.
+LARGE = {"KEYWORD_STATISTICS_MIN_RECORDS": 50, "KEYWORD_RANK_BUDGET": 1}
+
+
+@pytest.fixture
+def few_common_records(monkeypatch):
+    """Counts kept of words at least two records hold; an uncounted word counts as one."""
+    monkeypatch.setattr(word_statistics, "COMMON_WORD_RECORDS", 2)
+    monkeypatch.setattr(word_statistics, "RARE_WORD_RECORDS", 1)
+
+
+def sweep() -> list[str]:
+    return indexing.ensure_tenant_indexes(settle_after=timedelta(0)).words
+
+
+def counts(scope: Scope) -> dict[str, int]:
+    with tenant_scope(scope):
+        return dict(WordFrequency.objects.values_list("lexeme", "records"))
+
+
+def fresh(scope: Scope, text: str, **kwargs) -> query.QueryResult:
+    cache.clear()
+    query.clear_plans()
+    return query.query(scope, query=text, **kwargs)
+
+
+def load(committed, scope: Scope, org: str, common: int, rare: int) -> None:
+    """``common`` records saying "refund" three times, ``rare`` saying "zebra" once."""
+    items = [{"content": f"{org} refund refund refund note {n}."} for n in range(common)]
+    items += [{"content": f"{org} zebra desk {n}."} for n in range(rare)]
+    for start in range(0, len(items), 100):
+        committed(write.write, scope, items[start : start + 100])
+
+
+def test_the_sweeper_counts_the_words_of_large_domains_only(
+    tenant, other_tenant, committed, settings, few_common_records
+):
+    settings.MEMORYHUB = LARGE
+    load(committed, tenant.scope, "Acme", 60, 3)
+    load(committed, other_tenant.scope, "Globex", 20, 3)  # under the minimum
+    assert sweep() == [f"{tenant.scope.org_id}/{tenant.scope.domain_id}"]
+    mine = counts(tenant.scope)
+    assert mine["refund"] == 60 and mine["zebra"] == 3 and mine["acm"] == 63
+    assert counts(other_tenant.scope) == {}
+    with tenant_scope(tenant.scope):
+        assert WordStatistics.objects.get().records == 63
+    assert sweep() == []  # nothing changed: not counted again
+    # Grown by a tenth: counted again.
+    load(committed, tenant.scope, "Acme, later,", 7, 0)
+    assert sweep() == [f"{tenant.scope.org_id}/{tenant.scope.domain_id}"]
+    assert counts(tenant.scope)["refund"] == 67
+    # Under half the minimum: the statistics go.
+    settings.MEMORYHUB = {**LARGE, "KEYWORD_STATISTICS_MIN_RECORDS": 200}
+    assert sweep() == []
+    assert counts(tenant.scope) == {}
+    assert not word_statistics.applies(tenant.scope)
+
+
+def test_rare_words_are_never_stored(tenant, committed, settings):
+    settings.MEMORYHUB = LARGE
+    load(committed, tenant.scope, "Acme", 60, word_statistics.COMMON_WORD_RECORDS - 1)
+    sweep()
+    assert "zebra" not in counts(tenant.scope)
+    assert counts(tenant.scope)["refund"] == 60
+
+
+def test_a_large_domains_keyword_leg_ranks_the_records_holding_the_rarest_words(
+    tenant, other_tenant, committed, settings, few_common_records
+):
+    # A hundred records say "refund" three times, twenty say "zebra" once. ts_rank has
+    # no idea which word is rare: ranking every match puts "refund" first. With the
+    # domain's counts, the rarest word's records are the ones ranked (k=3: a depth of
+    # 16 and a budget of 80 records).
+    settings.MEMORYHUB = LARGE
+    load(committed, tenant.scope, "Acme", 100, 20)
+    load(committed, other_tenant.scope, "Globex", 100, 20)
+    before = query.query(tenant.scope, query="zebra refund", k=3, mode="keyword").items
+    assert "refund" in before[0].content
+    committed(sweep)  # counts both domains; their plans see it (the generation moves on)
+    for scope, org in ((tenant.scope, "Acme"), (other_tenant.scope, "Globex")):
+        items = query.query(scope, query="zebra refund", k=3, mode="keyword").items
+        assert [item.content.split()[:2] for item in items] == [[org, "zebra"]] * 3
+        hybrid = query.query(scope, query="zebra refund", k=10, mode="hybrid").items
+        assert len(hybrid) == 10 and all(item.content.startswith(org) for item in hybrid)
+    # Below the minimum (the other org's domain once its counts go), every match ranks.
+    settings.MEMORYHUB = {**LARGE, "KEYWORD_STATISTICS_MIN_RECORDS": 250}
+    committed(sweep)
+    assert word_statistics.applies(tenant.scope) is False
+    again = query.query(tenant.scope, query="zebra refund", k=3, mode="keyword").items
+    assert "refund" in again[0].content
+
+
+def test_the_leg_ranks_within_the_budget(tenant, committed, settings, few_common_records):
+    settings.MEMORYHUB = LARGE
+    load(committed, tenant.scope, "Acme", 60, 15)
+    sweep()
+    plan = query._plan(tenant.scope, query.QueryRequest.build(query="x", k=1, mode="keyword"))
+    assert plan.keyword is not None and plan.every_keyword is not None
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(plan.keyword.sql, plan.keyword.bind({WORDS: _keyword_words("zebra refund")}))
+        ranked = cursor.fetchall()
+    # k=1: a depth of 12; the fifteen "zebra" records are enough, "refund" is not read.
+    assert len(ranked) == 12 and all("zebra" in row[2] for row in ranked)
+
+
+def test_too_few_records_holding_the_rarest_words_still_give_k(
+    tenant, committed, settings, monkeypatch
+):
+    # "zebra" is in one record, but uncounted words are taken to be in twenty: the first
+    # leg finds one record; the second (every match) fills k.
+    monkeypatch.setattr(word_statistics, "COMMON_WORD_RECORDS", 2)
+    monkeypatch.setattr(word_statistics, "RARE_WORD_RECORDS", 20)
+    settings.MEMORYHUB = LARGE
+    committed(write.write, tenant.scope, [{"content": f"Acme refund note {n}."} for n in range(99)])
+    committed(write.write, tenant.scope, [{"content": "A zebra."}])
+    sweep()
+    for mode in ("keyword", "hybrid"):
+        items = fresh(tenant.scope, "zebra refund", k=3, mode=mode).items
+        assert len(items) == 3, mode
+        assert items[0].content == "A zebra.", mode
+
+
+@pytest.mark.parametrize(
+    "text", ["O'Brien's refund", "refund \\ back\\slash", "'quoted' & refund | !x", "a:b c:d"]
+)
+def test_the_rarest_words_are_quoted(tenant, committed, settings, few_common_records, text):
+    settings.MEMORYHUB = LARGE
+    committed(
+        write.write,
+        tenant.scope,
+        [{"content": f"{text} {text}"}] + [{"content": f"refund memo {n}"} for n in range(60)],
+    )
+    sweep()
+    assert word_statistics.applies(tenant.scope)
+    for mode in ("keyword", "hybrid"):
+        items = fresh(tenant.scope, text, k=2, mode=mode).items
+        assert items and items[0].content == f"{text} {text}", mode
+
+
+def test_an_erasure_takes_its_domains_counts_with_it(
+    tenant, other_tenant, committed, settings, few_common_records
+):
+    settings.MEMORYHUB = LARGE
+    for scope in (tenant.scope, other_tenant.scope):
+        committed(
+            write.write,
+            scope,
+            [{"content": f"refund note {n}."} for n in range(60)]
+            + [
+                {"content": f"Zoltan asked about parcel {n}.", "namespace": "user:zoltan"}
+                for n in range(5)
+            ],
+        )
+    sweep()
+    assert counts(tenant.scope)["zoltan"] == 5
+    committed(forget, tenant.scope, ForgetRequest(namespace="user:zoltan"))
+    assert counts(tenant.scope) == {}
+    assert not word_statistics.applies(tenant.scope)
+    assert counts(other_tenant.scope)["zoltan"] == 5  # another org's erasure: not this one
+    # Counted again from what remains: the erased subject's words are not among them.
+    sweep()
+    assert "zoltan" not in counts(tenant.scope) and counts(tenant.scope)["refund"] == 60
+    assert word_statistics.applies(tenant.scope)
+
+
+def test_an_org_or_domain_deleted_takes_its_counts_with_it(
+    tenant, committed, settings, few_common_records
+):
+    settings.MEMORYHUB = LARGE
+    load(committed, tenant.scope, "Acme", 60, 3)
+    sweep()
+    domain_id = tenant.scope.domain_id
+    assert WordFrequency.unscoped.filter(domain_id=domain_id).exists()
+    tenant.domain.delete()
+    assert not WordFrequency.unscoped.filter(domain_id=domain_id).exists()
+    assert not WordStatistics.unscoped.filter(domain_id=domain_id).exists()

@@ -179,7 +179,7 @@ def evaluate(
     name: str, conversations: list[Conversation], embedder_name: str, k: int
 ) -> dict[str, Any]:
     from memoryhub.scope import Scope
-    from memoryhub.services import knowledge_bases
+    from memoryhub.services import knowledge_bases, word_statistics
     from tenants.models import Domain, Org
 
     embedder = _use_embedder(embedder_name)
@@ -198,6 +198,10 @@ def evaluate(
         write_seconds += seconds
         index_seconds += _index(list(ids.values()))
         turns += len(conversation.turns)
+        # What the sweeper does as the domain grows: its words counted once it is large
+        # (KEYWORD_STATISTICS_MIN_RECORDS), and its keyword leg then ranks the records
+        # holding a question's rarest words.
+        word_statistics.refresh({(scope.org_id, scope.domain_id): turns})
         questions += len(conversation.questions)
         asked = _ask(scope, conversation, k)
         latency += asked["latency"]

@@ -28,7 +28,11 @@ from benchmarks.load import percentiles, start_gunicorn, stop
 
 ROOT = Path(__file__).resolve().parent.parent
 SCALES = {"tiny": 1_000, "small": 10_000, "medium": 100_000, "large": 1_000_000}
-TENANTS = 100
+#: Tenants per scale: one holds 30% of the records, one 10%, the rest share 60%.
+TENANTS = {"tiny": 100, "small": 100, "medium": 100, "large": 1_000}
+#: Largest scale whose run measures the paths that grow slowest with the record count
+#: (the incremental floor, the service in one process, the LangGraph peer).
+EVERY_PATH_UP_TO = 100_000
 QUERIES = 60
 K = 10
 #: Queries per selectivity in the filtered-recall measurement.
@@ -80,23 +84,30 @@ def setup_django(database: str) -> None:
     from django.conf import settings
     from django.core.management import call_command
 
-    settings.MEMORYHUB = {"CACHE_TTL": 0, "THROTTLE_RATE": None, "MAX_WRITE_ITEMS": 500}
+    # BENCH_MEMORYHUB (JSON): settings a run changes, e.g. to try another value.
+    settings.MEMORYHUB = {
+        "CACHE_TTL": 0,
+        "THROTTLE_RATE": None,
+        "MAX_WRITE_ITEMS": 500,
+        **json.loads(os.environ.get("BENCH_MEMORYHUB") or "{}"),
+    }
     call_command("migrate", interactive=False, verbosity=0)
 
 
-def make_tenants(total: int) -> tuple[list[Any], list[int]]:
-    """100 tenants: one holds 30%, one 10%, the rest share 60% with a Zipf-like skew."""
+def make_tenants(total: int, tenants: int = 100) -> tuple[list[Any], list[int]]:
+    """``tenants`` tenants: one holds 30%, one 10%, the rest share 60% with a Zipf-like
+    skew."""
     from memoryhub.scope import Scope
     from memoryhub.services import write
     from tenants.models import Domain, Org
 
-    weights = [0.30, 0.10] + [1 / (rank**0.8) for rank in range(1, TENANTS - 1)]
+    weights = [0.30, 0.10] + [1 / (rank**0.8) for rank in range(1, tenants - 1)]
     tail = sum(weights[2:])
     weights = weights[:2] + [0.60 * w / tail for w in weights[2:]]
     sizes = [max(1, int(total * w)) for w in weights]
     sizes[0] += total - sum(sizes)
     scopes = []
-    for n in range(TENANTS):
+    for n in range(tenants):
         org = Org.objects.create(slug=f"tenant-{n}", name=f"Tenant {n}")
         domain = Domain.objects.create(org=org, slug="docs")
         scope = Scope.for_domain(domain)
@@ -150,6 +161,7 @@ def raw_sql(
     text: str | None = None,
     ef_search: int | None = None,
     covers: int | None = None,
+    every_match: bool = False,
 ) -> list[str]:
     """The floor: one statement doing the service's work with the plan it would pick.
 
@@ -203,7 +215,7 @@ def raw_sql(
         # A large domain's keyword leg ranks the records holding the query's rarest
         # words, as the service's does (services/word_statistics.py).
         matched, matched_params = "search_vector @@ q", []
-        if rarest_words:
+        if rarest_words and not every_match:
             rarest, matched_params = word_statistics.rarest_words_sql(
                 scope, words, word_statistics.budget(depth), depth
             )
@@ -401,9 +413,10 @@ def measure_queries(
     and known-item recall per mode; then QPS at 1, 4 and 16 clients through gunicorn.
     Also returns the questions asked (with their targets), for the peer."""
     from benchmarks.corpus import known_item_query
+    from memoryhub.services import word_statistics
     from tenants.models import ApiKey
 
-    small_index = min(range(TENANTS), key=lambda i: abs(sizes[i] - sum(sizes) * 0.01))
+    small_index = min(range(len(sizes)), key=lambda i: abs(sizes[i] - sum(sizes) * 0.01))
     tenants = {"large (30%)": 0, "1% tenant": small_index}
     keys = {
         label: ApiKey.objects.create_key(name="bench", org_id=scopes[index].org_id, can_read=True)[
@@ -427,6 +440,14 @@ def measure_queries(
                 (q, pick, index) for q, pick in zip(questions, picks, strict=True)
             ]
             figures["known_item"][label] = known_item_recall(scope, questions, picks, texts)
+            if word_statistics.applies(scope):
+                # The same questions with the keyword leg ranking every match (before
+                # issue 19's word statistics), then the statistics back.
+                word_statistics.forget(scope)
+                figures.setdefault("known_item_every_match", {})[label] = known_item_recall(
+                    scope, questions, picks, texts
+                )
+                word_statistics.count(scope)
         client.close()
         concurrency = measure_concurrency(base_url, scopes[0], texts[: sizes[0]], rng)
     finally:
@@ -488,6 +509,25 @@ def tenant_latency(
         )
 
     rows["raw sql hybrid"] = percentiles(timed(hybrid_floor, range(QUERIES)))
+    if _hybrid_choices(scope.org_id, scope.domain_id)[1]:
+        # Before issue 19's word statistics: the keyword leg ranks every match.
+        pairs = iter(zip(query_vectors, questions, strict=True))
+
+        def every_match_floor() -> list[str]:
+            vector, question = next(pairs)
+            return raw_sql(
+                scope,
+                vector,
+                exact_plan,
+                text=question,
+                ef_search=ef["hybrid"],
+                covers=covers,
+                every_match=True,
+            )
+
+        rows["raw sql hybrid, every match ranked"] = percentiles(
+            timed(every_match_floor, range(QUERIES))
+        )
     overlap = floor_overlap(scope, questions, query_vectors, exact_plan, ef, covers)
     vectors = iter(query_vectors)
     rows["numpy exact"] = percentiles(
@@ -705,9 +745,15 @@ def measure_ingest(
     from benchmarks import ingest
     from tests.programs import redis_server
 
-    results: dict[str, Any] = {"floors": ingest.floors(scopes, sizes, texts)}
-    results["single_process"] = ingest.single_process(scopes, sizes, texts)
-    ingest.reset()
+    every_path = len(texts) <= EVERY_PATH_UP_TO
+    results: dict[str, Any] = {
+        "floors": ingest.floors(scopes, sizes, texts, incremental_floor=every_path)
+    }
+    if every_path:
+        results["single_process"] = ingest.single_process(scopes, sizes, texts)
+        ingest.reset()
+    else:
+        results["single_process"] = {"skipped": ingest.SKIPPED_AT_SCALE}
     with redis_server(logs) as redis:
         redis.client(db=12).flushdb()
         results["minilm"] = ingest.minilm(
@@ -745,17 +791,24 @@ def main(scale: str, output: Path) -> dict[str, Any]:
     results: dict[str, Any] = {
         "scale": scale,
         "records": total,
+        "tenants": TENANTS[scale],
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         **describe_setup(),
     }
     sys.stderr.write(f"corpus: {total} passages of the standard library's docstrings\n")
     texts = passages(total)
-    scopes, sizes = make_tenants(total)
+    results["distinct_passages"] = len({text.split(" (part ")[0] for text in texts})
+    scopes, sizes = make_tenants(total, TENANTS[scale])
     results["ingest"] = measure_ingest(scopes, sizes, texts, logs, scale)
     rng = random.Random(42)
     served, peer_queries = measure_queries(scopes, sizes, texts, rng, logs)
     results.update(served)
-    results["peer"] = measure_peer(scopes, sizes, texts, peer_queries)
+    if total <= EVERY_PATH_UP_TO:
+        results["peer"] = measure_peer(scopes, sizes, texts, peer_queries)
+    else:
+        from benchmarks.ingest import SKIPPED_AT_SCALE
+
+        results["peer"] = {"skipped": SKIPPED_AT_SCALE}
     results.update(measure_filtered_recall(scopes[0], sizes[0], texts, rng))
     # Mixed load (issue 8): 32 clients, 80% queries, 15% writes, 5% forgets, 10 tenants,
     # every response checked for other tenants' and forgotten memory.

@@ -22,6 +22,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from benchmarks import api_cost
 from benchmarks.load import measure as measure_load
 from benchmarks.load import percentiles, start_gunicorn, stop
 
@@ -376,9 +377,11 @@ def measure_queries(
     scopes: list[Any], sizes: list[int], texts: list[str], rng: random.Random, logs: Path
 ) -> tuple[dict[str, Any], dict[str, list[tuple[str, int, int]]]]:
     """The large tenant and a 1% one, each asked ``QUERIES`` known-item questions: the
-    latency of the service, the API and the floors, the floors' overlap with the service
-    and known-item recall per mode; then QPS at 1, 4 and 16 clients through gunicorn.
-    Also returns the questions asked (with their targets), for the peer."""
+    latency of the service, the API and the floors, the floors' overlap with the service,
+    the API's fixed cost itemised (``benchmarks.api_cost``, vector queries: their service
+    time varies least, so the parts stand out of the noise) and known-item recall per
+    mode; then QPS at 1, 4 and 16 clients through gunicorn. Also returns the questions
+    asked (with their targets), for the peer."""
     from benchmarks.corpus import known_item_query
     from tenants.models import ApiKey
 
@@ -390,8 +393,13 @@ def measure_queries(
         ]
         for label, index in tenants.items()
     }
-    server, base_url = start_gunicorn(logs)
-    figures: dict[str, dict[str, Any]] = {"latency_ms": {}, "floor_overlap": {}, "known_item": {}}
+    server, base_url = start_gunicorn(logs, memoryhub=api_cost.SERVED)
+    figures: dict[str, dict[str, Any]] = {
+        "latency_ms": {},
+        "floor_overlap": {},
+        "api_cost": {},
+        "known_item": {},
+    }
     peer_queries: dict[str, list[tuple[str, int, int]]] = {}
     try:
         client = KeepAliveClient(base_url)
@@ -402,6 +410,9 @@ def measure_queries(
             rows, overlap = tenant_latency(scope, size, questions, client, keys[label])
             figures["latency_ms"][label] = rows
             figures["floor_overlap"][label] = overlap
+            figures["api_cost"][label] = api_cost.measure(
+                scope, keys[label], questions, base_url, mode="vector"
+            )
             peer_queries[label] = [
                 (q, pick, index) for q, pick in zip(questions, picks, strict=True)
             ]

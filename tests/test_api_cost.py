@@ -153,6 +153,8 @@ def test_the_report_itemises_the_fixed_cost_and_says_why_the_target_changed(tmp_
     assert "| **API − service** (the gap) | 1.0 | 2.0 |" in section
     assert "| unattributed | 0.1 | -0.2 |" in section
     assert "2 SQL statements per request" in section
+    assert "From raw SQL to the API (vector, p50 of the latency rows above)" in section
+    assert "`MGET`, `EXISTS` and `INCRBY`" in section
     assert "2× of it allows the API 1–2 ms" in section
     assert "2 vCPUs" in section
 

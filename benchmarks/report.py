@@ -452,8 +452,9 @@ def write_report(results: dict[str, Any], path: Path) -> None:
         "",
         "## Query latency (ms, k=10)",
         "",
-        "API: HTTP to gunicorn (2 workers × 4 threads, `DEBUG=0`, JSON logs) from one keep-alive "
-        "`http.client` connection (the thinnest client: the server's time, not a client library's). "
+        "API: HTTP to gunicorn (2 workers × 4 threads, `DEBUG=0`, JSON logs, no query cache, as the "
+        "site runs without `REDIS_URL`) from one keep-alive `http.client` connection (the thinnest "
+        "client: the server's time, not a client library's), after one untimed request per mode. "
         "Service: `memoryhub.services.query.query` in-process (`DEBUG=0`), cache off. Raw SQL: one "
         "statement doing the service's work with the plan and `ef_search` it picks (exact scan, or HNSW "
         "iterative scan of the shared index or of the tenant's own), "

@@ -392,6 +392,63 @@ def test_the_previous_window_counts_toward_the_next():
     assert admitted == 5
 
 
+class CountingCache:
+    """A cache that counts the calls made to it (each a round trip on Redis)."""
+
+    def __init__(self, cache) -> None:  # type: ignore[no-untyped-def]
+        self.cache = cache
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        self.calls.append(name)
+        return getattr(self.cache, name)
+
+
+def test_an_admitted_request_costs_the_throttle_two_cache_calls(monkeypatch):
+    """Every API request passes the throttle: in a window's steady state it reads both
+    windows at once and increments (on Redis: MGET, then EXISTS and INCRBY; it was a
+    GET, a failing SET NX, EXISTS and INCRBY)."""
+    from django.core.cache import cache
+
+    from memoryhub.api.throttling import SlidingWindow
+
+    counting = CountingCache(cache)
+    monkeypatch.setattr(SlidingWindow, "cache", property(lambda window: counting))
+    window = SlidingWindow("calls", limit=10, seconds=60)
+    start = 1_800_000.0
+    assert window.hit("k", now=start)  # the window's first: its counter is created
+    counting.calls.clear()
+    assert window.hit("k", now=start + 1)
+    assert counting.calls == ["get_many", "incr"]
+    # Refused: the increment is taken back; the counts stay exact.
+    assert all(window.hit("k", now=start + 2) for _ in range(8))
+    counting.calls.clear()
+    assert not window.hit("k", now=start + 3)
+    assert counting.calls == ["get_many", "incr", "decr"]
+    assert window._counts("k", start + 3) == (0, 10)
+
+
+def test_a_counter_that_expired_after_it_was_read_starts_again(monkeypatch):
+    from django.core.cache import cache
+
+    from memoryhub.api.throttling import SlidingWindow
+
+    class ExpiresOnce(CountingCache):
+        def incr(self, key, delta=1):  # type: ignore[no-untyped-def]
+            if not self.calls.count("incr"):
+                self.cache.delete(key)  # gone between the read and the increment
+            self.calls.append("incr")
+            return self.cache.incr(key, delta)
+
+    expiring = ExpiresOnce(cache)
+    monkeypatch.setattr(SlidingWindow, "cache", property(lambda window: expiring))
+    window = SlidingWindow("expiry", limit=10, seconds=60)
+    start = 2_400_000.0
+    cache.set(window._key("k", int(start // 60)), 3)
+    assert window.hit("k", now=start + 1)
+    assert cache.get(window._key("k", int(start // 60))) == 1
+
+
 @pytest.mark.django_db(transaction=True)
 def test_one_key_from_many_threads_gets_at_most_its_rate(settings, tenant):
     settings.MEMORYHUB = {"THROTTLE_RATE": "20/min"}

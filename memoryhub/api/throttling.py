@@ -70,8 +70,15 @@ class SlidingWindow:
         counts = self.cache.get_many(keys)
         return counts.get(keys[0]) or 0, counts.get(keys[1]) or 0
 
-    def _incr(self, key: str, delta: int = 1) -> int:
+    def _incr(self, key: str, delta: int = 1, *, exists: bool = False) -> int:
+        """Add ``delta`` to the counter ``key``, creating it if needed. ``exists``: the
+        counter was just read, so the increment is tried first (one call fewer)."""
         cache = self.cache
+        if exists:
+            try:
+                return int(cache.incr(key, delta))
+            except ValueError:  # expired since it was read
+                pass
         # Two windows' worth: the next window weighs this one's count.
         if cache.add(key, delta, timeout=2 * self.seconds):
             return delta
@@ -85,13 +92,17 @@ class SlidingWindow:
         now = time.time() if now is None else now
         window = int(now // self.seconds)
         elapsed = (now % self.seconds) / self.seconds
-        previous = (self.cache.get(self._key(ident, window - 1)) or 0) * (1 - elapsed)
+        # Both windows in one read: in a window's steady state the counter exists, and
+        # the increment is the only other call (Redis: MGET, then EXISTS and INCRBY).
+        keys = [self._key(ident, window - 1), self._key(ident, window)]
+        counts = self.cache.get_many(keys)
+        previous = (counts.get(keys[0]) or 0) * (1 - elapsed)
         allowance = self.limit - math.ceil(previous)
-        current = self._incr(self._key(ident, window))
+        current = self._incr(keys[1], exists=keys[1] in counts)
         if current <= allowance:
             return True
         with contextlib.suppress(ValueError):  # the window's counter expired meanwhile
-            self.cache.decr(self._key(ident, window))
+            self.cache.decr(keys[1])
         return False
 
     def count_only(self, ident: str, now: float | None = None) -> None:

@@ -29,8 +29,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from django.db.models import CharField, F, Func, JSONField, Q, Value
-from django.db.models.fields.json import HasKey, KeyTextTransform, KeyTransform
+from django.db.models import CharField, F, Func, JSONField, Q, TextField, Value
+from django.db.models.fields.json import HasKey, KeyTransform
 from django.db.models.functions import Collate
 from django.db.models.lookups import (
     Exact,
@@ -153,7 +153,7 @@ class _Compiler:
         return self.operator(key, "$eq", condition, path)
 
     @staticmethod
-    def equal(value: KeyTransform, json_type: Any, operand: Any) -> Q:
+    def equal(value: ObjectKey, json_type: Any, operand: Any) -> Q:
         """JSON equality; ``null`` is an explicit JSON null (SQL NULL would match nothing)."""
         if operand is None:
             return Q(Exact(json_type, "null"))
@@ -161,7 +161,7 @@ class _Compiler:
 
     def operator(self, key: str, operator: str, operand: Any, path: str) -> Q:
         self.count(path)
-        value = KeyTransform(key, FIELD)
+        value = ObjectKey(key, FIELD)
         present = Q(HasKey(F(FIELD), key))
         if operator == "$exists":
             if not isinstance(operand, bool):
@@ -196,9 +196,32 @@ class _Compiler:
             )
         if isinstance(operand, str):
             _check_value(operand, path)
-            text = Collate(KeyTextTransform(key, FIELD), "C")
+            text = Collate(ObjectKeyText(key, FIELD), "C")
             return Q(Exact(json_type, "string")) & Q(comparison(text, Value(operand)))
         raise FilterError(path, f"{operator} takes a number or a string.")
+
+
+class ObjectKey(KeyTransform):
+    """``metadata -> 'key'``: a key of the metadata object, always as text.
+
+    Django's ``KeyTransform`` sends a key made of digits as an integer (an array index):
+    ``{"7": ...}`` would never match, and a key too large for an integer was a
+    PostgreSQL error (``jsonb -> numeric``), a 500.
+    """
+
+    def as_postgresql(self, compiler: Any, connection: Any) -> tuple[str, tuple[Any, ...]]:
+        lhs, params, key_transforms = self.preprocess_lhs(compiler, connection)
+        if len(key_transforms) > 1:  # not built by this module: Django's own path form
+            return super().as_postgresql(compiler, connection)
+        return f"({lhs} {self.postgres_operator} %s)", (*params, self.key_name)
+
+
+class ObjectKeyText(ObjectKey):
+    """``metadata ->> 'key'``: :class:`ObjectKey`'s value as text."""
+
+    postgres_operator = "->>"
+    postgres_nested_operator = "#>>"
+    output_field = TextField()
 
 
 def compile_where(where: Any, *, path: str = "where") -> Q:

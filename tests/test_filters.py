@@ -81,6 +81,7 @@ DATASET = {
     "tier_list": {"tier": ["public", "x"]},
     "b_accent": {"b": "é"},
     "b_abc": {"b": "abc", "price": -3},
+    "digit_key": {"7": "seven", "99999999999999999999": 1},
 }
 EVERYTHING = frozenset(DATASET)
 WITH_A = frozenset(name for name in DATASET if name.startswith("a_"))
@@ -148,6 +149,12 @@ EXPECTED = [
     ({"$or": [{"a": 1}, {}]}, EVERYTHING),
     ({"$or": [{"zzz": 1}, {"a": {"$in": []}}]}, set()),
     ({"$and": [{}, {"$or": [{"zzz": 1}, {"q": {"$nin": []}}]}]}, EVERYTHING),
+    # a key made of digits is an object's key, not an array index (a huge one was a 500)
+    ({"7": "seven"}, {"digit_key"}),
+    ({"7": {"$gte": "s"}}, {"digit_key"}),
+    ({"99999999999999999999": 1}, {"digit_key"}),
+    ({"99999999999999999999": {"$gt": 0}}, {"digit_key"}),
+    ({"7": {"$exists": True}}, {"digit_key"}),
 ]
 
 

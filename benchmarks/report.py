@@ -26,6 +26,27 @@ def _measured(figures: dict[str, Any]) -> Any:
 
 def summary_table(results: dict[str, Any]) -> str:
     """The short table README shows."""
+    return _table(["figure", "value"], summary_rows(results))
+
+
+def side_by_side(runs: dict[str, dict[str, Any]]) -> str:
+    """README's table: each scale's summary in a column (a figure a scale lacks: "—")."""
+    columns = {scale: dict(map(tuple, summary_rows(results))) for scale, results in runs.items()}
+    figures: list[str] = []
+    for values in columns.values():
+        figures += [figure for figure in values if figure not in figures]
+    header = ["figure"] + [
+        f"{scale} ({results['records']:,} records, {results.get('tenants', 100):,} tenants)"
+        for scale, results in runs.items()
+    ]
+    return _table(
+        header,
+        [[figure] + [columns[scale].get(figure, "—") for scale in runs] for figure in figures],
+    )
+
+
+def summary_rows(results: dict[str, Any]) -> list[list[Any]]:
+    """The summary's rows: [figure, value]."""
     ingest = results["ingest"]
     floors = ingest["floors"]
     rows = [
@@ -88,7 +109,7 @@ def summary_table(results: dict[str, Any]) -> str:
                 " / ".join(str(modes[m]["recall@10"]) for m in ("vector", "keyword", "hybrid")),
             ]
         )
-    return _table(["figure", "value"], rows)
+    return rows
 
 
 #: What the API's p95 may add to raw SQL's: the fixed cost of one request through

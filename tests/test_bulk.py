@@ -274,6 +274,38 @@ def test_a_bulk_store_failing_midway_stores_no_vector(tenant, settings):
     assert sorted(indexing.index_records(result.record_ids).indexed) == sorted(result.record_ids)
 
 
+def test_an_agents_turn_goes_into_its_domains_own_index_only(
+    tenant, other_tenant, committed, settings
+):
+    # The shared index never serves a domain with its own index: a small write's vector
+    # goes into the domain's own index only (before issue 19's fix, into both graphs).
+    # Own indexes from 2 records (a domain of one is scanned exactly): Acme gets one.
+    settings.MEMORYHUB = {"TENANT_INDEX_MIN_RECORDS": 3, "EXACT_SCAN_THRESHOLD": 1}
+    committed(write.write, tenant.scope, [{"content": f"Acme memo {n}."} for n in range(3)])
+    committed(write.write, other_tenant.scope, [{"content": "Globex memo."}])
+    indexing.ensure_tenant_indexes(settle_after=timedelta(0))
+    assert indexing.own_index(tenant.scope, MODEL) is not None
+    assert indexing.own_index(other_tenant.scope, MODEL) is None
+    for scope, org in ((tenant.scope, "Acme"), (other_tenant.scope, "Globex")):
+        committed(write.write, scope, [{"content": f"{org} keeps the parking rules."}])
+    turns = {
+        record.content: record.vector_batch
+        for scope in (tenant.scope, other_tenant.scope)
+        for record in stored(scope)
+        if "parking" in record.content
+    }
+    assert turns == {
+        "Acme keeps the parking rules.": vector_indexes.OWN_INDEX_ONLY,
+        "Globex keeps the parking rules.": None,
+    }
+    mine = found(tenant.scope, "parking rules", "vector")
+    assert mine.strategy == "hnsw-tenant"
+    assert mine.items[0].content == "Acme keeps the parking rules."
+    theirs = found(other_tenant.scope, "parking rules", "vector")
+    assert theirs.items[0].content == "Globex keeps the parking rules."
+    assert all(item.content.startswith("Globex") for item in theirs.items)
+
+
 def test_store_vectors_writes_what_it_was_given(tenant):
     result = write.write(tenant.scope, [{"content": "one"}, {"content": "two"}])
     ids = result.record_ids

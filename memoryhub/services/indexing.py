@@ -28,6 +28,7 @@ from ..scope import Scope
 from . import bulk
 from .scheduling import send
 from .vector_indexes import (
+    OWN_INDEX_ONLY,
     OwnIndex,
     TenantIndexChanges,
     ensure_tenant_indexes,
@@ -130,7 +131,7 @@ def index_records(record_ids: Sequence[str], *, force: bool = False) -> IndexRes
             if len(rows) >= memoryhub_settings.BULK_MIN_RECORDS:
                 _store_in_bulk(rows, vectors, embedder.name)
             else:
-                _store_vectors([row[0] for row in rows], vectors, embedder.name)
+                _store_vectors(rows, vectors, embedder.name)
             result.indexed = [str(row[0]) for row in rows]
     if failure is not None:
         result.failed = _record_failure([row[0] for row in rows], failure)
@@ -166,11 +167,21 @@ def _store_in_bulk(
         )
 
 
-def _store_vectors(ids: list[Any], vectors: list[list[float]], model_name: str) -> None:
+def _store_vectors(
+    rows: Sequence[tuple[Any, str, int, int]], vectors: Sequence[Sequence[float]], model: str
+) -> None:
     """A small batch: one UPDATE (vectors travel as one array), each row inserted into
-    the HNSW indexes it belongs to, searchable by them at once."""
+    the HNSW index that serves its domain, searchable by it at once: the domain's own
+    index when it has one (``OWN_INDEX_ONLY``: its queries never search the shared index,
+    so an entry there would cost an insert into the largest graph for nothing), else the
+    shared index."""
     from django.db import connection
 
+    batch_of: dict[tuple[int, int], int | None] = {}
+    for _, _, org_id, domain_id in rows:
+        if (org_id, domain_id) not in batch_of:
+            own = own_index(Scope(org_id=org_id, domain_id=domain_id), model)
+            batch_of[(org_id, domain_id)] = OWN_INDEX_ONLY if own is not None else None
     table = MemoryRecord._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute(
@@ -181,16 +192,18 @@ def _store_vectors(ids: list[Any], vectors: list[list[float]], model_name: str) 
                    status = %s,
                    last_error = '',
                    indexed_at = %s,
-                   vector_batch = NULL
-              FROM unnest(%s::uuid[], %s::vector[]) AS batch(id, embedding)
+                   vector_batch = batch.vector_batch
+              FROM unnest(%s::uuid[], %s::vector[], %s::bigint[])
+                   AS batch(id, embedding, vector_batch)
              WHERE record.id = batch.id
             """,
             [
-                model_name,
+                model,
                 MemoryRecord.Status.INDEXED,
                 timezone.now(),
-                [str(pk) for pk in ids],
+                [str(row[0]) for row in rows],
                 ["[" + ",".join(repr(float(x)) for x in vector) + "]" for vector in vectors],
+                [batch_of[(row[2], row[3])] for row in rows],
             ],
         )
 

@@ -663,7 +663,25 @@ def test_a_turn_shown_for_one_hit_is_not_repeated_for_the_next(tenant, conversat
 
 def test_the_turns_statement_reads_the_turns_index(tenant, conversation):
     hit = parcel(tenant.scope)
+    # A domain with more than one conversation (2,000 turns of 200 sessions, all before
+    # the hit) and the planner's picture of it: what earlier tests left in the table
+    # decides nothing.
+    kb = write.ensure_knowledge_base(tenant.scope, "memory")
+    MemoryRecord.unscoped.bulk_create(
+        MemoryRecord(
+            org_id=tenant.scope.org_id,
+            domain_id=tenant.scope.domain_id,
+            knowledge_base=kb,
+            namespace="user:alice",
+            content=f"older turn {n}",
+            content_hash=f"{n:064d}",
+            metadata={"session": f"old-{n % 200}"},
+            occurred_at=MARCH - timedelta(minutes=n + 1),
+        )
+        for n in range(2000)
+    )
     with connection.cursor() as cursor:
+        cursor.execute("ANALYZE memoryhub_memoryrecord")
         cursor.execute("SET LOCAL enable_seqscan = off")
         cursor.execute(
             "EXPLAIN " + execution._turns_sql(),

@@ -53,6 +53,8 @@ def passages(limit: int) -> list[str]:
         for docstring in _docstrings(root, packages=index > 0):
             for paragraph in re.split(r"\n\s*\n", docstring):
                 text = " ".join(paragraph.split())
+                if not text.isprintable():  # a NUL or a control character: not prose
+                    continue
                 if (
                     40 <= len(text) <= 1200
                     and text not in seen

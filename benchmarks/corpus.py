@@ -76,6 +76,8 @@ def known_item_query(passage: str, rng: random.Random) -> str:
     match = _SENTENCE.match(passage)
     sentence = match.group(1) if match else passage[:200]
     words = [w for w in re.findall(r"\w+", sentence.lower()) if w not in STOP][:24]
+    if not words:  # a first "sentence" of symbols or stop words only: the passage's words
+        words = [w for w in re.findall(r"\w+", passage.lower()) if w not in STOP][:24]
     if len(words) > 3:
         i = rng.randrange(len(words) - 1)
         words[i], words[i + 1] = words[i + 1], words[i]

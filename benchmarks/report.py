@@ -480,6 +480,8 @@ def ingest_section(ingest: dict[str, Any]) -> list[str]:
 
 #: A section another harness module keeps in the report (``benchmarks.admin``,
 #: ``benchmarks.model_change``, ...), between ``<!-- name:begin -->`` and its end marker.
+#: Scales whose run is a section of the report rather than its main body.
+SEPARATE_SCALES = ("large",)
 SECTION = re.compile(r"<!-- ([a-z-]+):begin -->.*?<!-- \1:end -->", re.S)
 
 
@@ -675,4 +677,23 @@ def write_report(results: dict[str, Any], path: Path) -> None:
             ),
             "",
         ]
+    if results["scale"] in SEPARATE_SCALES:
+        # Beside the main report (the 100k run's, whose targets the issues set): its own
+        # section, one heading level down.
+        scale = results["scale"]
+        body = [
+            f"## The {results['records']:,}-record run ({scale})"
+            if line.startswith("# ")
+            else ("#" + line if line.startswith("#") else line)
+            for line in parts
+        ]
+        replace_section(
+            path,
+            f"<!-- scale-{scale}:begin -->",
+            f"<!-- scale-{scale}:end -->",
+            f"<!-- scale-{scale}:begin -->\n"
+            + "\n".join(body).rstrip()
+            + f"\n<!-- scale-{scale}:end -->",
+        )
+        return
     path.write_text("\n".join(parts) + "".join(f"\n\n{section}\n" for section in kept))

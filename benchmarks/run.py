@@ -815,7 +815,7 @@ def main(scale: str, output: Path) -> dict[str, Any]:
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         **describe_setup(),
     }
-    sys.stderr.write(f"corpus: {total} passages of the standard library's docstrings\n")
+    sys.stderr.write(f"corpus: {total} passages of docstrings\n")
     texts = passages(total)
     results["distinct_passages"] = len({text.split(" (part ")[0] for text in texts})
     scopes, sizes = make_tenants(total, TENANTS[scale])

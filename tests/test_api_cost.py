@@ -193,3 +193,22 @@ def test_the_latency_rows_leave_out_a_workers_first_request(tenant, other_tenant
     assert rows["api vector"]["p99"] < 100
     assert len(client.bodies) == 2 * (len(questions) + 1)
     assert [body["query"] for body in client.bodies[1 : len(questions) + 1]] == questions
+
+
+def test_the_1m_run_is_a_section_beside_the_100k_report(tmp_path):
+    # The main report is the 100k run's (its targets are the issues'); the 1M run's
+    # report goes into its own section, one heading level down, and stays when the
+    # 100k run rewrites the report.
+    medium = results_without_api_cost()
+    large = {**medium, "scale": "large", "records": 1_000_000, "tenants": 1_000}
+    report = tmp_path / "REPORT.md"
+    write_report(medium, report)
+    write_report(large, report)
+    text = report.read_text()
+    assert text.startswith("# memoryhub benchmarks")
+    assert "<!-- scale-large:begin -->\n## The 1,000,000-record run (large)" in text
+    assert "### Targets" in text.split("<!-- scale-large:begin -->")[1]
+    write_report(medium, report)
+    again = report.read_text()
+    assert again.count("<!-- scale-large:begin -->") == 1
+    assert "1,000 tenants" in again.split("<!-- scale-large:begin -->")[1]

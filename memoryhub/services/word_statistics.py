@@ -96,7 +96,7 @@ def count(scope: Scope, records: int | None = None) -> int:
         " %s::bigint, %s::bigint)) WHERE ndoc >= %s"
     )
     with transaction.atomic():
-        forget(scope, bump=False)
+        forget(scope, bump=False)  # takes the domain's lock first: see _lock
         with connection.cursor() as cursor:
             cursor.execute(
                 f"INSERT INTO {WordFrequency._meta.db_table} (org_id, domain_id, lexeme, records) "
@@ -120,12 +120,30 @@ def count(scope: Scope, records: int | None = None) -> int:
 def forget(scope: Scope, *, bump: bool = True) -> None:
     """Delete ``scope``'s domain's word statistics (every erasure in it does): its
     keyword leg ranks every match again until the sweeper counts what remains."""
-    WordFrequency.unscoped.filter(org_id=scope.org_id, domain_id=scope.domain_id).delete()
-    deleted, _ = WordStatistics.unscoped.filter(
-        org_id=scope.org_id, domain_id=scope.domain_id
-    ).delete()
+    with transaction.atomic():
+        _lock(scope)
+        WordFrequency.unscoped.filter(org_id=scope.org_id, domain_id=scope.domain_id).delete()
+        deleted, _ = WordStatistics.unscoped.filter(
+            org_id=scope.org_id, domain_id=scope.domain_id
+        ).delete()
     if deleted and bump:
         bump_generation_on_commit(scope)
+
+
+#: The first key of a domain's word-statistics lock (the writer lock's is -1).
+WORDS_LOCK_CLASS = -2
+
+
+def _lock(scope: Scope) -> None:
+    """The domain's word-statistics lock, until the transaction ends. An erasure holds
+    it from its deletion of the counts to its commit, so a count cannot read the
+    erased records and store their words after that deletion: it waits, and reads the
+    domain without them (or it ran first, and the erasure deletes what it stored)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_advisory_xact_lock(%s, %s)",
+            [WORDS_LOCK_CLASS, scope.domain_id % 2_147_483_647],
+        )
 
 
 def refresh(sizes: dict[tuple[int, int], int]) -> list[str]:

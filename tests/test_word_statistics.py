@@ -196,3 +196,29 @@ def test_an_org_or_domain_deleted_takes_its_counts_with_it(
     tenant.domain.delete()
     assert not WordFrequency.unscoped.filter(domain_id=domain_id).exists()
     assert not WordStatistics.unscoped.filter(domain_id=domain_id).exists()
+
+
+@pytest.mark.parametrize("step", ["count", "forget"])
+def test_a_count_waits_for_an_erasure_that_holds_the_domains_lock(tenant, other_tenant, step):
+    # An erasure deletes the counts and holds the domain's word-statistics lock until it
+    # commits; a count (or another deletion) in the same domain waits for it, so it
+    # cannot store the erased records' words afterwards. Another org's domain does not.
+    import psycopg
+    from django.db import OperationalError, connection
+
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    with psycopg.connect(**params, autocommit=False) as erasure:
+        erasure.execute(
+            "SELECT pg_advisory_xact_lock(%s, %s)",
+            [word_statistics.WORDS_LOCK_CLASS, tenant.scope.domain_id],
+        )
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL lock_timeout = '200ms'")
+        run = {"count": word_statistics.count, "forget": word_statistics.forget}[step]
+        with pytest.raises(OperationalError, match="lock timeout"):
+            run(tenant.scope)
+        run(other_tenant.scope)  # another domain: no wait
+        erasure.rollback()
+    run(tenant.scope)  # the erasure ended: it goes through

@@ -164,14 +164,24 @@ def _logs_to_devnull() -> Iterator[None]:
     """The root logger's handlers write to ``/dev/null`` meanwhile (gunicorn's go to a
     file): the in-process requests' access lines pay for formatting and a write, and do
     not fill the terminal."""
-    handlers = [h for h in logging.getLogger().handlers if isinstance(h, logging.StreamHandler)]
+    # Not a file handler (pytest's log file is one): its stream may not be open yet, and
+    # a stream handed to it is closed with it.
+    handlers = [
+        h
+        for h in logging.getLogger().handlers
+        if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)
+    ]
     with open(os.devnull, "w") as sink:
-        previous = [handler.setStream(sink) for handler in handlers]
+        previous = [handler.stream for handler in handlers]
+        for handler in handlers:
+            handler.setStream(sink)
         try:
             yield
         finally:
+            # Each handler's own stream again (never sys.stderr in place of one: a
+            # handler that closes its stream would close the process's).
             for handler, stream in zip(handlers, previous, strict=True):
-                handler.setStream(stream or sys.stderr)
+                handler.setStream(stream)
 
 
 def _wsgi_handler() -> Any:

@@ -215,3 +215,26 @@ def test_the_1m_run_is_a_section_beside_the_100k_report(tmp_path):
     again = report.read_text()
     assert again.count("<!-- scale-large:begin -->") == 1
     assert "1,000 tenants" in again.split("<!-- scale-large:begin -->")[1]
+
+
+def test_quieting_the_logs_never_hands_the_processs_stderr_to_a_handler(tmp_path):
+    # A file handler not yet opened (delay=True) has no stream: the measurement used to
+    # give it sys.stderr afterwards, and closing the handler (a later logging
+    # reconfiguration) closed the process's stderr (pytest's capture file, in CI).
+    import logging
+    import sys
+
+    root = logging.getLogger()
+    lazy = logging.FileHandler(tmp_path / "lazy.log", delay=True)
+    console = logging.StreamHandler(sys.stdout)
+    root.addHandler(lazy)
+    root.addHandler(console)
+    try:
+        with api_cost._logs_to_devnull():
+            assert console.stream is not sys.stdout
+        assert lazy.stream is None
+        assert console.stream is sys.stdout
+    finally:
+        root.removeHandler(lazy)
+        root.removeHandler(console)
+        lazy.close()

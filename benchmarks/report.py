@@ -427,7 +427,12 @@ def ingest_section(ingest: dict[str, Any]) -> list[str]:
                 path("service → indexed, one process", ingest["single_process"], "single_process"),
                 [
                     f"bulk floor (embed {floors['embed_seconds']} s, COPY {bulk['copy_seconds']} s,"
-                    f" {bulk['indexes']} indexes built {bulk['build_seconds']} s)",
+                    f" {bulk['indexes']} indexes built {bulk['build_seconds']} s"
+                    + (
+                        f" with maintenance_work_mem {bulk['maintenance_work_mem']})"
+                        if "maintenance_work_mem" in bulk
+                        else ")"
+                    ),
                     floors["records"],
                     bulk["seconds"],
                     bulk["records_per_second"],

@@ -98,9 +98,10 @@ DEFAULTS: dict[str, Any] = {
     # Records embedded per task for a bulk write, an import or a re-embed.
     "BULK_INDEX_BATCH_SIZE": 500,
     # A domain's delta (vectors stored in bulk that its own HNSW index does not hold yet,
-    # scanned exactly by its vector queries until the index is built again) stays within
-    # this many records; past it, bulk-stored vectors go into the domain's own index row
-    # by row. Larger: huge loads build in bulk, while their domain's queries scan more.
+    # scanned exactly by its vector queries until the index is built again, which it is
+    # once the delta outgrows the index) stays within this many records, or twice what
+    # its index covers if that is more; past it (a load outrunning the rebuilds),
+    # bulk-stored vectors go into the domain's own index row by row.
     "BULK_DELTA_MAX": 20_000,
     "INDEX_MAX_ATTEMPTS": 5,
     # The sweeper re-enqueues records pending for longer than this many seconds.

@@ -346,24 +346,117 @@ def test_past_its_most_a_delta_takes_no_more_and_vectors_go_into_the_own_index_o
     tenant, committed, settings, monkeypatch
 ):
     _own_index_with_memos(tenant, committed, settings, 8)
-    monkeypatch.setattr(indexing, "send", lambda *args, **kwargs: True)  # no maintenance
+    asked: list[str] = []
+    monkeypatch.setattr(indexing, "send", lambda name, **kwargs: asked.append(name))
     settings.MEMORYHUB = {
         "BULK_MIN_RECORDS": 5,
         "TENANT_INDEX_MIN_RECORDS": 8,
+        "EXACT_SCAN_THRESHOLD": 2,
         "BULK_DELTA_MAX": 10,
     }
-    for org in ("Initech", "Hooli", "Acme"):
+    # The index covers 8: rebuilt past a delta of 8, which may grow to 16 (twice that)
+    # while the rebuild runs (no maintenance runs here), not only to BULK_DELTA_MAX.
+    for org in ("Initech", "Hooli", "Globex", "Acme"):
         committed(write.write, tenant.scope, handbook(org))
     batches = [record.vector_batch for record in stored(tenant.scope)]
     assert batches[:8] == [None] * 8  # row by row, before
     own = indexing.own_index(tenant.scope, MODEL)
     assert own is not None
-    assert all(batch > own.covers for batch in batches[8:22])  # the delta: 14 >= 10
-    assert batches[22:] == [vector_indexes.OWN_INDEX_ONLY] * len(TOPICS)
+    assert all(batch > own.covers for batch in batches[8:29])  # the delta: 21 >= 16
+    assert batches[29:] == [vector_indexes.OWN_INDEX_ONLY] * len(TOPICS)
+    # Asked for by each write that found the delta past 8 (the third and the fourth).
+    assert asked == ["tenant_indexes"] * 2
     settings.MEMORYHUB = {"TENANT_INDEX_MIN_RECORDS": 8, "EXACT_SCAN_THRESHOLD": 0}
     result = found(tenant.scope, "Acme policy on parking desk", "vector")
     assert result.strategy == "hnsw-tenant+delta"
     assert result.items[0].content == "Acme policy on parking: ask the parking desk, form 6."
+
+
+def test_a_load_into_a_domain_with_its_own_index_rebuilds_it_in_bulk_as_it_doubles(
+    tenant, other_tenant, committed, settings
+):
+    # A load larger than BULK_DELTA_MAX: the index is built again each time the delta
+    # outgrows it, and no vector goes into it row by row (at 1M records the 300k domain's
+    # did, at a tenth of the bulk rate).
+    mine = _own_index_with_memos(tenant, committed, settings, 8)
+    settings.MEMORYHUB = {
+        "BULK_MIN_RECORDS": 5,
+        "TENANT_INDEX_MIN_RECORDS": 8,
+        "EXACT_SCAN_THRESHOLD": 2,
+        "BULK_DELTA_MAX": 10,
+    }
+    rebuilt = []
+    for org in ("Initech", "Hooli", "Globex", "Umbrella", "Acme"):
+        committed(write.write, tenant.scope, handbook(org))
+        rebuilt.append(indexing.own_index(tenant.scope, MODEL).covered)  # type: ignore[union-attr]
+    committed(write.write, other_tenant.scope, handbook("Globex"))
+    batches = [record.vector_batch for record in stored(tenant.scope)]
+    assert vector_indexes.OWN_INDEX_ONLY not in batches
+    # Rebuilt (eagerly here) after the write that found the delta (14) past what the
+    # index covered (8): over 29 records, in one build, where 21 went in row by row.
+    assert rebuilt == [8, 8, 29, 29, 29]
+    settings.MEMORYHUB = {"TENANT_INDEX_MIN_RECORDS": 8, "EXACT_SCAN_THRESHOLD": 0}
+    result = found(tenant.scope, "Acme policy on parking desk", "vector")
+    assert result.strategy == "hnsw-tenant+delta"
+    assert "policy on parking" in result.items[0].content
+    assert not any(item.content.startswith("Globex") for item in result.items)
+    assert mine in _explain(tenant.scope, "policy on parking desk")
+
+
+def test_a_domain_outgrowing_the_exact_scan_takes_its_delta_into_the_shared_index_at_once(
+    tenant, other_tenant, committed, settings, monkeypatch
+):
+    # No index of its own: the batch that takes the domain past the exact scan folds the
+    # delta it gathered while small into the shared index, in the indexing worker (at
+    # 1M records, 35 such domains left 70k vectors to one maintenance run after the load).
+    monkeypatch.setattr(indexing, "send", lambda *args, **kwargs: True)  # no maintenance
+    settings.MEMORYHUB = {
+        "BULK_MIN_RECORDS": 5,
+        "TENANT_INDEX_MIN_RECORDS": 0,
+        "EXACT_SCAN_THRESHOLD": 10,
+    }
+    committed(write.write, tenant.scope, handbook("Acme"))
+    committed(write.write, other_tenant.scope, handbook("Globex"))
+    assert all(record.vector_batch is not None for record in stored(tenant.scope))
+    committed(write.write, tenant.scope, handbook("Initech"))  # 14 > 10
+    assert [record.vector_batch for record in stored(tenant.scope)] == [None] * 14
+    # Another org's small domain keeps its delta.
+    assert all(record.vector_batch is not None for record in stored(other_tenant.scope))
+    mine = found(tenant.scope, "Acme policy on parking desk", "vector")
+    assert mine.strategy == "hnsw"
+    assert "policy on parking" in mine.items[0].content
+    assert all(item.content.startswith(("Acme", "Initech")) for item in mine.items)
+    assert_found_by_its_org_only(other_tenant.scope, "Globex", strategy="exact")
+
+
+def test_a_fold_waits_for_another_fold_of_the_same_domain_and_a_worker_leaves_it(
+    tenant, other_tenant, committed, settings
+):
+    import psycopg
+    from django.db import OperationalError
+
+    settings.MEMORYHUB = {"BULK_MIN_RECORDS": 5, "TENANT_INDEX_MIN_RECORDS": 0}
+    committed(write.write, tenant.scope, handbook("Acme"))
+    committed(write.write, other_tenant.scope, handbook("Globex"))
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    with psycopg.connect(**params, autocommit=False) as other:
+        other.execute(
+            "SELECT pg_advisory_xact_lock(%s, %s)",
+            [vector_indexes.FOLD_LOCK_CLASS, tenant.scope.domain_id],
+        )
+        with transaction.atomic():
+            assert vector_indexes.fold_delta(tenant.scope, MODEL) == 0  # the other one folds
+            assert vector_indexes.fold_delta(other_tenant.scope, MODEL) == len(TOPICS)
+            transaction.set_rollback(True)
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL lock_timeout = '200ms'")
+            with pytest.raises(OperationalError, match="lock timeout"):
+                vector_indexes._fold((tenant.scope.org_id, tenant.scope.domain_id), MODEL)
+        other.rollback()
+    assert vector_indexes._fold((tenant.scope.org_id, tenant.scope.domain_id), MODEL) == len(TOPICS)
 
 
 def test_a_settled_delta_small_beside_its_index_is_inserted_into_it_row_by_row(

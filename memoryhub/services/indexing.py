@@ -33,6 +33,7 @@ from .vector_indexes import (
     TenantIndexChanges,
     ensure_tenant_indexes,
     ensure_vector_index,
+    fold_delta,
     has_deltas,
     has_tenant_indexes,
     own_index,
@@ -155,6 +156,8 @@ def _store_in_bulk(
         scope = Scope(org_id=org_id, domain_id=domain_id)
         where = placement(scope, model)
         maintain = maintain or where.maintain
+        if where.fold:
+            fold_delta(scope, model)
         if where.batch is not None:
             for position in positions:
                 batches[position] = where.batch

@@ -192,6 +192,9 @@ class Placement:
 
     batch: int | None
     maintain: bool = False
+    #: The domain outgrew the exact scan without an index of its own: the delta it
+    #: gathered while it was small goes into the shared index now (:func:`fold_delta`).
+    fold: bool = False
 
 
 def _tenant_bound(total: int, minimum: int) -> int:
@@ -205,6 +208,15 @@ def _rebuild_bound(covered: int) -> int:
     return max(
         memoryhub_settings.EXACT_SCAN_THRESHOLD, math.ceil(TENANT_INDEX_REBUILD_SHARE * covered)
     )
+
+
+def _delta_most(bound: int) -> int:
+    """How large a domain's delta may grow before its vectors go into its own index row
+    by row: twice the size at which its index is rebuilt (a load keeps storing in bulk
+    while the rebuild it asked for runs, so a domain loaded from empty costs about two
+    builds of its final size), and at least ``BULK_DELTA_MAX``. Only a load that outruns
+    its index's rebuilds reaches it."""
+    return max(memoryhub_settings.BULK_DELTA_MAX, 2 * bound)
 
 
 def placement(scope: Scope, model_name: str) -> Placement:
@@ -221,10 +233,10 @@ def placement(scope: Scope, model_name: str) -> Placement:
     with connection.cursor() as cursor:
         if own is not None:
             bound = _rebuild_bound(own.covered)
-            most = memoryhub_settings.BULK_DELTA_MAX
-            delta = _delta_size(cursor, scope, model_name, own.covers, max(bound, most) + 1)
+            most = _delta_most(bound)
+            delta = _delta_size(cursor, scope, model_name, own.covers, most + 1)
             if delta >= most:
-                return Placement(OWN_INDEX_ONLY, maintain=delta > bound)
+                return Placement(OWN_INDEX_ONLY, maintain=True)
             return Placement(_next_batch(cursor), maintain=delta > bound)
         cursor.execute(
             f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE org_id = %s AND domain_id = %s"
@@ -236,7 +248,7 @@ def placement(scope: Scope, model_name: str) -> Placement:
             return Placement(_next_batch(cursor))
         if minimum > 0 and size >= _tenant_bound(_table_size(cursor, size), minimum):
             return Placement(_next_batch(cursor), maintain=True)
-    return Placement(None)
+        return Placement(None, fold=_delta_size(cursor, scope, model_name, -1, 1) > 0)
 
 
 def _next_batch(cursor: object) -> int:
@@ -504,22 +516,63 @@ def _swap(successor: str, name: str, *, concurrently: bool) -> None:
         )
 
 
+#: The first key of a domain's fold lock (the writer lock's is -1, word statistics' -2).
+FOLD_LOCK_CLASS = -3
+
+
 def _fold(
     tenant: tuple[int, int], model_name: str, *, after: int = -1, into: int | None = None
 ) -> int:
     """Move a domain's bulk-stored vectors numbered above ``after`` into an index row by
     row: the shared one (``into`` None) or the domain's own (``OWN_INDEX_ONLY``); how
-    many."""
+    many. Waits for a worker folding the same domain (:func:`fold_delta`)."""
+    from django.db import transaction
+
+    with transaction.atomic():
+        folded = _fold_rows(tenant, model_name, after=after, into=into, wait=True)
+    bump_generation(Scope(org_id=tenant[0], domain_id=tenant[1]))
+    return folded
+
+
+def fold_delta(scope: Scope, model_name: str) -> int:
+    """In the caller's transaction, move the delta of ``scope``'s domain (grown past the
+    exact scan, with no index of its own) into the shared index: the indexing worker
+    that stores the batch which took it past does it, so the load's workers share that
+    work instead of leaving it to one maintenance run after the load. Another
+    transaction folding the same domain does it instead (0)."""
+    from ..cache import bump_generation_on_commit
+
+    folded = _fold_rows((scope.org_id, scope.domain_id), model_name, wait=False)
+    if folded:
+        bump_generation_on_commit(scope)
+    return folded
+
+
+def _fold_rows(
+    tenant: tuple[int, int],
+    model_name: str,
+    *,
+    after: int = -1,
+    into: int | None = None,
+    wait: bool,
+) -> int:
+    """The fold's statement, under the domain's fold lock (until the transaction ends),
+    so two folds of one domain never update its rows in different orders; without
+    ``wait``, nothing when another transaction holds it."""
+    function = "pg_advisory_xact_lock" if wait else "pg_try_advisory_xact_lock"
     with _connection_cursor() as cursor:
+        cursor.execute(  # type: ignore[attr-defined]
+            f"SELECT {function}(%s, %s)::text", [FOLD_LOCK_CLASS, tenant[1] % 2_147_483_647]
+        )
+        if cursor.fetchone()[0] == "false":  # type: ignore[attr-defined]
+            return 0
         cursor.execute(  # type: ignore[attr-defined]
             f"UPDATE {MemoryRecord._meta.db_table} SET vector_batch = %s"
             " WHERE domain_id = %s AND vector_batch > %s AND org_id = %s"
             " AND embedding_model = %s",
             [into, tenant[1], after, tenant[0], model_name],
         )
-        folded = int(cursor.rowcount)  # type: ignore[attr-defined]
-    bump_generation(Scope(org_id=tenant[0], domain_id=tenant[1]))
-    return folded
+        return int(cursor.rowcount)  # type: ignore[attr-defined]
 
 
 def _upgrade_shared_index(model_name: str, dimensions: int, *, concurrently: bool) -> None:

@@ -16,8 +16,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--scale", choices=sorted(SCALES), default="small")
     parser.add_argument("--output", type=Path, default=Path(__file__).resolve().parent)
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="the last run's database and ingest figures: run the phases after ingest again",
+    )
     args = parser.parse_args()
-    results = run(args.scale, args.output)
+    results = run(args.scale, args.output, reuse=args.reuse)
     from benchmarks.report import summary_table
 
     print(summary_table(results))

@@ -517,7 +517,14 @@ def write_report(results: dict[str, Any], path: Path) -> None:
             if "distinct_passages" in results
             else ". "
         )
-        + f"Run {results['date']} on {machine['cpus']} CPUs, {machine['platform']}, Python {machine['python']}, "
+        + f"Run {results['date']}"
+        + (
+            f" (ingest measured in the run of {results['ingest_date']}; the later phases"
+            " again on the database it loaded, `--reuse`)"
+            if "ingest_date" in results
+            else ""
+        )
+        + f" on {machine['cpus']} CPUs, {machine['platform']}, Python {machine['python']}, "
         f"{machine['postgres']} (shared_buffers {machine.get('shared_buffers', '?')}), "
         f"pgvector {machine['pgvector']}. Regenerate with `make bench` "
         "(`python -m benchmarks --scale small|medium|large`).",

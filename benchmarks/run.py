@@ -54,8 +54,9 @@ def timed(fn: Callable[[], Any], repeat: Iterable[Any]) -> list[float]:
 # --- setup -------------------------------------------------------------------------------
 
 
-def setup_django(database: str) -> None:
-    """Point the site at a dedicated benchmark database (embedded server by default)."""
+def setup_django(database: str, *, fresh: bool = True) -> None:
+    """Point the site at a dedicated benchmark database (embedded server by default),
+    created afresh unless ``fresh`` is false (then the last run's, as it left it)."""
     if not os.environ.get("BENCH_DATABASE_URL"):
         from memoryhub.contrib.embedded_postgres import server as embedded
 
@@ -67,10 +68,16 @@ def setup_django(database: str) -> None:
         with psycopg.connect(
             host=embedded.socket_dir(srv), user="postgres", dbname="postgres", autocommit=True
         ) as conn:
-            conn.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database))
-            )
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+            exists = conn.execute(
+                "SELECT 1 FROM pg_database WHERE datname = %s", [database]
+            ).fetchone()
+            if fresh or not exists:
+                conn.execute(
+                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                        sql.Identifier(database)
+                    )
+                )
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
         os.environ["BENCH_DATABASE_URL"] = (
             f"postgresql://postgres@/{database}?host={embedded.socket_dir(srv)}"
         )
@@ -95,6 +102,28 @@ def setup_django(database: str) -> None:
     call_command("migrate", interactive=False, verbosity=0)
 
 
+def tenant_sizes(total: int, tenants: int = 100) -> list[int]:
+    """One tenant holds 30%, one 10%, the rest share 60% with a Zipf-like skew."""
+    weights = [0.30, 0.10] + [1 / (rank**0.8) for rank in range(1, tenants - 1)]
+    tail = sum(weights[2:])
+    weights = weights[:2] + [0.60 * w / tail for w in weights[2:]]
+    sizes = [max(1, int(total * w)) for w in weights]
+    sizes[0] += total - sum(sizes)
+    return sizes
+
+
+def loaded_tenants(total: int, tenants: int) -> tuple[list[Any], list[int]]:
+    """The tenants a previous run of the scale created and loaded (``--reuse``)."""
+    from memoryhub.scope import Scope
+    from tenants.models import Domain
+
+    scopes = [
+        Scope.for_domain(Domain.objects.get(org__slug=f"tenant-{n}", slug="docs"))
+        for n in range(tenants)
+    ]
+    return scopes, tenant_sizes(total, tenants)
+
+
 def make_tenants(total: int, tenants: int = 100) -> tuple[list[Any], list[int]]:
     """``tenants`` tenants: one holds 30%, one 10%, the rest share 60% with a Zipf-like
     skew."""
@@ -102,11 +131,7 @@ def make_tenants(total: int, tenants: int = 100) -> tuple[list[Any], list[int]]:
     from memoryhub.services import write
     from tenants.models import Domain, Org
 
-    weights = [0.30, 0.10] + [1 / (rank**0.8) for rank in range(1, tenants - 1)]
-    tail = sum(weights[2:])
-    weights = weights[:2] + [0.60 * w / tail for w in weights[2:]]
-    sizes = [max(1, int(total * w)) for w in weights]
-    sizes[0] += total - sum(sizes)
+    sizes = tenant_sizes(total, tenants)
     scopes = []
     for n in range(tenants):
         org = Org.objects.create(slug=f"tenant-{n}", name=f"Tenant {n}")
@@ -782,12 +807,26 @@ def measure_ingest(
         # What autovacuum does soon after a load in production: the planner sees the
         # real table.
         cursor.execute("VACUUM (ANALYZE) memoryhub_memoryrecord")
+    settle_writes()
     return results
 
 
-def main(scale: str, output: Path) -> dict[str, Any]:
+def settle_writes() -> None:
+    """A checkpoint before the queries are timed: the load's dirty pages written out
+    now, not by a checkpoint spread over the query phase (at 1M records one took 4.5
+    minutes of it, and a query stalled for 21 s)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("CHECKPOINT")
+
+
+def main(scale: str, output: Path, *, reuse: bool = False) -> dict[str, Any]:
     """Measure everything at ``scale`` on a fresh benchmark database; write
     ``results-<scale>.json`` and REPORT.md into ``output`` and return the results.
+
+    ``reuse``: the last run's database as it left it and its ingest figures (from
+    ``results-<scale>.json``); only the phases after ingest run again.
 
     The phases run in this order and share one random generator, so a scale asks the
     same questions every run: ingest, queries (latency, recall, concurrency), the peer,
@@ -802,7 +841,7 @@ def main(scale: str, output: Path) -> dict[str, Any]:
     total = SCALES[scale]
     logs = ROOT / "benchmarks" / ".cache"
     logs.mkdir(parents=True, exist_ok=True)
-    setup_django(f"memoryhub_bench_{scale}")
+    setup_django(f"memoryhub_bench_{scale}", fresh=not reuse)
     results: dict[str, Any] = {
         "scale": scale,
         "records": total,
@@ -813,8 +852,15 @@ def main(scale: str, output: Path) -> dict[str, Any]:
     sys.stderr.write(f"corpus: {total} passages of docstrings\n")
     texts = passages(total)
     results["distinct_passages"] = len({text.split(" (part ")[0] for text in texts})
-    scopes, sizes = make_tenants(total, TENANTS[scale])
-    results["ingest"] = measure_ingest(scopes, sizes, texts, logs, scale)
+    if reuse:
+        previous = json.loads((output / f"results-{scale}.json").read_text())
+        results["ingest"] = previous["ingest"]
+        results["ingest_date"] = previous.get("ingest_date", previous["date"])
+        scopes, sizes = loaded_tenants(total, TENANTS[scale])
+        settle_writes()
+    else:
+        scopes, sizes = make_tenants(total, TENANTS[scale])
+        results["ingest"] = measure_ingest(scopes, sizes, texts, logs, scale)
     rng = random.Random(42)
     served, peer_queries = measure_queries(scopes, sizes, texts, rng, logs)
     results.update(served)

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -187,6 +188,18 @@ def database_url() -> str:
     port = params.get("port") or 5432
     name = connection.settings_dict["NAME"]
     return f"postgresql://{user}:{password}@/{name}?host={quote(host)}&port={port}"
+
+
+def second_connection(*, autocommit: bool = False) -> Any:
+    """A psycopg connection of its own to the test database (another process's session:
+    its locks and transactions are not the test's)."""
+    import psycopg
+    from django.db import connection
+
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    return psycopg.connect(**params, autocommit=autocommit)
 
 
 @dataclass

@@ -432,16 +432,14 @@ def test_a_domain_outgrowing_the_exact_scan_takes_its_delta_into_the_shared_inde
 def test_a_fold_waits_for_another_fold_of_the_same_domain_and_a_worker_leaves_it(
     tenant, other_tenant, committed, settings
 ):
-    import psycopg
     from django.db import OperationalError
+
+    from tests.programs import second_connection
 
     settings.MEMORYHUB = {"BULK_MIN_RECORDS": 5, "TENANT_INDEX_MIN_RECORDS": 0}
     committed(write.write, tenant.scope, handbook("Acme"))
     committed(write.write, other_tenant.scope, handbook("Globex"))
-    params = connection.get_connection_params()
-    params.pop("cursor_factory", None)
-    params.pop("context", None)
-    with psycopg.connect(**params, autocommit=False) as other:
+    with second_connection() as other:
         other.execute(
             "SELECT pg_advisory_xact_lock(%s, %s)",
             [vector_indexes.FOLD_LOCK_CLASS, tenant.scope.domain_id],

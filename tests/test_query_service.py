@@ -492,14 +492,11 @@ def test_a_domain_with_a_large_share_of_a_small_table_gets_its_own_index(
 def test_tenant_index_maintenance_never_touches_a_shared_index_and_runs_once_at_a_time(
     tenant, handbook, settings
 ):
-    import psycopg
-
     from memoryhub.services import indexing
+    from tests.programs import second_connection
 
     # Another process maintaining them: this run does nothing and says so.
-    params = {k: v for k, v in connection.get_connection_params().items() if k != "context"}
-    params.pop("cursor_factory", None)
-    with psycopg.connect(**params, autocommit=True) as other:
+    with second_connection(autocommit=True) as other:
         # (First: inside the test's transaction a run holds the lock until its end.)
         other.execute("SELECT pg_advisory_lock(hashtext('memoryhub tenant indexes'))")
         busy = indexing.ensure_tenant_indexes(min_records=4)

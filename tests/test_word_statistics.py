@@ -203,13 +203,11 @@ def test_a_count_waits_for_an_erasure_that_holds_the_domains_lock(tenant, other_
     # An erasure deletes the counts and holds the domain's word-statistics lock until it
     # commits; a count (or another deletion) in the same domain waits for it, so it
     # cannot store the erased records' words afterwards. Another org's domain does not.
-    import psycopg
     from django.db import OperationalError, connection
 
-    params = connection.get_connection_params()
-    params.pop("cursor_factory", None)
-    params.pop("context", None)
-    with psycopg.connect(**params, autocommit=False) as erasure:
+    from tests.programs import second_connection
+
+    with second_connection() as erasure:
         erasure.execute(
             "SELECT pg_advisory_xact_lock(%s, %s)",
             [word_statistics.WORDS_LOCK_CLASS, tenant.scope.domain_id],

@@ -240,16 +240,19 @@ def raw_sql(
         weight, rarest_words = _hybrid_choices(scope.org_id, scope.domain_id)
         # A large domain's keyword leg ranks the records holding the query's rarest
         # words, as the service's does (services/word_statistics.py).
-        matched, matched_params = "search_vector @@ q", []
+        # It ranks at most ranked_at_most(depth) of them, the first the index finds.
+        matched, matched_params, first_found = "search_vector @@ q", [], ""
         if rarest_words and not every_match:
+            most = word_statistics.ranked_at_most(depth)
             rarest, matched_params = word_statistics.rarest_words_sql(
-                scope, words, word_statistics.budget(depth), depth
+                scope, words, word_statistics.budget(depth), depth, most
             )
             matched = f"search_vector @@ {rarest} AND (search_vector @@ q) IS TRUE"
+            first_found = f" LIMIT {most}"
         ranked = (
-            "SELECT id, created_at, ts_rank(search_vector, q, 32) AS score "
+            "SELECT * FROM (SELECT id, created_at, ts_rank(search_vector, q, 32) AS score "
             "FROM memoryhub_memoryrecord, to_tsquery('english', %s) q "
-            f"WHERE {live}{bucket} AND {matched} "
+            f"WHERE {live}{bucket} AND {matched}{first_found}) f "
             f"ORDER BY score DESC, created_at DESC LIMIT {depth}"
         )
 

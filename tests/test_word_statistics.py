@@ -5,6 +5,7 @@ org's, gone with every erasure in the domain, k answers when any record matches.
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 import pytest
@@ -123,6 +124,86 @@ def test_the_leg_ranks_within_the_budget(tenant, committed, settings, few_common
         ranked = cursor.fetchall()
     # k=1: a depth of 12; the fifteen "zebra" records are enough, "refund" is not read.
     assert len(ranked) == 12 and all("zebra" in row[2] for row in ranked)
+
+
+def run_leg(leg, text: str) -> list[tuple]:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(leg.sql, leg.bind({WORDS: _keyword_words(text)}))
+        return cursor.fetchall()
+
+
+def ranked_rows(leg, text: str) -> int:
+    """How many records ``leg`` ranked for ``text`` (the rows its sort read)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + leg.sql, leg.bind({WORDS: _keyword_words(text)})
+        )
+        plan = cursor.fetchone()[0]
+    plan = (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
+    while plan["Node Type"] != "Sort":
+        plan = plan["Plans"][0]
+    return plan["Plans"][0]["Actual Rows"]
+
+
+@pytest.fixture
+def no_more_than_the_budget(monkeypatch):
+    """A large domain's keyword leg ranks at most its budget of records."""
+    monkeypatch.setattr(word_statistics, "RANKED_PER_BUDGET", 1)
+
+
+def test_a_query_of_common_words_ranks_the_records_holding_all_of_its_rarest_words(
+    tenant, other_tenant, committed, settings, few_common_records, no_more_than_the_budget
+):
+    # k=1: a depth of 12 and a budget of 60 records. "refund" and "invoice" are each in
+    # 105 of 205 records, so no word of "refund invoice" is rare: the leg ranks the
+    # records holding both (105 expected to hold the first, still over 60, so the
+    # second too; the GIN index finds the 5 that hold both), not 60 holding either.
+    settings.MEMORYHUB = LARGE
+    for scope, org in ((tenant.scope, "Acme"), (other_tenant.scope, "Globex")):
+        items = [{"content": f"{org} refund refund refund {n}."} for n in range(100)]
+        items += [{"content": f"{org} invoice invoice invoice {n}."} for n in range(60)]
+        items += [{"content": f"{org} refund invoice pair {n}."} for n in range(5)]
+        items += [{"content": f"{org} invoice memo {n}."} for n in range(40)]
+        for start in range(0, len(items), 100):
+            committed(write.write, scope, items[start : start + 100])
+    sweep()
+    assert counts(tenant.scope)["refund"] == 105 and counts(tenant.scope)["invoic"] == 105
+    for scope, org in ((tenant.scope, "Acme"), (other_tenant.scope, "Globex")):
+        plan = query._plan(scope, query.QueryRequest.build(query="x", k=1, mode="keyword"))
+        rows = run_leg(plan.keyword, "refund invoice")
+        assert sorted(row[2] for row in rows) == [
+            f"{org} refund invoice pair {n}." for n in range(5)
+        ]
+        # Fewer than k? No: the service ranks them first, from this org only.
+        items = fresh(scope, "refund invoice", k=5, mode="keyword").items
+        assert {item.content for item in items} == {
+            f"{org} refund invoice pair {n}." for n in range(5)
+        }
+
+
+@pytest.mark.parametrize("leg", ["keyword", "every_keyword"])
+def test_a_large_domains_keyword_leg_ranks_a_bounded_number_of_records(
+    tenant, committed, settings, few_common_records, no_more_than_the_budget, leg
+):
+    # One common word held by 100 records (a single-word question, or the OR over every
+    # match): the leg ranks 60 of them (the budget), not all 100, and still returns k.
+    settings.MEMORYHUB = LARGE
+    load(committed, tenant.scope, "Acme", 100, 0)
+    sweep()
+    plan = query._plan(tenant.scope, query.QueryRequest.build(query="x", k=1, mode="keyword"))
+    chosen = getattr(plan, leg)
+    assert ranked_rows(chosen, "refund") == 60  # word_statistics.ranked_at_most(12)
+    assert len(run_leg(chosen, "refund")) == 12
+    assert len(fresh(tenant.scope, "refund", k=1, mode="keyword").items) == 1
+    # A domain without word statistics ranks every match (it is small).
+    settings.MEMORYHUB = {**LARGE, "KEYWORD_STATISTICS_MIN_RECORDS": 250}
+    committed(sweep)
+    plan = query._plan(tenant.scope, query.QueryRequest.build(query="x", k=1, mode="keyword"))
+    assert plan.every_keyword is None and ranked_rows(plan.keyword, "refund") == 100
 
 
 def test_too_few_records_holding_the_rarest_words_still_give_k(

@@ -50,35 +50,70 @@ def applies(scope: Scope) -> bool:
     return WordStatistics.unscoped.filter(org_id=scope.org_id, domain_id=scope.domain_id).exists()
 
 
-def rarest_words_sql(scope: Scope, words: Any, budget: int, depth: int) -> tuple[str, list[Any]]:
-    """SQL of a tsquery: an OR of the query's rarest words in ``scope``'s domain.
+def rarest_words_sql(
+    scope: Scope, words: Any, budget: int, depth: int, limit: int
+) -> tuple[str, list[Any]]:
+    """SQL of a tsquery choosing the records ``scope``'s domain's keyword leg ranks.
 
     ``words`` is the query's raw tsquery OR (as the keyword leg builds it). Its lexemes
     are taken rarest first (a word no count is kept of counts as held by
-    :data:`RARE_WORD_RECORDS` records) while the records they hold add up to at most
-    ``budget``, and past it while they add up to fewer than ``depth`` (what the ranking
-    needs). NULL (matching nothing) when the query has no words.
+    :data:`RARE_WORD_RECORDS` records):
+
+    - when its rarest word is held by at most ``limit`` records: an OR of its words
+      while the records they hold add up to at most ``budget``, and past it while they
+      add up to fewer than ``depth`` (what the ranking needs);
+    - when even its rarest word is held by more (every word of the query is common): an
+      AND of its words, rarest first, until the records holding all of them are
+      expected to be at most ``budget`` (the words taken as independent: the domain's
+      shares of records holding each, multiplied). The GIN index intersects their
+      lists, and a record holding every word of the question is among them.
+
+    Either way the keyword leg ranks at most ``limit`` of the records it chooses
+    (:func:`ranked_at_most`): a single common word, or common words that go together, cannot
+    make it rank a large domain.
+
+    NULL (matching nothing) when the query has no words.
     """
-    table = WordFrequency._meta.db_table
+    frequencies, statistics = WordFrequency._meta.db_table, WordStatistics._meta.db_table
     # Each lexeme quoted as a tsquery operand: backslashes and quotes escaped.
     quoted = "'''' || replace(replace(w.lexeme, chr(92), chr(92) || chr(92)), '''', '''''') || ''''"
+    rarest_first = "ORDER BY c.records, c.lexeme"
     sql = (
-        f"(SELECT string_agg({quoted}, ' | ')::tsquery"
+        "(SELECT (CASE WHEN min(w.records) > %s"
+        f" THEN string_agg({quoted}, ' & ') FILTER (WHERE w.expected_before > %s)"
+        f" ELSE string_agg({quoted}, ' | ')"
+        " FILTER (WHERE w.running <= %s OR w.running - w.records < %s) END)::tsquery"
         " FROM (SELECT c.lexeme, c.records,"
-        " sum(c.records) OVER (ORDER BY c.records, c.lexeme) AS running"
+        f" sum(c.records) OVER ({rarest_first}) AS running,"
+        # How many records are expected to hold every word rarer than this one.
+        " n.records * exp(COALESCE(sum(ln(least(c.records, n.records)::float8 / n.records))"
+        f" OVER ({rarest_first} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0))"
+        " AS expected_before"
         " FROM (SELECT t.lexeme, COALESCE(("
-        f"SELECT f.records FROM {table} f"
+        f"SELECT f.records FROM {frequencies} f"
         " WHERE f.domain_id = %s AND f.org_id = %s AND f.lexeme = t.lexeme), %s) AS records"
-        " FROM unnest(tsvector_to_array(to_tsvector(%s::regconfig, %s))) AS t(lexeme)) c"
-        ") w WHERE w.running <= %s OR w.running - w.records < %s)"
+        " FROM unnest(tsvector_to_array(to_tsvector(%s::regconfig, %s))) AS t(lexeme)) c,"
+        f" (SELECT greatest(s.records, 1) AS records FROM {statistics} s"
+        " WHERE s.domain_id = %s AND s.org_id = %s) n"
+        ") w)"
     )
-    params = [scope.domain_id, scope.org_id, RARE_WORD_RECORDS, SEARCH_CONFIG, words]
-    return sql, [*params, int(budget), int(depth)]
+    chosen = [int(limit), int(budget), int(budget), int(depth)]
+    held = [scope.domain_id, scope.org_id, RARE_WORD_RECORDS, SEARCH_CONFIG, words]
+    return sql, [*chosen, *held, scope.domain_id, scope.org_id]
 
 
 def budget(depth: int) -> int:
     """About how many records a large domain's keyword leg ranks for ``depth`` results."""
     return max(int(memoryhub_settings.KEYWORD_RANK_BUDGET), 5 * depth)
+
+
+#: A large domain's keyword leg ranks at most this many times its budget of records.
+RANKED_PER_BUDGET = 10
+
+
+def ranked_at_most(depth: int) -> int:
+    """The most records a large domain's keyword leg ranks for ``depth`` results."""
+    return RANKED_PER_BUDGET * budget(depth)
 
 
 def count(scope: Scope, records: int | None = None) -> int:

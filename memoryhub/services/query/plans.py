@@ -283,9 +283,13 @@ def _keyword_legs(
 
     Every record holding any word of the query is ranked (an OR), except in a domain
     with word statistics (``services.word_statistics``: a large one): there the first
-    leg ranks the records holding the query's rarest words, about
-    ``KEYWORD_RANK_BUDGET`` of them, and the OR over every record is the second, for a
-    query whose rarest words are held by too few records to fill k.
+    leg ranks the records holding the query's rarest words (about
+    ``KEYWORD_RANK_BUDGET`` of them; all of its rarest words when each is common), and
+    the OR over every record is the second, for a query whose rarest words are held by
+    too few records to fill k. Both rank at most
+    :func:`~memoryhub.services.word_statistics.ranked_at_most` records there: the first
+    of them the GIN index finds (issue 19: at 1M records, ranking all 300k-record
+    domain's records holding "references" took 450 ms, and "4" 1.9 s).
 
     Ranking only the records holding two or more of the words first was tried (issue
     19) and measured at 100k records: the large tenant's p50 went from 16.8 to 12.5 ms
@@ -295,22 +299,28 @@ def _keyword_legs(
     words = RawSQL("%s", (WORDS,), output_field=CharField())
     search = SearchQuery(words, config=SEARCH_CONFIG, search_type="raw")
     rank = Cast(SearchRank(F("search_vector"), search, normalization=32), FloatField())
+    columns = ("id", "rank", *ROW_FIELDS)
 
-    def ranked(matching: QuerySet[MemoryRecord]) -> _Leg | None:
-        return _Leg.compile(
-            matching.annotate(rank=rank, occurred=occurred())
-            .order_by("-rank", "-created_at")
-            .values_list("id", "rank", *ROW_FIELDS)[:depth],
-            float,
-            WORDS,
-        )
+    def ranked(matching: QuerySet[MemoryRecord], most: int | None = None) -> _Leg | None:
+        candidates = matching.annotate(rank=rank, occurred=occurred())
+        if most is None:
+            ordered = candidates.order_by("-rank", "-created_at").values_list(*columns)
+            return _Leg.compile(ordered[:depth], float, WORDS)
+        # The first ``most`` matches the index finds, then the best of them: the ranking
+        # is of at most ``most`` rows whatever the words.
+        leg = _Leg.compile(candidates.order_by().values_list(*columns)[:most], float, WORDS)
+        if leg is None:
+            return None
+        created = columns.index("created_at") + 1
+        sql = f"SELECT * FROM ({leg.sql}) AS first_found ORDER BY 2 DESC, {created} DESC"
+        return _Leg(f"{sql} LIMIT {int(depth)}", leg.params, leg.to_score, leg.slot)
 
-    every = ranked(records.filter(search_vector=search))
     if not word_statistics.applies(scope):
-        return every, None
+        return ranked(records.filter(search_vector=search)), None
+    most = word_statistics.ranked_at_most(depth)
     column = f'"{MemoryRecord._meta.db_table}"."search_vector"'
     rarest, params = word_statistics.rarest_words_sql(
-        scope, WORDS, word_statistics.budget(depth), depth
+        scope, WORDS, word_statistics.budget(depth), depth, most
     )
     # The GIN index finds the records holding the rarest words; the whole query's match
     # is checked on those rows only (IS TRUE keeps it out of the index scan).
@@ -319,7 +329,7 @@ def _keyword_legs(
         (*params, SEARCH_CONFIG, WORDS),
         output_field=BooleanField(),
     )
-    return ranked(records.filter(matched)), every
+    return ranked(records.filter(matched), most), ranked(records.filter(search_vector=search), most)
 
 
 #: Compiled plans by request shape, settings and domain generation, in this process:

@@ -81,8 +81,8 @@ DEFAULTS: dict[str, Any] = {
     "TENANT_INDEX_MIN_RECORDS": 10_000,
     # A domain with at least this many records has its words counted by the sweeper
     # (services/word_statistics.py): its keyword leg then ranks the records holding a
-    # query's rarest words, about KEYWORD_RANK_BUDGET of them, instead of every record
-    # holding any of its words (0 disables).
+    # query's rarest words, about KEYWORD_RANK_BUDGET of them and never more than ten
+    # times that, instead of every record holding any of its words (0 disables).
     "KEYWORD_STATISTICS_MIN_RECORDS": 5_000,
     "KEYWORD_RANK_BUDGET": 200,
     # Seconds a query result stays in the cache (0 disables the cache).

@@ -185,6 +185,27 @@ def test_a_query_of_common_words_ranks_the_records_holding_all_of_its_rarest_wor
         }
 
 
+def test_the_records_holding_every_common_word_stay_when_too_few_to_fill_k(
+    tenant, other_tenant, committed, settings, few_common_records, no_more_than_the_budget
+):
+    # k=8: a depth of 26 and a budget of 130. "refund" and "invoice" are each in 305 of
+    # 605 records: the first leg ranks the 5 holding both, fewer than k; the records
+    # holding any word fill k, but only the first 130 the index finds are ranked (the
+    # first written, "refund" alone). The 5 stay in the answer, ranked as before.
+    settings.MEMORYHUB = LARGE
+    for scope, org in ((tenant.scope, "Acme"), (other_tenant.scope, "Globex")):
+        items = [{"content": f"{org} refund refund {n}."} for n in range(300)]
+        items += [{"content": f"{org} invoice invoice {n}."} for n in range(300)]
+        items += [{"content": f"{org} refund invoice pair {n}."} for n in range(5)]
+        for start in range(0, len(items), 100):
+            committed(write.write, scope, items[start : start + 100])
+    sweep()
+    for scope, org in ((tenant.scope, "Acme"), (other_tenant.scope, "Globex")):
+        found = [item.content for item in fresh(scope, "refund invoice", k=8, mode="keyword").items]
+        assert len(found) == 8 and all(content.startswith(org) for content in found)
+        assert {f"{org} refund invoice pair {n}." for n in range(5)} <= set(found)
+
+
 @pytest.mark.parametrize("leg", ["keyword", "every_keyword"])
 def test_a_large_domains_keyword_leg_ranks_a_bounded_number_of_records(
     tenant, committed, settings, few_common_records, no_more_than_the_budget, leg
@@ -238,6 +259,21 @@ def test_the_rarest_words_are_quoted(tenant, committed, settings, few_common_rec
     for mode in ("keyword", "hybrid"):
         items = fresh(tenant.scope, text, k=2, mode=mode).items
         assert items and items[0].content == f"{text} {text}", mode
+
+
+def test_a_question_of_hundreds_of_rare_words_is_answered(
+    tenant, committed, settings, few_common_records
+):
+    # One token of 300 parts is 300 lexemes, each uncounted (rare): the chance that a
+    # record holds them all is a product far below a float's range. It is summed as
+    # logarithms, so the question is answered instead of failing with an underflow.
+    settings.MEMORYHUB = LARGE
+    load(committed, tenant.scope, "Acme", 60, 0)
+    sweep()
+    token = "_".join(f"zq{n}" for n in range(300))
+    committed(write.write, tenant.scope, [{"content": f"refund {token}"}])
+    items = fresh(tenant.scope, f"refund {token}", k=2, mode="keyword").items
+    assert items[0].content == f"refund {token}" and len(items) == 2
 
 
 def test_an_erasure_takes_its_domains_counts_with_it(

@@ -83,15 +83,16 @@ def rarest_words_sql(
     rarest_first = "ORDER BY c.records, c.lexeme"
     sql = (
         "(SELECT (CASE WHEN min(w.records) > %s"
-        f" THEN string_agg({quoted}, ' & ') FILTER (WHERE w.expected_before > %s)"
+        f" THEN string_agg({quoted}, ' & ') FILTER (WHERE w.log_expected_before > ln(%s))"
         f" ELSE string_agg({quoted}, ' | ')"
         " FILTER (WHERE w.running <= %s OR w.running - w.records < %s) END)::tsquery"
         " FROM (SELECT c.lexeme, c.records,"
         f" sum(c.records) OVER ({rarest_first}) AS running,"
-        # How many records are expected to hold every word rarer than this one.
-        " n.records * exp(COALESCE(sum(ln(least(c.records, n.records)::float8 / n.records))"
-        f" OVER ({rarest_first} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0))"
-        " AS expected_before"
+        # How many records are expected to hold every word rarer than this one, as a
+        # logarithm (a product of many small shares underflows).
+        " ln(n.records) + COALESCE(sum(ln(least(c.records, n.records)::float8 / n.records))"
+        f" OVER ({rarest_first} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)"
+        " AS log_expected_before"
         " FROM (SELECT t.lexeme, COALESCE(("
         f"SELECT f.records FROM {frequencies} f"
         " WHERE f.domain_id = %s AND f.org_id = %s AND f.lexeme = t.lexeme), %s) AS records"
@@ -100,7 +101,7 @@ def rarest_words_sql(
         " WHERE s.domain_id = %s AND s.org_id = %s) n"
         ") w)"
     )
-    chosen = [int(limit), int(budget), int(budget), int(depth)]
+    chosen = [int(limit), float(budget), int(budget), int(depth)]
     held = [scope.domain_id, scope.org_id, RARE_WORD_RECORDS, SEARCH_CONFIG, words]
     return sql, [*chosen, *held, scope.domain_id, scope.org_id]
 
@@ -116,7 +117,7 @@ RANKED_PER_BUDGET = 10
 
 def ranked_at_most(depth: int) -> int:
     """The most records a large domain's keyword leg ranks for ``depth`` results."""
-    return RANKED_PER_BUDGET * budget(depth)
+    return int(RANKED_PER_BUDGET * budget(depth))
 
 
 def count(scope: Scope, records: int | None = None) -> int:

@@ -106,8 +106,11 @@ def _rank(
     legs = [plan.vector, plan.keyword, plan.delta, *(leg for _, leg in plan.previous)]
     (vector, keyword, delta, *rest), rows = _run(legs, values, plan.settings)
     if plan.every_keyword is not None and len(keyword) < request.k:
-        # The rarest words' records were too few: every record holding any word.
-        (keyword,), more = _run([plan.every_keyword], values, {})
+        # The rarest words' records were too few: those holding any word join them (the
+        # same ranking; the records holding any word are not all ranked, so the first
+        # leg's may not be among them).
+        (every,), more = _run([plan.every_keyword], values, {})
+        keyword = union(keyword, every)
         rows.update(more)
     # A model's HNSW search and the exact scan of its delta rank parts of one scope.
     vector = union(vector, delta)

@@ -370,6 +370,8 @@ def _plan(
         "ef": settings.HNSW_EF_SEARCH,
         "tuples": settings.HNSW_MAX_SCAN_TUPLES,
         "weight": settings.HYBRID_VECTOR_WEIGHT,
+        "words": settings.KEYWORD_STATISTICS_MIN_RECORDS,
+        "budget": settings.KEYWORD_RANK_BUDGET,
     }
     key = cache.plan_key(scope, "statements|" + cache.canonical_json(shape), gen)
     now = time.monotonic()

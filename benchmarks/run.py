@@ -247,7 +247,9 @@ def raw_sql(
             rarest, matched_params = word_statistics.rarest_words_sql(
                 scope, words, word_statistics.budget(depth), depth, most
             )
-            matched = f"search_vector @@ {rarest} AND (search_vector @@ q) IS TRUE"
+            # Twice, as the service writes it (plans._keyword_legs says why).
+            matched = f"search_vector @@ {rarest} AND search_vector @@ {rarest} AND (search_vector @@ q) IS TRUE"
+            matched_params = [*matched_params, *matched_params]
             first_found = f" LIMIT {most}"
         ranked = (
             "SELECT * FROM (SELECT id, created_at, ts_rank(search_vector, q, 32) AS score "

@@ -155,6 +155,19 @@ def no_more_than_the_budget(monkeypatch):
     monkeypatch.setattr(word_statistics, "RANKED_PER_BUDGET", 1)
 
 
+def write_pairs(
+    committed, scope: Scope, org: str, *, refunds: int, invoices: int, memos: int, repeat: int
+) -> None:
+    """``refunds`` records saying "refund" ``repeat`` times, ``invoices`` saying "invoice"
+    as often, 5 saying both once ("pair"), ``memos`` saying "invoice memo"."""
+    items = [{"content": f"{org}{' refund' * repeat} {n}."} for n in range(refunds)]
+    items += [{"content": f"{org}{' invoice' * repeat} {n}."} for n in range(invoices)]
+    items += [{"content": f"{org} refund invoice pair {n}."} for n in range(5)]
+    items += [{"content": f"{org} invoice memo {n}."} for n in range(memos)]
+    for start in range(0, len(items), 100):
+        committed(write.write, scope, items[start : start + 100])
+
+
 def test_a_query_of_common_words_ranks_the_records_holding_all_of_its_rarest_words(
     tenant, other_tenant, committed, settings, few_common_records, no_more_than_the_budget
 ):
@@ -164,12 +177,7 @@ def test_a_query_of_common_words_ranks_the_records_holding_all_of_its_rarest_wor
     # second too; the GIN index finds the 5 that hold both), not 60 holding either.
     settings.MEMORYHUB = LARGE
     for scope, org in ((tenant.scope, "Acme"), (other_tenant.scope, "Globex")):
-        items = [{"content": f"{org} refund refund refund {n}."} for n in range(100)]
-        items += [{"content": f"{org} invoice invoice invoice {n}."} for n in range(60)]
-        items += [{"content": f"{org} refund invoice pair {n}."} for n in range(5)]
-        items += [{"content": f"{org} invoice memo {n}."} for n in range(40)]
-        for start in range(0, len(items), 100):
-            committed(write.write, scope, items[start : start + 100])
+        write_pairs(committed, scope, org, refunds=100, invoices=60, memos=40, repeat=3)
     sweep()
     assert counts(tenant.scope)["refund"] == 105 and counts(tenant.scope)["invoic"] == 105
     for scope, org in ((tenant.scope, "Acme"), (other_tenant.scope, "Globex")):
@@ -194,11 +202,7 @@ def test_the_records_holding_every_common_word_stay_when_too_few_to_fill_k(
     # first written, "refund" alone). The 5 stay in the answer, ranked as before.
     settings.MEMORYHUB = LARGE
     for scope, org in ((tenant.scope, "Acme"), (other_tenant.scope, "Globex")):
-        items = [{"content": f"{org} refund refund {n}."} for n in range(300)]
-        items += [{"content": f"{org} invoice invoice {n}."} for n in range(300)]
-        items += [{"content": f"{org} refund invoice pair {n}."} for n in range(5)]
-        for start in range(0, len(items), 100):
-            committed(write.write, scope, items[start : start + 100])
+        write_pairs(committed, scope, org, refunds=300, invoices=300, memos=0, repeat=2)
     sweep()
     for scope, org in ((tenant.scope, "Acme"), (other_tenant.scope, "Globex")):
         found = [item.content for item in fresh(scope, "refund invoice", k=8, mode="keyword").items]

@@ -117,11 +117,7 @@ def test_the_leg_ranks_within_the_budget(tenant, committed, settings, few_common
     sweep()
     plan = query._plan(tenant.scope, query.QueryRequest.build(query="x", k=1, mode="keyword"))
     assert plan.keyword is not None and plan.every_keyword is not None
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute(plan.keyword.sql, plan.keyword.bind({WORDS: _keyword_words("zebra refund")}))
-        ranked = cursor.fetchall()
+    ranked = run_leg(plan.keyword, "zebra refund")
     # k=1: a depth of 12; the fifteen "zebra" records are enough, "refund" is not read.
     assert len(ranked) == 12 and all("zebra" in row[2] for row in ranked)
 

@@ -10,6 +10,7 @@ step; a failure midway leaves nothing behind.
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import numpy as np
 import pytest
@@ -20,6 +21,7 @@ from memoryhub.embedders import HashingEmbedder
 from memoryhub.models import MemoryRecord, Observation
 from memoryhub.scope import Scope, tenant_scope
 from memoryhub.services import bulk, indexing, query, vector_indexes, write
+from memoryhub.services.query import plans
 
 pytestmark = pytest.mark.django_db
 
@@ -550,3 +552,29 @@ def test_a_vector_query_searches_a_domains_own_index_harder_than_a_hybrid_leg(
     query.clear_plans()
     plan = query._plan(tenant.scope, query.QueryRequest.build(query="x", k=3, mode="vector"))
     assert plan.settings["hnsw.ef_search"] == "50"
+
+
+def test_a_vector_query_searches_a_large_own_index_harder_still(
+    tenant, other_tenant, committed, settings, monkeypatch
+):
+    # Recall at a fixed ef_search falls as the graph grows (300k records: 0.925 at 100,
+    # 0.952 at 200): past LARGE_OWN_INDEX_RECORDS a vector query takes at least 200. Only
+    # the domain whose own index is that large: the other org's stays at 100.
+    settings.MEMORYHUB = {"TENANT_INDEX_MIN_RECORDS": 8, "EXACT_SCAN_THRESHOLD": 1}
+    committed(write.write, tenant.scope, [{"content": f"Acme memo {n}."} for n in range(30)])
+    committed(
+        write.write, other_tenant.scope, [{"content": f"Globex memo {n}."} for n in range(10)]
+    )
+    indexing.ensure_tenant_indexes(settle_after=timedelta(0))
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE memoryhub_memoryrecord")
+    monkeypatch.setattr(plans, "LARGE_OWN_INDEX_RECORDS", 20)
+    query.clear_plans()
+
+    def ef(scope: Any, mode: str) -> str:
+        plan = query._plan(scope, query.QueryRequest.build(query="x", k=3, mode=mode))
+        assert plan.strategy.endswith("hnsw-tenant")
+        return plan.settings["hnsw.ef_search"]
+
+    assert ef(tenant.scope, "vector") == "200"
+    assert ef(other_tenant.scope, "vector") == "100"

@@ -93,16 +93,18 @@ def rarest_words_sql(
         " ln(n.records) + COALESCE(sum(ln(least(c.records, n.records)::float8 / n.records))"
         f" OVER ({rarest_first} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)"
         " AS log_expected_before"
-        " FROM (SELECT t.lexeme, COALESCE(("
-        f"SELECT f.records FROM {frequencies} f"
-        " WHERE f.domain_id = %s AND f.org_id = %s AND f.lexeme = t.lexeme), %s) AS records"
-        " FROM unnest(tsvector_to_array(to_tsvector(%s::regconfig, %s))) AS t(lexeme)) c,"
+        # A join, not a subquery per lexeme: the planner would copy that subquery into
+        # each of the three expressions reading ``records`` (three lookups per word).
+        " FROM (SELECT t.lexeme, COALESCE(f.records, %s) AS records"
+        " FROM unnest(tsvector_to_array(to_tsvector(%s::regconfig, %s))) AS t(lexeme)"
+        f" LEFT JOIN {frequencies} f"
+        " ON f.domain_id = %s AND f.org_id = %s AND f.lexeme = t.lexeme) c,"
         f" (SELECT greatest(s.records, 1) AS records FROM {statistics} s"
         " WHERE s.domain_id = %s AND s.org_id = %s) n"
         ") w)"
     )
     chosen = [int(limit), float(budget), int(budget), int(depth)]
-    held = [scope.domain_id, scope.org_id, RARE_WORD_RECORDS, SEARCH_CONFIG, words]
+    held = [RARE_WORD_RECORDS, SEARCH_CONFIG, words, scope.domain_id, scope.org_id]
     return sql, [*chosen, *held, scope.domain_id, scope.org_id]
 
 

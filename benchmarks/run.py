@@ -203,6 +203,7 @@ def raw_sql(
 
     from memoryhub.conf import memoryhub_settings
     from memoryhub.services import word_statistics
+    from memoryhub.services.query import plans
     from memoryhub.services.query.request import _WORD
 
     embedder = memoryhub_settings.embedder()
@@ -247,9 +248,12 @@ def raw_sql(
             rarest, matched_params = word_statistics.rarest_words_sql(
                 scope, words, word_statistics.budget(depth), depth, most
             )
-            # Twice, as the service writes it (plans._keyword_legs says why).
-            matched = f"search_vector @@ {rarest} AND search_vector @@ {rarest} AND (search_vector @@ q) IS TRUE"
-            matched_params = [*matched_params, *matched_params]
+            # Twice in a domain holding a large share of the table, as the service
+            # writes it (plans._keyword_legs says why).
+            match = f"search_vector @@ {rarest}"
+            if word_statistics.share(scope) >= plans.DOUBLE_MATCH_MIN_SHARE:
+                match, matched_params = f"{match} AND {match}", [*matched_params, *matched_params]
+            matched = f"{match} AND (search_vector @@ q) IS TRUE"
             first_found = f" LIMIT {most}"
         ranked = (
             "SELECT * FROM (SELECT id, created_at, ts_rank(search_vector, q, 32) AS score "

@@ -45,6 +45,7 @@ from ..consolidation import (
 )
 from ..models import KnowledgeBase, MemoryRecord, Observation
 from ..scope import Scope, tenant_scope
+from . import locks
 from .scheduling import send
 
 __all__ = [
@@ -124,7 +125,7 @@ def consolidate(knowledge_base_id: int, namespace: str) -> dict[str, int] | None
     knowledge_base = KnowledgeBase.unscoped.filter(pk=knowledge_base_id).first()
     if knowledge_base is None:
         return None
-    key = (knowledge_base_id % 2_147_483_647, f"consolidate:{namespace}")
+    key = (locks.int4_key(knowledge_base_id), f"consolidate:{namespace}")
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", list(key))
         if not cursor.fetchone()[0]:

@@ -32,7 +32,7 @@ from ..cache import bump_generation
 from ..conf import memoryhub_settings
 from ..models import MemoryRecord
 from ..scope import Scope
-from . import word_statistics
+from . import locks, word_statistics
 
 logger = logging.getLogger(__name__)
 
@@ -567,7 +567,7 @@ def _fold_rows(
     function = "pg_advisory_xact_lock" if wait else "pg_try_advisory_xact_lock"
     with _connection_cursor() as cursor:
         cursor.execute(  # type: ignore[attr-defined]
-            f"SELECT {function}(%s, %s)::text", [FOLD_LOCK_CLASS, tenant[1] % 2_147_483_647]
+            f"SELECT {function}(%s, %s)::text", [FOLD_LOCK_CLASS, locks.int4_key(tenant[1])]
         )
         if cursor.fetchone()[0] == "false":  # type: ignore[attr-defined]
             return 0

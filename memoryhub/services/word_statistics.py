@@ -36,6 +36,7 @@ from ..cache import bump_generation_on_commit
 from ..conf import memoryhub_settings
 from ..models import SEARCH_CONFIG, MemoryRecord, WordFrequency, WordStatistics
 from ..scope import Scope
+from . import locks
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +52,21 @@ RECOUNT_SHARE = 0.1
 def applies(scope: Scope) -> bool:
     """Whether ``scope``'s domain has word statistics (its keyword leg uses them)."""
     return WordStatistics.unscoped.filter(org_id=scope.org_id, domain_id=scope.domain_id).exists()
+
+
+def share(scope: Scope) -> float:
+    """About what share of the records table ``scope``'s domain holds: the records its
+    statistics counted over the planner's row count (1.0 when either is unknown)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT s.records, c.reltuples FROM {WordStatistics._meta.db_table} s, pg_class c"
+            " WHERE s.org_id = %s AND s.domain_id = %s AND c.oid = %s::regclass",
+            [scope.org_id, scope.domain_id, MemoryRecord._meta.db_table],
+        )
+        row = cursor.fetchone()
+    if row is None or row[1] <= 0:
+        return 1.0
+    return min(row[0] / row[1], 1.0)
 
 
 def rarest_words_sql(
@@ -183,7 +199,7 @@ def _lock(scope: Scope) -> None:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT pg_advisory_xact_lock(%s, %s)",
-            [WORDS_LOCK_CLASS, scope.domain_id % 2_147_483_647],
+            [WORDS_LOCK_CLASS, locks.int4_key(scope.domain_id)],
         )
 
 

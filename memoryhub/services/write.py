@@ -29,7 +29,7 @@ from ..exceptions import UnknownSource, ValidationFailed, WriteRefused
 from ..items import UPDATABLE_FIELDS
 from ..models import KnowledgeBase, MemoryRecord, Observation, RecordVersion
 from ..scope import Scope, tenant_scope
-from . import bulk, consolidation, history
+from . import bulk, consolidation, history, locks
 from .knowledge_bases import accepts_writes, ensure_knowledge_base, resolve_sources, source_names
 from .scheduling import send
 from .validation import MAX_TTL_SECONDS, WriteItem, validate_items
@@ -189,7 +189,7 @@ def lock_domain(scope: Scope, *, exclusive: bool = False) -> None:
     function = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT {function}(%s, %s)", [DOMAIN_LOCK_CLASS, scope.domain_id % 2_147_483_647]
+            f"SELECT {function}(%s, %s)", [DOMAIN_LOCK_CLASS, locks.int4_key(scope.domain_id)]
         )
 
 
@@ -200,7 +200,7 @@ def lock_namespaces(knowledge_base: KnowledgeBase, namespaces: Iterable[str]) ->
         for namespace in sorted(set(namespaces)):
             cursor.execute(
                 "SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
-                [knowledge_base.pk % 2_147_483_647, namespace],
+                [locks.int4_key(knowledge_base.pk), namespace],
             )
 
 

@@ -203,7 +203,6 @@ def raw_sql(
 
     from memoryhub.conf import memoryhub_settings
     from memoryhub.services import word_statistics
-    from memoryhub.services.query import plans
     from memoryhub.services.query.request import _WORD
 
     embedder = memoryhub_settings.embedder()
@@ -245,14 +244,10 @@ def raw_sql(
         matched, matched_params, first_found = "search_vector @@ q", [], ""
         if rarest_words and not every_match:
             most = word_statistics.ranked_at_most(depth)
-            rarest, matched_params = word_statistics.rarest_words_sql(
-                scope, words, word_statistics.budget(depth), depth, most
+            # As the service writes it (twice in a domain holding much of the table).
+            match, matched_params = word_statistics.rarest_words_match(
+                scope, "search_vector", words, word_statistics.budget(depth), depth, most
             )
-            # Twice in a domain holding a large share of the table, as the service
-            # writes it (plans._keyword_legs says why).
-            match = f"search_vector @@ {rarest}"
-            if word_statistics.share(scope) >= plans.DOUBLE_MATCH_MIN_SHARE:
-                match, matched_params = f"{match} AND {match}", [*matched_params, *matched_params]
             matched = f"{match} AND (search_vector @@ q) IS TRUE"
             first_found = f" LIMIT {most}"
         ranked = (

@@ -330,35 +330,18 @@ def _keyword_legs(
         return ranked(records.filter(search_vector=search)), None
     most = word_statistics.ranked_at_most(depth)
     column = f'"{MemoryRecord._meta.db_table}"."search_vector"'
-    rarest, params = word_statistics.rarest_words_sql(
-        scope, WORDS, word_statistics.budget(depth), depth, most
+    match, params = word_statistics.rarest_words_match(
+        scope, column, WORDS, word_statistics.budget(depth), depth, most
     )
-    # The GIN index finds the records holding the rarest words; the whole query's match
-    # is checked on those rows only (IS TRUE keeps it out of the index scan). In a domain
-    # holding a large share of the table the rarest words' match is written twice on
-    # purpose: the search vector has no planner statistics (it holds personal data), so
-    # one match is estimated at 0.5% of the table, and the planner ANDed the index's few
-    # matches with a bitmap of every row of the tenant. Two are estimated at 0.005² and
-    # the GIN index is scanned alone. In a smaller domain most of the index's matches are
-    # other tenants' records, and the tenant's bitmap is what keeps them out: there the
-    # match is written once (see DOUBLE_MATCH_MIN_SHARE).
-    match = f"{column} @@ {rarest}"
-    if word_statistics.share(scope) >= DOUBLE_MATCH_MIN_SHARE:
-        match, params = f"{match} AND {match}", [*params, *params]
+    # The GIN index finds the records holding the rarest words (written twice in a
+    # domain holding much of the table: see rarest_words_match); the whole query's match
+    # is checked on those rows only (IS TRUE keeps it out of the index scan).
     matched = RawSQL(
         f"{match} AND ({column} @@ to_tsquery(%s::regconfig, %s)) IS TRUE",
         (*params, SEARCH_CONFIG, WORDS),
         output_field=BooleanField(),
     )
     return ranked(records.filter(matched), most), ranked(records.filter(search_vector=search), most)
-
-
-#: A domain holding at least this share of the records table has its keyword leg's
-#: rarest-words match written twice (``_keyword_legs``). Measured at 1M records on the
-#: benchmark's database, 30 known-item questions per domain, the keyword leg's median
-#: once -> twice: 300k records (30%) 30.5 -> 4.5 ms; 100k (10%) 8.2 -> 7.5 ms (max 14.5
-#: -> 43.3); 10.7k (1%) 6.2 -> 38.1 ms; 9.2k 5.8 -> 46.3 ms; the same rows each time.
-DOUBLE_MATCH_MIN_SHARE = 0.2
 
 
 #: Compiled plans by request shape, settings and domain generation, in this process:

@@ -71,6 +71,7 @@ def tenant_indexes() -> dict[str, Any]:
         "rebuilt": changes.rebuilt,
         "folded": changes.folded,
         "words": changes.words,
+        "keyword_indexes": {"created": changes.keyword_created, "dropped": changes.keyword_dropped},
         "busy": changes.busy,
     }
 

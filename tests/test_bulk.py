@@ -578,3 +578,10 @@ def test_a_vector_query_searches_a_large_own_index_harder_still(
 
     assert ef(tenant.scope, "vector") == "200"
     assert ef(other_tenant.scope, "vector") == "100"
+    # A hybrid query's vector leg too (the 1M run's 30% tenant answered hybrid questions
+    # below its vector ones with 60): at least 100 there, pgvector's 40 elsewhere. With
+    # ef_search 120 their shares give 90 and 30.
+    settings.MEMORYHUB = {**settings.MEMORYHUB, "HNSW_EF_SEARCH": 120}
+    query.clear_plans()
+    assert ef(tenant.scope, "hybrid") == "100"
+    assert ef(other_tenant.scope, "hybrid") == "40"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
+from io import StringIO
 
 import pytest
 from django.core.cache import cache
@@ -351,6 +352,8 @@ def test_the_rarest_words_match_is_written_twice_only_in_a_domain_holding_much_o
     load(committed, tenant.scope, "Acme", 100, 3)
     load(committed, other_tenant.scope, "Globex", 17, 3)
     assert len(sweep()) == 2
+    # Without full-text indexes of their own (see the next test): as if their builds failed.
+    word_statistics.ensure_keyword_indexes({}, concurrently=False)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE memoryhub_memoryrecord")
     query.clear_plans()
@@ -367,3 +370,66 @@ def test_the_rarest_words_match_is_written_twice_only_in_a_domain_holding_much_o
         plan = query._plan(scope, query.QueryRequest.build(query="x", k=3, mode="keyword"))
         rows = run_leg(plan.keyword, "zebra refund")
         assert rows and all(row[2].startswith(org) for row in rows)
+
+
+def test_a_large_domain_gets_a_full_text_index_of_its_own(
+    tenant, other_tenant, committed, settings, few_common_records
+):
+    # The shared GIN index finds every tenant's records holding a word (at 100k, 608 of
+    # the 773 it found for a 30% tenant's question were other tenants'); a large
+    # domain's own finds its records only, and the planner picks it. Globex is too small.
+    from django.core.management import call_command
+
+    settings.MEMORYHUB = LARGE
+    load(committed, tenant.scope, "Acme", 60, 3)
+    load(committed, other_tenant.scope, "Globex", 20, 3)
+    mine = word_statistics.keyword_index_name(tenant.scope.org_id, tenant.scope.domain_id)
+    out = StringIO()
+    call_command("memoryhub_ensure_indexes", stdout=out)
+    assert f"Domain full-text index {mine}: created." in out.getvalue()
+    assert word_statistics.has_keyword_index(tenant.scope)
+    assert not word_statistics.has_keyword_index(other_tenant.scope)
+    assert indexing.ensure_tenant_indexes(settle_after=timedelta(0)).keyword_created == []
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE memoryhub_memoryrecord")
+        cursor.execute("SET LOCAL enable_seqscan = off")
+    query.clear_plans()
+    plan = query._plan(tenant.scope, query.QueryRequest.build(query="x", k=3, mode="keyword"))
+    assert plan.keyword is not None
+    # Its matches need no tenant bitmap, and are not written twice to avoid one.
+    assert plan.keyword.sql.count("memoryhub_wordfrequency") == 1
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "EXPLAIN " + plan.keyword.sql, plan.keyword.bind({WORDS: _keyword_words("zebra")})
+        )
+        explained = "\n".join(row[0] for row in cursor.fetchall())
+    assert mine in explained and "memoryhub_record_fts_idx" not in explained
+    rows = run_leg(plan.keyword, "zebra desk")
+    assert len(rows) == 3 and all(row[2].startswith("Acme zebra") for row in rows)
+    # Through the service: Acme's records only, in each org.
+    for scope, org in ((tenant.scope, "Acme"), (other_tenant.scope, "Globex")):
+        found = fresh(scope, "zebra desk", k=5, mode="keyword").items
+        assert len(found) == 3 and all(item.content.startswith(org) for item in found)
+    # An erasure in the domain keeps it (the vacuum after it cleans every index).
+    committed(forget, tenant.scope, ForgetRequest(namespace="user:nobody"))
+    assert word_statistics.has_keyword_index(tenant.scope)
+    # Under half the minimum: dropped.
+    settings.MEMORYHUB = {**LARGE, "KEYWORD_STATISTICS_MIN_RECORDS": 200}
+    assert indexing.ensure_tenant_indexes(settle_after=timedelta(0)).keyword_dropped == [mine]
+    assert not word_statistics.has_keyword_index(tenant.scope)
+
+
+def test_a_full_text_index_left_invalid_is_built_again(tenant, committed, settings):
+    settings.MEMORYHUB = LARGE
+    load(committed, tenant.scope, "Acme", 60, 0)
+    sweep()
+    mine = word_statistics.keyword_index_name(tenant.scope.org_id, tenant.scope.domain_id)
+    with connection.cursor() as cursor:
+        # What a failed CREATE INDEX CONCURRENTLY leaves.
+        cursor.execute(
+            "UPDATE pg_index SET indisvalid = false WHERE indexrelid = %s::regclass", [mine]
+        )
+    assert not word_statistics.has_keyword_index(tenant.scope)
+    changes = indexing.ensure_tenant_indexes(settle_after=timedelta(0))
+    assert (changes.keyword_dropped, changes.keyword_created) == ([mine], [mine])
+    assert word_statistics.has_keyword_index(tenant.scope)

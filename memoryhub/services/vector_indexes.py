@@ -179,6 +179,9 @@ class TenantIndexChanges:
     folded: dict[str, int] = field(default_factory=dict)
     #: Domains whose words were counted ("org/domain"; ``services.word_statistics``).
     words: list[str] = field(default_factory=list)
+    #: Domains' own full-text indexes built and dropped (``word_statistics``).
+    keyword_created: list[str] = field(default_factory=list)
+    keyword_dropped: list[str] = field(default_factory=list)
     #: Another process was maintaining the tenant indexes: this run did nothing.
     busy: bool = False
 
@@ -345,10 +348,14 @@ def ensure_tenant_indexes(
         with _no_statement_timeout(concurrently):
             _upgrade_shared_index(model_name, dimensions, concurrently=concurrently)
             sizes = _maintain(model_name, dimensions, minimum, concurrently, settle_after, changes)
-        # The keyword leg's statistics of large domains, in the same run (and lock).
-        if memoryhub_settings.KEYWORD_STATISTICS_MIN_RECORDS and not sizes:
-            sizes = _domain_sizes()
-        changes.words = word_statistics.refresh(sizes)
+            # The keyword leg's statistics and indexes of large domains, in the same run
+            # (and lock).
+            if memoryhub_settings.KEYWORD_STATISTICS_MIN_RECORDS and not sizes:
+                sizes = _domain_sizes()
+            changes.words = word_statistics.refresh(sizes)
+            changes.keyword_created, changes.keyword_dropped = (
+                word_statistics.ensure_keyword_indexes(sizes, concurrently=concurrently)
+            )
     if changes.created or changes.dropped or changes.rebuilt or changes.folded:
         logger.info(
             "tenant HNSW indexes: created %s, dropped %s, rebuilt %s; folded %s",

@@ -44,6 +44,12 @@ class Command(BaseCommand):
         ):
             for tenant_index in names:
                 self.stdout.write(f"Tenant HNSW index {tenant_index}: {label}.")
+        for label, names in (
+            ("created", changes.keyword_created),
+            ("dropped", changes.keyword_dropped),
+        ):
+            for keyword_index in names:
+                self.stdout.write(f"Domain full-text index {keyword_index}: {label}.")
         for domain, count in changes.folded.items():
             self.stdout.write(f"Domain {domain}: {count} bulk-stored vectors inserted row by row.")
         if changes.busy:

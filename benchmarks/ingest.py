@@ -340,14 +340,15 @@ def _like(table: str, *, indexes: bool) -> None:
 
 
 def _index_definitions(table: str) -> list[str]:
-    """Every index of the records table (HNSW included; no domain's own index: there is
-    none before a load), as statements building it on ``table``."""
+    """Every index of the records table (HNSW included; no domain's own HNSW or
+    full-text index: there is none before a load), as statements building it on
+    ``table``."""
     from django.db import connection
 
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'memoryhub_memoryrecord'"
-            " AND indexname NOT LIKE 'memoryhub_thnsw_%%'"
+            " AND indexname NOT LIKE 'memoryhub_thnsw_%%' AND indexname NOT LIKE 'memoryhub_tfts_%%'"
         )
         found = cursor.fetchall()
     return [

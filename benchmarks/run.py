@@ -97,6 +97,9 @@ def setup_django(database: str, *, fresh: bool = True) -> None:
         "CACHE_TTL": 0,
         "THROTTLE_RATE": None,
         "MAX_WRITE_ITEMS": 500,
+        # The filtered-recall questions filter on metadata.bucket, as an operator who
+        # filters on a key would declare it (services.filter_indexes).
+        "INDEXED_METADATA_KEYS": ["bucket"],
         **json.loads(os.environ.get("BENCH_MEMORYHUB") or "{}"),
     }
     call_command("migrate", interactive=False, verbosity=0)
@@ -771,6 +774,7 @@ def describe_setup() -> dict[str, Any]:
             "hnsw_ef_search": memoryhub_settings.HNSW_EF_SEARCH,
             "hnsw_max_scan_tuples": memoryhub_settings.HNSW_MAX_SCAN_TUPLES,
             "tenant_index_min_records": memoryhub_settings.TENANT_INDEX_MIN_RECORDS,
+            "indexed_metadata_keys": list(memoryhub_settings.INDEXED_METADATA_KEYS),
             "index_batch_size": memoryhub_settings.INDEX_BATCH_SIZE,
             "k": K,
         },

@@ -68,6 +68,11 @@ DEFAULTS: dict[str, Any] = {
     # Vector search scans filtered scopes up to this many rows exactly; larger ones go
     # through the model's HNSW index with iterative scans.
     "EXACT_SCAN_THRESHOLD": 2_000,
+    # Metadata keys that vector queries filter on (their `where`): each gets a btree
+    # index of (domain, metadata -> key), built by the sweeper, and a query filtered on
+    # one is scanned exactly up to five times EXACT_SCAN_THRESHOLD rows (recall 1.0)
+    # instead of searching the HNSW graph for neighbours the filter throws away.
+    "INDEXED_METADATA_KEYS": [],
     "HNSW_EF_SEARCH": 200,
     "HNSW_MAX_SCAN_TUPLES": 40_000,
     # Hybrid search: the vector leg's share of the fused score (the keyword leg has the
@@ -403,8 +408,9 @@ def _check_numbers() -> list[CheckMessage]:
 
 
 def _check_erasure_settings() -> list[CheckMessage]:
-    """``memoryhub.E006`` (``SUBJECT_NAMESPACE_PREFIXES`` not a list of non-empty strings)
-    and ``E007`` (an ``ERASURE_RECEIPT_KEY`` too short to key the receipts' hashes)."""
+    """``memoryhub.E006`` (``SUBJECT_NAMESPACE_PREFIXES`` not a list of non-empty strings),
+    ``E007`` (an ``ERASURE_RECEIPT_KEY`` too short to key the receipts' hashes) and
+    ``E018`` (``INDEXED_METADATA_KEYS`` not a short list of metadata keys)."""
     messages: list[CheckMessage] = []
     prefixes = memoryhub_settings.user_settings.get(
         "SUBJECT_NAMESPACE_PREFIXES", DEFAULTS["SUBJECT_NAMESPACE_PREFIXES"]
@@ -421,6 +427,24 @@ def _check_erasure_settings() -> list[CheckMessage]:
                 id="memoryhub.E006",
             )
         )
+    from .filters import MAX_KEY_LENGTH
+
+    keys = memoryhub_settings.user_settings.get("INDEXED_METADATA_KEYS", [])
+    if (
+        isinstance(keys, str)
+        or not isinstance(keys, list | tuple)
+        or len(keys) > MAX_INDEXED_METADATA_KEYS
+        or not all(isinstance(key, str) and 0 < len(key) <= MAX_KEY_LENGTH for key in keys)
+    ):
+        messages.append(
+            Error(
+                f"MEMORYHUB['INDEXED_METADATA_KEYS'] must be a list of at most"
+                f" {MAX_INDEXED_METADATA_KEYS} metadata keys (strings of 1 to {MAX_KEY_LENGTH}"
+                f" characters), not {keys!r}.",
+                hint="Each key is an index on the records table, paid by every write.",
+                id="memoryhub.E018",
+            )
+        )
     receipt_key = memoryhub_settings.user_settings.get("ERASURE_RECEIPT_KEY")
     if receipt_key is not None and (not isinstance(receipt_key, str) or len(receipt_key) < 32):
         messages.append(
@@ -431,6 +455,9 @@ def _check_erasure_settings() -> list[CheckMessage]:
         )
     return messages
 
+
+#: The most metadata keys ``INDEXED_METADATA_KEYS`` may name (an index each).
+MAX_INDEXED_METADATA_KEYS = 16
 
 #: The most ``MAX_CONTEXT_TURNS`` may be: a query then reads at most
 #: ``MAX_K × 2 × MAX_CONTEXT_TURNS`` turns.

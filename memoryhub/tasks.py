@@ -72,6 +72,10 @@ def tenant_indexes() -> dict[str, Any]:
         "folded": changes.folded,
         "words": changes.words,
         "keyword_indexes": {"created": changes.keyword_created, "dropped": changes.keyword_dropped},
+        "filter_indexes": {
+            "keys_indexed": changes.filter_keys_indexed,
+            "dropped": changes.filter_indexes_dropped,
+        },
         "busy": changes.busy,
     }
 

@@ -32,7 +32,7 @@ from ..cache import bump_generation
 from ..conf import memoryhub_settings
 from ..models import MemoryRecord
 from ..scope import Scope
-from . import locks, word_statistics
+from . import filter_indexes, locks, word_statistics
 
 logger = logging.getLogger(__name__)
 
@@ -182,6 +182,9 @@ class TenantIndexChanges:
     #: Domains' own full-text indexes built and dropped (``word_statistics``).
     keyword_created: list[str] = field(default_factory=list)
     keyword_dropped: list[str] = field(default_factory=list)
+    #: ``INDEXED_METADATA_KEYS`` whose index was built; the names of those dropped.
+    filter_keys_indexed: list[str] = field(default_factory=list)
+    filter_indexes_dropped: list[str] = field(default_factory=list)
     #: Another process was maintaining the tenant indexes: this run did nothing.
     busy: bool = False
 
@@ -355,6 +358,10 @@ def ensure_tenant_indexes(
             changes.words = word_statistics.refresh(sizes)
             changes.keyword_created, changes.keyword_dropped = (
                 word_statistics.ensure_keyword_indexes(sizes, concurrently=concurrently)
+            )
+            # The indexes of the metadata keys queries filter on.
+            changes.filter_keys_indexed, changes.filter_indexes_dropped = (
+                filter_indexes.ensure_filter_indexes(concurrently=concurrently)
             )
     if changes.created or changes.dropped or changes.rebuilt or changes.folded:
         logger.info(

@@ -50,6 +50,10 @@ class Command(BaseCommand):
         ):
             for keyword_index in names:
                 self.stdout.write(f"Domain full-text index {keyword_index}: {label}.")
+        for key in changes.filter_keys_indexed:
+            self.stdout.write(f"Metadata key {key!r}: index built.")
+        for name in changes.filter_indexes_dropped:
+            self.stdout.write(f"Metadata key index {name}: dropped.")
         for domain, count in changes.folded.items():
             self.stdout.write(f"Domain {domain}: {count} bulk-stored vectors inserted row by row.")
         if changes.busy:

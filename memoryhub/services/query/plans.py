@@ -31,7 +31,7 @@ from ...models import (
     occurred,
 )
 from ...scope import Scope, tenant_scope
-from .. import indexing, word_statistics
+from .. import filter_indexes, indexing, word_statistics
 from .request import _WORD, QueryRequest
 
 #: pgvector's default ``hnsw.ef_search``: the least a tenant index is searched with by a
@@ -186,7 +186,12 @@ def _vector_leg(
     description = cache.canonical_json({**filters, "model": embedder.name})
     settings: dict[str, str] = {}
     delta: MemoryRecordQuerySet | None = None
-    if threshold > 0 and _scope_size(scope, scoped, threshold, description) <= threshold:
+    exact_up_to = threshold
+    if threshold > 0 and filter_indexes.finds(request.where):
+        # Filtered on an indexed key: its rows are found by that index, and scanned
+        # exactly up to a larger bound.
+        exact_up_to = threshold * filter_indexes.EXACT_SCAN_FACTOR
+    if threshold > 0 and _scope_size(scope, scoped, exact_up_to, description) <= exact_up_to:
         # Not the indexed expression: the planner scans the filtered rows exactly.
         expression: Any = F("embedding")
         strategy = "exact"

@@ -434,13 +434,19 @@ def _check_erasure_settings() -> list[CheckMessage]:
         isinstance(keys, str)
         or not isinstance(keys, list | tuple)
         or len(keys) > MAX_INDEXED_METADATA_KEYS
-        or not all(isinstance(key, str) and 0 < len(key) <= MAX_KEY_LENGTH for key in keys)
+        or not all(
+            isinstance(key, str)
+            and 0 < len(key) <= MAX_KEY_LENGTH
+            and "\x00" not in key
+            and not key.startswith("$")
+            for key in keys
+        )
     ):
         messages.append(
             Error(
                 f"MEMORYHUB['INDEXED_METADATA_KEYS'] must be a list of at most"
                 f" {MAX_INDEXED_METADATA_KEYS} metadata keys (strings of 1 to {MAX_KEY_LENGTH}"
-                f" characters), not {keys!r}.",
+                f" characters, no NUL, not starting with $), not {keys!r}.",
                 hint="Each key is an index on the records table, paid by every write.",
                 id="memoryhub.E018",
             )

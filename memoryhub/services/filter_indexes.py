@@ -16,20 +16,34 @@ setting. A vector query whose ``where`` names an indexed key in its conjunction 
 top level or in an ``$and``) is scanned exactly up to :data:`EXACT_SCAN_FACTOR` times
 ``EXACT_SCAN_THRESHOLD`` rows (recall 1.0), where other filters are exact up to
 ``EXACT_SCAN_THRESHOLD`` (without an index their rows are found by reading the domain's).
-The index serves the filters' comparisons as :mod:`memoryhub.filters` writes them
-(``metadata -> 'key'`` compared with a JSON value: ``$eq $in $gt $gte $lt $lte``).
+The index serves the conditions :mod:`memoryhub.filters` writes as ``metadata -> 'key'``
+compared with a JSON value: ``$eq`` and ``$in`` of values other than null, and
+``$gt $gte $lt $lte`` with a number (a string comparison reads the key as text). An
+indexed key's value is at most :data:`MAX_INDEXED_VALUE_BYTES` of JSON (a btree entry's
+limit; writes of larger ones are refused with a 400 naming the key).
+
+The indexes rely, like the domains' own HNSW and full-text indexes, on the statement
+carrying its values as literals (Django's client-side binding, the default for
+psycopg 3): a generic plan of a server-side prepared statement could not match them.
+A compiled plan (kept up to a minute) chooses by the indexes that existed when it was
+compiled.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
+import re
 from collections.abc import Iterator, Mapping
+from contextlib import nullcontext
 from typing import Any
 
-from django.db import connection
+from django.db import DatabaseError, connection, transaction
 
 from ..conf import memoryhub_settings
 from ..models import MemoryRecord
+
+logger = logging.getLogger(__name__)
 
 #: A vector query filtered on an indexed key is scanned exactly up to this many times
 #: ``EXACT_SCAN_THRESHOLD`` rows: 10,000 by default (the probe above: 3,000 rows in
@@ -48,15 +62,40 @@ def _wanted() -> dict[str, str]:
     return {index_name(key): key for key in memoryhub_settings.INDEXED_METADATA_KEYS or ()}
 
 
+_INDEX_NAME = re.compile(r"^memoryhub_meta_[0-9a-f]{16}$")
+#: The most JSON bytes an indexed key's value may hold (``services.validation`` refuses
+#: larger ones): a btree entry holds at most about 2.7 kB.
+MAX_INDEXED_VALUE_BYTES = 1_000
+#: A build that failed (say, over a value written before its key was listed) is not
+#: tried again for this long.
+RETRY_FAILED_BUILD_AFTER = 3600
+
+
 def _existing() -> dict[str, bool]:
     """Every metadata key index on the records table, and whether it is valid."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c"
-            " ON c.oid = i.indexrelid WHERE i.indrelid = %s::regclass AND c.relname LIKE %s",
-            [MemoryRecord._meta.db_table, INDEX_PREFIX + "%"],
+            " ON c.oid = i.indexrelid WHERE i.indrelid = %s::regclass",
+            [MemoryRecord._meta.db_table],
         )
-        return {name: bool(valid) for name, valid in cursor.fetchall()}
+        return {name: bool(valid) for name, valid in cursor.fetchall() if _INDEX_NAME.match(name)}
+
+
+def _sampled(cursor: Any, name: str) -> bool:
+    """Whether the index's values could be (or were) sampled into planner statistics:
+    its expression's statistics target is not 0, or ``pg_stats`` holds some of them (a
+    build interrupted before its target was set, and an ANALYZE in between)."""
+    cursor.execute(
+        "SELECT COALESCE(a.attstattarget, -1) <> 0 OR EXISTS (SELECT 1 FROM pg_stats s"
+        " WHERE s.schemaname = n.nspname AND s.tablename = c.relname)"
+        " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = 2"
+        " WHERE c.oid = %s::regclass",
+        [name],
+    )
+    row = cursor.fetchone()
+    return bool(row and row[0])
 
 
 def indexed_keys() -> frozenset[str]:
@@ -78,12 +117,17 @@ def finds(where: Any) -> bool:
 
 def ensure_filter_indexes(*, concurrently: bool) -> tuple[list[str], list[str]]:
     """Build the index of each key of the setting that has none (or an invalid one, as a
-    failed ``CONCURRENTLY`` build leaves), drop those of keys no longer in it. Returns the
-    keys whose index was built and the names dropped."""
+    failed ``CONCURRENTLY`` build leaves, or one whose values reached the planner's
+    statistics), drop those of keys no longer in it. Returns the keys whose index was
+    built and the names dropped. A build that fails is logged and tried again after
+    :data:`RETRY_FAILED_BUILD_AFTER` seconds; the other keys' go on."""
+    from django.core.cache import caches
     from psycopg import sql
 
     wanted, existing = _wanted(), _existing()
     keyword = sql.SQL("CONCURRENTLY" if concurrently else "")
+    table = sql.Identifier(MemoryRecord._meta.db_table)
+    cache = caches[memoryhub_settings.CACHE_ALIAS]
     built: list[str] = []
     dropped: list[str] = []
     with connection.cursor() as cursor:
@@ -91,29 +135,34 @@ def ensure_filter_indexes(*, concurrently: bool) -> tuple[list[str], list[str]]:
             # CREATE INDEX refuses to run while deferred FK checks are pending.
             cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
         for name, valid in existing.items():
-            if name not in wanted or not valid:
+            if name not in wanted or not valid or _sampled(cursor, name):
                 drop = sql.SQL("DROP INDEX {} IF EXISTS {}").format(keyword, sql.Identifier(name))
                 cursor.execute(drop.as_string(cursor.connection))
                 dropped.append(name)
+                existing[name] = False
         for name, key in wanted.items():
-            if existing.get(name):
+            failed = f"memoryhub:filter-index-failed:{name}"
+            if existing.get(name) or cache.get(failed):
                 continue
             # The expression as memoryhub.filters writes it: metadata -> 'key' (text).
-            create = sql.SQL(
-                "CREATE INDEX {} IF NOT EXISTS {} ON {} (domain_id, (metadata -> {}))"
-            ).format(
-                keyword,
-                sql.Identifier(name),
-                sql.Identifier(MemoryRecord._meta.db_table),
-                sql.Literal(key),
-            )
-            cursor.execute(create.as_string(cursor.connection))
+            create = sql.SQL("CREATE INDEX {} IF NOT EXISTS {} ON {} (domain_id, (metadata -> {}))")
             # No planner statistics of the values (metadata may hold personal data: see
             # migration 0005): ANALYZE would sample them into pg_statistic.
-            no_statistics = sql.SQL("ALTER INDEX {} ALTER COLUMN 2 SET STATISTICS 0").format(
-                sql.Identifier(name)
-            )
-            cursor.execute(no_statistics.as_string(cursor.connection))
+            no_statistics = sql.SQL("ALTER INDEX {} ALTER COLUMN 2 SET STATISTICS 0")
+            try:
+                with transaction.atomic() if not concurrently else nullcontext():
+                    cursor.execute(
+                        create.format(
+                            keyword, sql.Identifier(name), table, sql.Literal(key)
+                        ).as_string(cursor.connection)
+                    )
+                    cursor.execute(
+                        no_statistics.format(sql.Identifier(name)).as_string(cursor.connection)
+                    )
+            except DatabaseError as exc:
+                logger.error("the index of metadata key %r could not be built: %s", key, exc)
+                cache.set(failed, 1, timeout=RETRY_FAILED_BUILD_AFTER)
+                continue
             built.append(key)
     return built, dropped
 
@@ -132,8 +181,20 @@ def conjunction_keys(where: Any) -> Iterator[str]:
 
 
 def _narrows(condition: Any) -> bool:
-    """Whether a key's condition selects records holding the key (what its index finds):
-    equality or a comparison, not ``$ne``, ``$nin`` or ``$exists``."""
+    """Whether the index finds the records a key's condition selects: an equality or
+    ``$in`` of values other than null, or a comparison with a number (``filters`` writes
+    these as ``metadata -> key`` against a JSON value; a string comparison reads the
+    key's text, a null its type, and ``$ne``, ``$nin`` and ``$exists`` select records
+    without the key)."""
     if not isinstance(condition, Mapping):
-        return condition is not None  # null is matched by the key's type, not its value
-    return any(operator in condition for operator in ("$eq", "$in", "$gt", "$gte", "$lt", "$lte"))
+        return condition is not None
+    if "$eq" in condition and condition["$eq"] is not None:
+        return True
+    members = condition.get("$in")
+    if isinstance(members, list) and members and None not in members:
+        return True
+    return any(
+        isinstance(condition.get(operator), int | float)
+        and not isinstance(condition.get(operator), bool)
+        for operator in ("$gt", "$gte", "$lt", "$lte")
+    )

@@ -267,6 +267,7 @@ def validate_items(raw_items: Any) -> list[WriteItem]:
                         f"is {size} bytes of JSON; at most {settings.MAX_METADATA_BYTES}."
                     )
             _validate_session(metadata, f"{path}.metadata", errors)
+            _validate_indexed_values(metadata, f"{path}.metadata", errors)
         expires_at = _validate_expiry(raw, path, errors, now)
         occurred_at = raw.get("occurred_at")
         if occurred_at is not None:
@@ -297,6 +298,24 @@ def validate_items(raw_items: Any) -> list[WriteItem]:
     if errors:
         raise ValidationFailed(errors)
     return items
+
+
+def _validate_indexed_values(
+    metadata: Mapping[str, Any], path: str, errors: dict[str, list[str]]
+) -> None:
+    """The value of a key in ``INDEXED_METADATA_KEYS`` is an entry of its btree index,
+    which holds at most about 2.7 kB: larger ones are refused here, not by the index."""
+    from .filter_indexes import MAX_INDEXED_VALUE_BYTES
+
+    for key in memoryhub_settings.INDEXED_METADATA_KEYS or ():
+        if key not in metadata:
+            continue
+        size = len(json.dumps(metadata[key], ensure_ascii=False).encode("utf-8"))
+        if size > MAX_INDEXED_VALUE_BYTES:
+            errors.setdefault(f"{path}.{key}", []).append(
+                f"is {size} bytes of JSON; an indexed key's value is at most"
+                f" {MAX_INDEXED_VALUE_BYTES} (INDEXED_METADATA_KEYS)."
+            )
 
 
 def _validate_tags(value: Any, path: str, errors: dict[str, list[str]]) -> tuple[str, ...] | None:

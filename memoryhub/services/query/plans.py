@@ -395,6 +395,7 @@ def _plan(
         "weight": settings.HYBRID_VECTOR_WEIGHT,
         "words": settings.KEYWORD_STATISTICS_MIN_RECORDS,
         "budget": settings.KEYWORD_RANK_BUDGET,
+        "indexed": sorted(settings.INDEXED_METADATA_KEYS or ()),
     }
     key = cache.plan_key(scope, "statements|" + cache.canonical_json(shape), gen)
     now = time.monotonic()

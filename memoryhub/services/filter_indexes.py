@@ -42,6 +42,7 @@ from django.db import DatabaseError, connection, transaction
 
 from ..conf import memoryhub_settings
 from ..models import MemoryRecord
+from . import record_indexes
 
 logger = logging.getLogger(__name__)
 
@@ -73,28 +74,23 @@ RETRY_FAILED_BUILD_AFTER = 3600
 
 def _existing() -> dict[str, bool]:
     """Every metadata key index on the records table, and whether it is valid."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c"
-            " ON c.oid = i.indexrelid WHERE i.indrelid = %s::regclass",
-            [MemoryRecord._meta.db_table],
-        )
-        return {name: bool(valid) for name, valid in cursor.fetchall() if _INDEX_NAME.match(name)}
+    return record_indexes.named(_INDEX_NAME)
 
 
-def _sampled(cursor: Any, name: str) -> bool:
+def _sampled(name: str) -> bool:
     """Whether the index's values could be (or were) sampled into planner statistics:
     its expression's statistics target is not 0, or ``pg_stats`` holds some of them (a
     build interrupted before its target was set, and an ANALYZE in between)."""
-    cursor.execute(
-        "SELECT COALESCE(a.attstattarget, -1) <> 0 OR EXISTS (SELECT 1 FROM pg_stats s"
-        " WHERE s.schemaname = n.nspname AND s.tablename = c.relname)"
-        " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-        " JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = 2"
-        " WHERE c.oid = %s::regclass",
-        [name],
-    )
-    row = cursor.fetchone()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT COALESCE(a.attstattarget, -1) <> 0 OR EXISTS (SELECT 1 FROM pg_stats s"
+            " WHERE s.schemaname = n.nspname AND s.tablename = c.relname)"
+            " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = 2"
+            " WHERE c.oid = %s::regclass",
+            [name],
+        )
+        row = cursor.fetchone()
     return bool(row and row[0])
 
 
@@ -125,45 +121,43 @@ def ensure_filter_indexes(*, concurrently: bool) -> tuple[list[str], list[str]]:
     from psycopg import sql
 
     wanted, existing = _wanted(), _existing()
-    keyword = sql.SQL("CONCURRENTLY" if concurrently else "")
     table = sql.Identifier(MemoryRecord._meta.db_table)
     cache = caches[memoryhub_settings.CACHE_ALIAS]
     built: list[str] = []
     dropped: list[str] = []
-    with connection.cursor() as cursor:
-        if not concurrently:
-            # CREATE INDEX refuses to run while deferred FK checks are pending.
-            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
-        for name, valid in existing.items():
-            if name not in wanted or not valid or _sampled(cursor, name):
-                drop = sql.SQL("DROP INDEX {} IF EXISTS {}").format(keyword, sql.Identifier(name))
-                cursor.execute(drop.as_string(cursor.connection))
-                dropped.append(name)
-                existing[name] = False
-        for name, key in wanted.items():
-            failed = f"memoryhub:filter-index-failed:{name}"
-            if existing.get(name) or cache.get(failed):
-                continue
-            # The expression as memoryhub.filters writes it: metadata -> 'key' (text).
-            create = sql.SQL("CREATE INDEX {} IF NOT EXISTS {} ON {} (domain_id, (metadata -> {}))")
-            # No planner statistics of the values (metadata may hold personal data: see
-            # migration 0005): ANALYZE would sample them into pg_statistic.
-            no_statistics = sql.SQL("ALTER INDEX {} ALTER COLUMN 2 SET STATISTICS 0")
-            try:
-                with transaction.atomic() if not concurrently else nullcontext():
-                    cursor.execute(
-                        create.format(
-                            keyword, sql.Identifier(name), table, sql.Literal(key)
-                        ).as_string(cursor.connection)
-                    )
-                    cursor.execute(
-                        no_statistics.format(sql.Identifier(name)).as_string(cursor.connection)
-                    )
-            except DatabaseError as exc:
-                logger.error("the index of metadata key %r could not be built: %s", key, exc)
-                cache.set(failed, 1, timeout=RETRY_FAILED_BUILD_AFTER)
-                continue
-            built.append(key)
+    for name, valid in existing.items():
+        if name not in wanted or not valid or _sampled(name):
+            record_indexes.drop(name, concurrently=concurrently)
+            dropped.append(name)
+            existing[name] = False
+    for name, key in wanted.items():
+        failed = f"memoryhub:filter-index-failed:{name}"
+        if existing.get(name) or cache.get(failed):
+            continue
+        # The expression as memoryhub.filters writes it: metadata -> 'key' (text).
+        create = sql.SQL(
+            "CREATE INDEX {} IF NOT EXISTS {} ON {} (domain_id, (metadata -> {}))"
+        ).format(
+            sql.SQL("CONCURRENTLY" if concurrently else ""),
+            sql.Identifier(name),
+            table,
+            sql.Literal(key),
+        )
+        # No planner statistics of the values (metadata may hold personal data: see
+        # migration 0005): ANALYZE would sample them into pg_statistic.
+        no_statistics = sql.SQL("ALTER INDEX {} ALTER COLUMN 2 SET STATISTICS 0").format(
+            sql.Identifier(name)
+        )
+        try:
+            with transaction.atomic() if not concurrently else nullcontext():
+                record_indexes.build(create, concurrently=concurrently)
+                with connection.cursor() as cursor:
+                    cursor.execute(no_statistics.as_string(cursor.connection))
+        except DatabaseError as exc:
+            logger.error("the index of metadata key %r could not be built: %s", key, exc)
+            cache.set(failed, 1, timeout=RETRY_FAILED_BUILD_AFTER)
+            continue
+        built.append(key)
     return built, dropped
 
 

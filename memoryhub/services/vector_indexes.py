@@ -32,7 +32,7 @@ from ..cache import bump_generation
 from ..conf import memoryhub_settings
 from ..models import MemoryRecord
 from ..scope import Scope
-from . import filter_indexes, locks, word_statistics
+from . import filter_indexes, locks, record_indexes, word_statistics
 
 logger = logging.getLogger(__name__)
 
@@ -128,11 +128,7 @@ def _create_hnsw_index(
             ef=sql.Literal(HNSW_EF_CONSTRUCTION),
             predicate=predicate,
         )
-        if not concurrently:
-            # CREATE INDEX refuses to run while deferred FK checks are pending in the
-            # transaction; checking them now is what COMMIT would do anyway.
-            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
-        cursor.execute(statement.as_string(cursor.connection))
+    record_indexes.build(statement, concurrently=concurrently)
     return True
 
 
@@ -409,7 +405,7 @@ def _maintain(
     for name, valid in existing.items():
         # Shrunk, gone, a failed build, or a successor a crash left behind.
         if name not in kept or not valid or name.endswith(NEXT_SUFFIX):
-            _drop_index(name, concurrently=concurrently)
+            record_indexes.drop(name, concurrently=concurrently)
             if not name.endswith(NEXT_SUFFIX):
                 changes.dropped.append(name)
                 _bump(name)
@@ -526,7 +522,7 @@ def _swap(successor: str, name: str, *, concurrently: bool) -> None:
     from django.db import connection
     from psycopg import sql
 
-    _drop_index(name, concurrently=concurrently)
+    record_indexes.drop(name, concurrently=concurrently)
     with connection.cursor() as cursor:
         cursor.execute(
             sql.SQL("ALTER INDEX {} RENAME TO {}")
@@ -605,7 +601,7 @@ def _upgrade_shared_index(model_name: str, dimensions: int, *, concurrently: boo
         return
     if predicate is None or "vector_batch" in predicate:
         return
-    _drop_index(successor, concurrently=concurrently)  # a crashed upgrade's leftover
+    record_indexes.drop(successor, concurrently=concurrently)  # a crashed upgrade's leftover
     _create_hnsw_index(successor, model_name, dimensions, concurrently=concurrently)
     _swap(successor, name, concurrently=concurrently)
 
@@ -634,15 +630,7 @@ def _domain_sizes() -> dict[tuple[int, int], int]:
 
 def _tenant_indexes() -> dict[str, bool]:
     """Every tenant index on the records table (any model), and whether it is valid."""
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c"
-            " ON c.oid = i.indexrelid WHERE i.indrelid = %s::regclass",
-            [MemoryRecord._meta.db_table],
-        )
-        return {name: valid for name, valid in cursor.fetchall() if _TENANT_INDEX_NAME.match(name)}
+    return record_indexes.named(_TENANT_INDEX_NAME)
 
 
 def _bump(name: str) -> None:
@@ -689,17 +677,6 @@ def _no_statement_timeout(session: bool) -> Iterator[None]:
         if session:
             with connection.cursor() as cursor:
                 cursor.execute("RESET statement_timeout")
-
-
-def _drop_index(name: str, *, concurrently: bool) -> None:
-    from django.db import connection
-    from psycopg import sql
-
-    statement = sql.SQL("DROP INDEX {concurrently} IF EXISTS {name}").format(
-        concurrently=sql.SQL("CONCURRENTLY" if concurrently else ""), name=sql.Identifier(name)
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(statement.as_string(cursor.connection))
 
 
 def has_tenant_indexes() -> bool:

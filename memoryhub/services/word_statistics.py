@@ -37,7 +37,7 @@ from ..cache import bump_generation_on_commit
 from ..conf import memoryhub_settings
 from ..models import SEARCH_CONFIG, MemoryRecord, WordFrequency, WordStatistics
 from ..scope import Scope
-from . import locks
+from . import locks, record_indexes
 
 logger = logging.getLogger(__name__)
 
@@ -169,29 +169,17 @@ def keyword_index_name(org_id: int, domain_id: int) -> str:
 
 def has_keyword_index(scope: Scope) -> bool:
     """Whether ``scope``'s domain has its own (valid) full-text index."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT 1 FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid AND i.indisvalid"
-            " WHERE c.relname = %s",
-            [keyword_index_name(scope.org_id, scope.domain_id)],
-        )
-        return cursor.fetchone() is not None
+    return record_indexes.is_valid(keyword_index_name(scope.org_id, scope.domain_id))
 
 
 def _keyword_indexes() -> dict[tuple[int, int], tuple[str, bool]]:
     """Every domain's own full-text index: (org, domain) -> (name, valid)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c"
-            " ON c.oid = i.indexrelid WHERE i.indrelid = %s::regclass AND c.relname LIKE %s",
-            [MemoryRecord._meta.db_table, KEYWORD_INDEX_PREFIX + "%"],
-        )
-        found = {}
-        for name, valid in cursor.fetchall():
-            match = _KEYWORD_INDEX_NAME.match(name)
-            if match:
-                found[(int(match[1]), int(match[2]))] = (name, bool(valid))
-        return found
+    found = {}
+    for name, valid in record_indexes.named(_KEYWORD_INDEX_NAME).items():
+        match = _KEYWORD_INDEX_NAME.match(name)
+        assert match is not None
+        found[(int(match[1]), int(match[2]))] = (name, valid)
+    return found
 
 
 def ensure_keyword_indexes(
@@ -213,37 +201,29 @@ def ensure_keyword_indexes(
     existing = _keyword_indexes()
     created: list[str] = []
     dropped: list[str] = []
-    keyword = sql.SQL("CONCURRENTLY" if concurrently else "")
-    with connection.cursor() as cursor:
-        if not concurrently:
-            # CREATE INDEX refuses to run while deferred FK checks are pending.
-            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
-        for tenant, (name, valid) in existing.items():
-            size = sizes.get(tenant, 0)
-            if minimum == 0 or size < minimum // 2 or not valid:
-                statement = sql.SQL("DROP INDEX {} IF EXISTS {}").format(
-                    keyword, sql.Identifier(name)
-                )
-                cursor.execute(statement.as_string(cursor.connection))
-                dropped.append(name)
-                bump_generation_on_commit(Scope(org_id=tenant[0], domain_id=tenant[1]))
-        for (org, domain), size in sizes.items():
-            name = keyword_index_name(org, domain)
-            if minimum == 0 or size < minimum or (existing.get((org, domain), ("", False))[1]):
-                continue
-            statement = sql.SQL(
-                "CREATE INDEX {} IF NOT EXISTS {} ON {} USING gin (search_vector)"
-                " WHERE org_id = {} AND domain_id = {}"
-            ).format(
-                keyword,
-                sql.Identifier(name),
-                sql.Identifier(MemoryRecord._meta.db_table),
-                sql.Literal(int(org)),
-                sql.Literal(int(domain)),
-            )
-            cursor.execute(statement.as_string(cursor.connection))
-            created.append(name)
-            bump_generation_on_commit(Scope(org_id=org, domain_id=domain))
+    for tenant, (name, valid) in existing.items():
+        size = sizes.get(tenant, 0)
+        if minimum == 0 or size < minimum // 2 or not valid:
+            record_indexes.drop(name, concurrently=concurrently)
+            dropped.append(name)
+            bump_generation_on_commit(Scope(org_id=tenant[0], domain_id=tenant[1]))
+    for (org, domain), size in sizes.items():
+        name = keyword_index_name(org, domain)
+        if minimum == 0 or size < minimum or (existing.get((org, domain), ("", False))[1]):
+            continue
+        statement = sql.SQL(
+            "CREATE INDEX {} IF NOT EXISTS {} ON {} USING gin (search_vector)"
+            " WHERE org_id = {} AND domain_id = {}"
+        ).format(
+            sql.SQL("CONCURRENTLY" if concurrently else ""),
+            sql.Identifier(name),
+            sql.Identifier(MemoryRecord._meta.db_table),
+            sql.Literal(int(org)),
+            sql.Literal(int(domain)),
+        )
+        record_indexes.build(statement, concurrently=concurrently)
+        created.append(name)
+        bump_generation_on_commit(Scope(org_id=org, domain_id=domain))
     return created, dropped
 
 

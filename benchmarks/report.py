@@ -6,6 +6,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+from benchmarks.host import FIGURES
+from benchmarks.host import section as host_section
+
 
 def _table(header: list[str], rows: list[list[Any]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -68,6 +71,15 @@ def summary_rows(results: dict[str, Any]) -> list[list[Any]]:
         ],
         ["ingest ratio, 2 workers / bulk floor (target ≥ 0.5)", ingest["ratio"]],
     ]
+    host = results.get("host")
+    if host:
+        rows.insert(
+            0,
+            [
+                "host reference work, ms: numpy / Python / SELECT 1 / server sum (run's start)",
+                " / ".join(str(host["start"][figure]) for figure in FIGURES),
+            ],
+        )
     minilm = ingest.get("minilm", {})
     if "ratio" in minilm:
         rows.append(["MiniLM: pipeline / bare encode() throughput (target ≥ 0.8)", minilm["ratio"]])
@@ -539,6 +551,11 @@ def write_report(results: dict[str, Any], path: Path) -> None:
         "",
         summary_table(results),
         "",
+        *(
+            [*host_section(results["host"], results["latency_ms"]), ""]
+            if results.get("host")
+            else []
+        ),
         "## Ingest",
         "",
         *ingest_section(results["ingest"]),

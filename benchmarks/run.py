@@ -857,6 +857,9 @@ def main(scale: str, output: Path, *, reuse: bool = False) -> dict[str, Any]:
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         **describe_setup(),
     }
+    from benchmarks import host
+
+    results["host"] = {"start": host.measure()}
     sys.stderr.write(f"corpus: {total} passages of docstrings\n")
     texts = passages(total)
     results["distinct_passages"] = len({text.split(" (part ")[0] for text in texts})
@@ -882,6 +885,7 @@ def main(scale: str, output: Path, *, reuse: bool = False) -> dict[str, Any]:
     # Mixed load (issue 8): 32 clients, 80% queries, 15% writes, 5% forgets, 10 tenants,
     # every response checked for other tenants' and forgotten memory.
     results["load"] = measure_load(logs, seconds=LOAD_SECONDS[scale], records=100)
+    results["host"]["end"] = host.measure()
 
     output.mkdir(parents=True, exist_ok=True)
     (output / f"results-{scale}.json").write_text(json.dumps(results, indent=2, default=str))

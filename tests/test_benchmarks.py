@@ -48,8 +48,18 @@ def test_benchmark_harness_smoke(tmp_path):
     assert "## Query latency" in report
     assert "## Targets" in report
     assert "## Mixed load" in report
+    assert "## The host" in report
     results = json.loads((tmp_path / "results-tiny.json").read_text())
     assert results["records"] == 1000
+    # The host's reference work, at the run's start and end, every figure a time.
+    for when in ("start", "end"):
+        assert set(results["host"][when]) == {
+            "numpy",
+            "python",
+            "postgres round trip",
+            "postgres cpu",
+        }
+        assert all(ms > 0 for ms in results["host"][when].values())
     ingest = results["ingest"]
     assert ingest["service"]["records_per_second"] > 0
     assert ingest["single_process"]["records_per_second"] > 0
@@ -75,3 +85,22 @@ def test_benchmark_harness_smoke(tmp_path):
         # The floors return what the service returns (same work, same plan).
         assert results["floor_overlap"][tenant]["vector"] >= 0.9
         assert results["floor_overlap"][tenant]["hybrid"] >= 0.8
+
+
+def test_the_host_section_reads_the_numpy_row_of_a_tenant_of_the_reference_size():
+    from benchmarks.host import FIGURES, ROWS, section
+
+    host = {
+        "start": dict.fromkeys(FIGURES, 1.5),
+        "end": {**dict.fromkeys(FIGURES, 1.5), "numpy": 4.75},
+    }
+    latency = {
+        "large (30%)": {"records": ROWS, "numpy exact": {"p50": 4.839}},
+        "1% tenant": {"records": 1016, "numpy exact": {"p50": 0.086}},
+    }
+    text = "\n".join(section(host, latency))
+    assert "| numpy | 1.5 | 4.75 |" in text
+    assert "| postgres round trip | 1.5 | 1.5 |" in text
+    assert 'large (30%) tenant\'s "numpy exact" row' in text and "4.839 ms" in text
+    # A tenant of another size is not the same computation.
+    assert "1% tenant" not in text and "0.086" not in text

@@ -23,7 +23,6 @@ Each figure is the median of its repetitions, in ms.
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -40,13 +39,10 @@ FIGURES = tuple(REPEAT)
 
 
 def _median_ms(work: Callable[[], Any], times: int) -> float:
+    from benchmarks.run import timed
+
     work()  # warm: the first call pays for imports, caches and plans
-    samples = []
-    for _ in range(times):
-        started = time.perf_counter()
-        work()
-        samples.append(time.perf_counter() - started)
-    return round(statistics.median(samples) * 1000, 3)
+    return round(statistics.median(timed(work, range(times))) * 1000, 3)
 
 
 def _python_loop() -> int:
@@ -81,32 +77,3 @@ def measure() -> dict[str, float]:
             REPEAT["postgres cpu"],
         )
     return figures
-
-
-def section(host: dict[str, dict[str, float]], latency: dict[str, Any]) -> list[str]:
-    """REPORT.md's lines on the host: the reference work at the run's start and end, and
-    beside it the latency tables' "numpy exact" row of a tenant the reference's size."""
-    rows = [f"| {figure} | {host['start'][figure]} | {host['end'][figure]} |" for figure in FIGURES]
-    lines = [
-        "## The host",
-        "",
-        "The same reference work at the start and the end of the run (`benchmarks/host.py`;"
-        f" median ms): numpy's exact top {K} over a {ROWS:,} × {DIMENSIONS} matrix, a"
-        f" pure-Python loop of {PYTHON_STEPS:,} steps, `SELECT 1` on one connection, and a sum"
-        f" of {SERVER_NUMBERS:,} numbers in PostgreSQL. A run's milliseconds are the product's"
-        " cost times the host's speed: compare two runs' figures only after comparing these."
-        " An end far from the start means the host's speed changed during the run.",
-        "",
-        "| reference work | start | end |",
-        "|---|---|---|",
-        *rows,
-    ]
-    for tenant, figures in latency.items():
-        if figures.get("records") == ROWS and "numpy exact" in figures:
-            lines += [
-                "",
-                f'The {tenant} tenant\'s "numpy exact" row is the same computation on the'
-                f" corpus's vectors ({figures['numpy exact']['p50']} ms at the median in this"
-                " run): a run from before the host was measured compares through that row.",
-            ]
-    return lines

@@ -6,8 +6,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from benchmarks.host import FIGURES
-from benchmarks.host import section as host_section
+from benchmarks import host
 
 
 def _table(header: list[str], rows: list[list[Any]]) -> str:
@@ -71,13 +70,13 @@ def summary_rows(results: dict[str, Any]) -> list[list[Any]]:
         ],
         ["ingest ratio, 2 workers / bulk floor (target ≥ 0.5)", ingest["ratio"]],
     ]
-    host = results.get("host")
-    if host:
+    reference = results.get("host")
+    if reference:
         rows.insert(
             0,
             [
                 "host reference work, ms: numpy / Python / SELECT 1 / server sum (run's start)",
-                " / ".join(str(host["start"][figure]) for figure in FIGURES),
+                " / ".join(str(reference["start"][figure]) for figure in host.FIGURES),
             ],
         )
     minilm = ingest.get("minilm", {})
@@ -127,6 +126,36 @@ def summary_rows(results: dict[str, Any]) -> list[list[Any]]:
 #: What the API's p95 may add to raw SQL's: the fixed cost of one request through
 #: gunicorn, Django and DRF, with room for its tail (``api_cost_section``).
 API_P95_ALLOWANCE_MS = 6
+
+
+def host_section(figures: dict[str, dict[str, float]], latency: dict[str, Any]) -> list[str]:
+    """The lines on the host: the reference work at the run's start and end, and beside
+    it the latency tables' "numpy exact" row of a tenant the reference's size."""
+    lines = [
+        "## The host",
+        "",
+        "The same reference work at the start and the end of the run (`benchmarks/host.py`;"
+        f" median ms): numpy's exact top {host.K} over a {host.ROWS:,} × {host.DIMENSIONS}"
+        f" matrix, a pure-Python loop of {host.PYTHON_STEPS:,} steps, `SELECT 1` on one"
+        f" connection, and a sum of {host.SERVER_NUMBERS:,} numbers in PostgreSQL. A run's"
+        " milliseconds are the product's cost times the host's speed: compare two runs'"
+        " figures only after comparing these. An end far from the start means the host's"
+        " speed changed during the run.",
+        "",
+        _table(
+            ["reference work", "start", "end"],
+            [[name, figures["start"][name], figures["end"][name]] for name in host.FIGURES],
+        ),
+    ]
+    for tenant, rows in latency.items():
+        if rows.get("records") == host.ROWS and "numpy exact" in rows:
+            lines += [
+                "",
+                f'The {tenant} tenant\'s "numpy exact" row is the same computation on the'
+                f" corpus's vectors ({rows['numpy exact']['p50']} ms at the median in this"
+                " run): a run from before the host was measured compares through that row.",
+            ]
+    return lines
 
 
 def _verdict(ok: bool) -> str:

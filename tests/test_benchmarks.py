@@ -88,7 +88,8 @@ def test_benchmark_harness_smoke(tmp_path):
 
 
 def test_the_host_section_reads_the_numpy_row_of_a_tenant_of_the_reference_size():
-    from benchmarks.host import FIGURES, ROWS, section
+    from benchmarks.host import FIGURES, ROWS
+    from benchmarks.report import host_section as section
 
     host = {
         "start": dict.fromkeys(FIGURES, 1.5),

@@ -80,6 +80,19 @@ def test_benchmark_harness_smoke(tmp_path):
     assert load["errors_5xx"] == 0
     assert load["cross_tenant_items"] == 0
     assert load["forgotten_items"] == 0
+    # QPS at 1, 4 and 16 clients, as a burst and steadily: the steady figures count only
+    # the requests finishing inside the window after the warm-up (at most as many as
+    # were asked), every one answered.
+    from benchmarks.run import STEADY_SECONDS, STEADY_WARM_SECONDS
+
+    assert set(results["concurrency"]) == {"1", "4", "16"}
+    for clients, row in results["concurrency"].items():
+        steady = row["steady"]
+        assert steady["seconds"] == STEADY_SECONDS["tiny"] - STEADY_WARM_SECONDS
+        assert 0 < steady["requests"] <= steady["asked"], (clients, steady)
+        assert steady["qps"] == round(steady["requests"] / steady["seconds"], 1)
+        assert steady["errors"] == 0 and row["errors"] == 0
+    assert "16 concurrent clients, steady: QPS" in report and "Steadily, each client" in report
     for tenant, rows in results["latency_ms"].items():
         assert {"api vector", "api hybrid", "raw sql vector", "raw sql hybrid"} <= set(rows)
         # The floors return what the service returns (same work, same plan).

@@ -22,7 +22,8 @@ from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
 from django.contrib.postgres.search import SearchVector, SearchVectorField
 from django.db import models
-from django.db.models import F, Q
+from django.db.models import Case, F, Func, Q, Value, When
+from django.db.models.expressions import CombinedExpression
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Coalesce, Length
 from django.db.models.lookups import GreaterThanOrEqual, LessThan, LessThanOrEqual
@@ -33,6 +34,40 @@ from pgvector.django import VectorField
 
 #: The full-text search configuration of the generated ``search_vector`` column.
 SEARCH_CONFIG = "english"
+
+#: Words joined by dots, slashes or colons ("enum.IntEnum", "pytest.main", "a/b/c"):
+#: PostgreSQL's parser reads each as one token (a host name, a file path) whose only
+#: lexeme is the whole of it, so a question asking for "IntEnum" never matched it.
+DOTTED_NAME = r"\w+(?:[./:]\w+)+"
+
+
+def search_vector() -> CombinedExpression:
+    """The generated ``search_vector``: the content's lexemes, then the words of its
+    dotted names (:data:`DOTTED_NAME`) as lexemes of their own.
+
+    The second part is the content with everything but its dotted names replaced by
+    spaces, then their dots, slashes and colons; the regular expressions run only on
+    content holding one. Measured on 20k records of 40 words (a third with a dotted
+    name): 57 µs a record for the first part, 63 µs more for the second; splitting
+    every token instead (``translate`` of the whole content) cost as much and counted
+    every word twice (issue 19)."""
+    dotted = Func(
+        F("content"),
+        Value(f"({DOTTED_NAME})|\\w+|\\W+"),
+        Value(r"\1 "),
+        Value("g"),
+        function="regexp_replace",
+        output_field=models.TextField(),
+    )
+    parts = Case(
+        When(
+            content__regex=r"\w[./:]\w",
+            then=Func(dotted, Value("./:"), Value("   "), function="translate"),
+        ),
+        default=Value(""),
+        output_field=models.TextField(),
+    )
+    return SearchVector("content", config=SEARCH_CONFIG) + SearchVector(parts, config=SEARCH_CONFIG)
 
 
 def normalize_content(content: str) -> str:
@@ -296,7 +331,7 @@ class MemoryRecord(TenantScopedModel):
     attempts = models.PositiveSmallIntegerField(_("attempts"), default=0, editable=False)
     last_error = models.TextField(_("last error"), blank=True, default="", editable=False)
     search_vector = models.GeneratedField(
-        expression=SearchVector("content", config=SEARCH_CONFIG),
+        expression=search_vector(),
         output_field=SearchVectorField(),
         db_persist=True,
     )

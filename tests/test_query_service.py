@@ -788,3 +788,27 @@ def test_keyword_leg_quotes_what_the_query_holds(tenant, committed, text):
     committed(write.write, tenant.scope, [{"content": f"{text} {text}"}, {"content": "refund"}])
     for mode in ("keyword", "hybrid"):
         assert query.query(tenant.scope, query=text, k=2, mode=mode).items
+
+
+def test_keyword_leg_finds_the_words_of_dotted_names(tenant, other_tenant, committed):
+    # PostgreSQL's parser reads "enum.IntEnum" as one host name: its only lexeme was
+    # "enum.intenum", so a question asking for "IntEnum" never matched it (issue 19: the
+    # known-item questions the keyword leg lost). The parts are words of the record too.
+    texts = [
+        "Flags subclass enum.IntEnum since 3.11.",
+        "Run the suite from a script with pytest.main(['-x']).",
+        "Paths like /usr/local/lib/site-packages hold the wheels.",
+        "Nothing dotted here at all.",
+    ]
+    committed(write.write, tenant.scope, [{"content": text} for text in texts])
+    committed(write.write, other_tenant.scope, [{"content": "Globex uses enum.IntEnum too."}])
+    for question, expected in (
+        ("IntEnum", texts[0]),
+        ("enum", texts[0]),
+        ("enum.IntEnum", texts[0]),
+        ("pytest main", texts[1]),
+        ("site packages", texts[2]),
+    ):
+        items = query.query(tenant.scope, query=question, k=4, mode="keyword").items
+        assert items[0].content == expected, question
+        assert all(not item.content.startswith("Globex") for item in items)

@@ -48,18 +48,20 @@ class Migration(migrations.Migration):
                     django.contrib.postgres.search.SearchVector(
                         models.Case(
                             models.When(
-                                content__regex="\\w[./:]\\w",
+                                content__regex="\\w[./:@]+\\w|</?\\w+>",
                                 then=models.Func(
                                     models.Func(
                                         models.F("content"),
-                                        models.Value("(\\w+(?:[./:]\\w+)+)|\\w+|\\W+"),
+                                        models.Value(
+                                            "(\\w+(?:[./:@]+\\w+)+|</?\\w+>)|\\w+|[^\\w<]+|<"
+                                        ),
                                         models.Value("\\1 "),
                                         models.Value("g"),
                                         function="regexp_replace",
                                         output_field=models.TextField(),
                                     ),
-                                    models.Value("./:"),
-                                    models.Value("   "),
+                                    models.Value("./:@<>"),
+                                    models.Value("      "),
                                     function="translate",
                                 ),
                             ),

@@ -81,7 +81,11 @@ def rarest_words_sql(
 
     - when its rarest word is held by at most ``limit`` records: an OR of its words
       while the records they hold add up to at most ``budget``, and past it while they
-      add up to fewer than ``depth`` (what the ranking needs);
+      add up to fewer than ``depth`` (what the ranking needs) and the next word keeps
+      them within ``limit``: a common word that would take them past it would have the
+      leg rank the first ``limit`` records the index finds, and cut those holding the
+      rarer words as often as not (the leg then comes back short, and every match is
+      ranked, when the rarer words hold fewer than k);
     - when even its rarest word is held by more (every word of the query is common): an
       AND of its words, rarest first, until the records holding all of them are
       expected to be at most ``budget`` (the words taken as independent: the domain's
@@ -102,7 +106,8 @@ def rarest_words_sql(
         "(SELECT (CASE WHEN min(w.records) > %s"
         f" THEN string_agg({quoted}, ' & ') FILTER (WHERE w.log_expected_before > ln(%s))"
         f" ELSE string_agg({quoted}, ' | ')"
-        " FILTER (WHERE w.running <= %s OR w.running - w.records < %s) END)::tsquery"
+        " FILTER (WHERE w.running <= %s OR (w.running - w.records < %s AND w.running <= %s))"
+        " END)::tsquery"
         " FROM (SELECT c.lexeme, c.records,"
         f" sum(c.records) OVER ({rarest_first}) AS running,"
         # How many records are expected to hold every word rarer than this one, as a
@@ -120,7 +125,7 @@ def rarest_words_sql(
         " WHERE s.domain_id = %s AND s.org_id = %s) n"
         ") w)"
     )
-    chosen = [int(limit), float(budget), int(budget), int(depth)]
+    chosen = [int(limit), float(budget), int(budget), int(depth), int(limit)]
     held = [RARE_WORD_RECORDS, SEARCH_CONFIG, words, scope.domain_id, scope.org_id]
     return sql, [*chosen, *held, scope.domain_id, scope.org_id]
 

@@ -1,5 +1,6 @@
 """The generated ``search_vector`` also holds the words of dotted names ("enum.IntEnum"
--> 'enum', 'intenum' beside 'enum.intenum'; ``models.search_vector``; issue 19).
+-> 'enum', 'intenum' beside 'enum.intenum'), URLs, e-mail addresses and tags ("<unk>"
+-> 'unk'): ``models.search_vector``; issue 19.
 
 Django cannot alter a generated column's expression, so the column is dropped and added
 again: PostgreSQL computes it for every record, rewriting the records table and

@@ -14,7 +14,9 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.contrib.admin.options import IS_POPUP_VAR
+from django.core.exceptions import ValidationError
 from django.db.models import Model, Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.urls import reverse
@@ -110,12 +112,46 @@ class OrgRestrictedAdmin(PolicyAdminMixin, admin.ModelAdmin):
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
-        if any(
-            "\x00" in name or any("\x00" in value for value in values)
-            for name, values in request.GET.lists()
-        ):
-            return HttpResponseBadRequest("NUL characters are not allowed in the query string.")
+        problem = self.parameter_problem(request)
+        if problem is not None:
+            return HttpResponseBadRequest(problem, content_type="text/plain; charset=utf-8")
         return super().changelist_view(request, extra_context)
+
+    def parameter_problem(self, request: HttpRequest) -> str | None:
+        """What makes a change-list request unfit to run, naming the parameter: a NUL
+        character in a parameter, or a selected row whose id is no id of this model
+        (Django's admin would hand either to the database, and answer its error with a
+        500). An action with one bad id among good ones changes nothing."""
+        for source in (request.GET, request.POST):
+            for name, values in source.lists():
+                if "\x00" in name or any("\x00" in value for value in values):
+                    shown = name.replace("\x00", "\\x00")
+                    return f"{shown}: NUL characters are not allowed. Nothing was changed."
+        if "action" in request.POST:
+            for value in request.POST.getlist(helpers.ACTION_CHECKBOX_NAME):
+                if not self.is_valid_pk(value):
+                    return (
+                        f"{helpers.ACTION_CHECKBOX_NAME}: {value[:100]!r} is not the id of a "
+                        f"{self.model._meta.verbose_name}. Nothing was changed."
+                    )
+        return None
+
+    def is_valid_pk(self, value: str) -> bool:
+        """Whether ``value`` can be compared with this model's primary key in the database
+        (its type, its range, its length)."""
+        field = self.model._meta.pk
+        if field is None or "\x00" in value:
+            return False
+        try:
+            field.run_validators(field.to_python(value))
+        except (ValidationError, ValueError, TypeError):
+            return False
+        return True
+
+    def get_object(self, request: HttpRequest, object_id: str, from_field: Any = None) -> Any:
+        if "\x00" in str(object_id):  # no row's id; the admin shows "does not exist"
+            return None
+        return super().get_object(request, object_id, from_field)
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Any], search_term: str

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
+from django import forms
 from django.contrib import admin
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import models
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import URLPattern
@@ -18,6 +21,7 @@ from django.utils.translation import ngettext
 from tenants.admin import OrgRestrictedAdmin
 from tenants.models import Domain
 
+from .. import boundary
 from ..models import KnowledgeBase
 from ..policy import Action
 from ..scope import Scope, operator_access
@@ -45,8 +49,50 @@ def actor(request: HttpRequest) -> str:
     return f"admin:{request.user.get_username()}"
 
 
+class _UniqueKeysDecoder(json.JSONDecoder):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(object_pairs_hook=boundary.unique_keys, **kwargs)
+
+
+class BoundedJSONFormField(forms.JSONField):
+    """Django's JSON form field inside the input boundary: JSON nested too deeply to
+    parse, a key given twice, or a value no field may hold (``boundary.json_problems``)
+    is a form error naming what is wrong, never a 500."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("decoder", _UniqueKeysDecoder)
+        super().__init__(**kwargs)
+
+    def to_python(self, value: Any) -> Any:
+        try:
+            converted = super().to_python(value)
+        except RecursionError:
+            raise ValidationError(_("is nested too deeply to read."), code="invalid") from None
+        except ValueError as exc:  # a key given twice
+            raise ValidationError(_("Enter a valid JSON: %s.") % exc, code="invalid") from None
+        problems = boundary.json_problems(converted)
+        if problems:
+            raise ValidationError(
+                [
+                    message if path == "non_field_errors" else f"{path}: {message}"
+                    for path, messages in problems.items()
+                    for message in messages
+                ],
+                code="invalid",
+            )
+        return converted
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        try:
+            return super().bound_data(data, initial)
+        except (RecursionError, ValueError):  # shown again as typed, with the error
+            return forms.fields.InvalidJSONInput(data)
+
+
 class OperatorAdmin(OrgRestrictedAdmin):
     """A ModelAdmin over a scoped model: views run unscoped, rows filtered by membership."""
+
+    formfield_overrides = {models.JSONField: {"form_class": BoundedJSONFormField}}
 
     def get_urls(self) -> list[URLPattern]:
         urls = super().get_urls()

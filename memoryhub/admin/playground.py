@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django import forms
@@ -14,6 +13,7 @@ from django.utils.translation import gettext_lazy as _
 
 from tenants.models import Domain
 
+from .. import boundary
 from ..conf import memoryhub_settings
 from ..exceptions import UnknownSource, ValidationFailed
 from ..models import KnowledgeBase, MemoryRecord
@@ -153,9 +153,13 @@ class PlaygroundForm(forms.Form):
         if not text.strip():
             return None
         try:
-            return json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise forms.ValidationError(_("Not JSON: %s") % exc.msg) from None
+            where = boundary.loads(text)
+        except ValueError as exc:
+            raise forms.ValidationError(_("Not JSON: %s") % exc) from None
+        problems = boundary.json_problems(where, "where")
+        if problems:
+            raise forms.ValidationError([f"{path}: {'; '.join(m)}" for path, m in problems.items()])
+        return where
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}

@@ -4,9 +4,10 @@ The parser reads the body itself, at most the limit plus one byte, whatever the
 ``Content-Length`` says or whether there is one. (DRF's ``JSONParser`` is fed the whole
 ``request.body``, which Django refuses past ``DATA_UPLOAD_MAX_MEMORY_SIZE`` with an
 exception the API would answer as a 500.) JSON that Python cannot parse (invalid UTF-8,
-``NaN``, nesting deeper than the interpreter's recursion limit) is a 400
-``parse_error``; strings holding unpaired UTF-16 surrogates (``"\\ud800"``), which no
-database, embedder or response could encode, are a 400 naming the field.
+``NaN``, nesting deeper than the interpreter's recursion limit, an object that gives a
+key twice) is a 400 ``parse_error``; strings holding unpaired UTF-16 surrogates
+(``"\\ud800"``), which no database, embedder or response could encode, are a 400 naming
+the field.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from rest_framework.exceptions import APIException
 from rest_framework.parsers import BaseParser
 from rest_framework.utils import json
 
+from .. import boundary
 from ..conf import memoryhub_settings
 
 
@@ -66,39 +68,14 @@ def read_chunked_body(request: Any) -> None:
     meta["CONTENT_LENGTH"] = str(len(body))
 
 
-def unpaired_surrogate_path(data: Any) -> str | None:
-    """The path (``items[0].content``) of the first string or key with a lone surrogate."""
-    stack: list[tuple[Any, str]] = [(data, "")]
-    while stack:
-        value, path = stack.pop()
-        if isinstance(value, str):
-            if not value.isascii() and _has_surrogate(value):
-                return path or "non_field_errors"
-        elif isinstance(value, dict):
-            for key, inner in value.items():
-                printable = key.encode("utf-8", "backslashreplace").decode("utf-8")
-                child = f"{path}.{printable}" if path else printable
-                if _has_surrogate(key):
-                    return child
-                stack.append((inner, child))
-        elif isinstance(value, list):
-            stack.extend((inner, f"{path}[{index}]") for index, inner in enumerate(value))
-    return None
-
-
-def _has_surrogate(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
-
-
 class BoundedJSONParser(BaseParser):
     """JSON, at most ``MAX_BODY_BYTES`` (a JSON 413 past it), strictly (no ``NaN``)."""
 
     media_type = "application/json"
     renderer_class = renderers.JSONRenderer
+    #: Refuse strings holding lone surrogates here (a door that must first read
+    #: something of the body, as MCP reads the request's id, checks them itself).
+    refuse_surrogates = True
 
     def parse(self, stream: Any, media_type: Any = None, parser_context: Any = None) -> Any:
         parser_context = parser_context or {}
@@ -116,16 +93,14 @@ class BoundedJSONParser(BaseParser):
         encoding = parser_context.get("encoding", settings.DEFAULT_CHARSET)
         try:
             "".encode(encoding)  # text codecs only: bz2_codec would inflate the body
-            data = json.loads(body.decode(encoding))
+            data = json.loads(body.decode(encoding), object_pairs_hook=boundary.unique_keys)
         except (LookupError, UnicodeError) as exc:
             raise exceptions.ParseError(f"The body is not {encoding} text: {exc}") from None
         except RecursionError:
             raise exceptions.ParseError("JSON parse error - nested too deeply.") from None
         except ValueError as exc:
             raise exceptions.ParseError(f"JSON parse error - {exc}") from None
-        path = unpaired_surrogate_path(data)
+        path = boundary.surrogate_path(data) if self.refuse_surrogates else None
         if path is not None:
-            raise exceptions.ValidationError(
-                {path: ["contains an unpaired UTF-16 surrogate; send valid Unicode text."]}
-            )
+            raise exceptions.ValidationError({path: [boundary.UNPAIRED_SURROGATE]})
         return data

@@ -11,7 +11,8 @@ Two limits, both from ``MEMORYHUB`` and both answered with ``429`` and ``Retry-A
 
 * ``THROTTLE_RATE`` per API key (or staff user, or client address without either);
 * ``AUTH_FAILURE_RATE`` per client address for failed API-key authentications (401s):
-  once over it, that address is refused before its key is even looked up.
+  a failure past it is a 429, and once over it, that address is refused before its key
+  is even looked up.
 """
 
 from __future__ import annotations
@@ -105,11 +106,6 @@ class SlidingWindow:
             self.cache.decr(keys[1])
         return False
 
-    def count_only(self, ident: str, now: float | None = None) -> None:
-        """Count an event without a decision (a failed authentication)."""
-        now = time.time() if now is None else now
-        self._incr(self._key(ident, int(now // self.seconds)))
-
     def exceeded(self, ident: str, now: float | None = None) -> bool:
         """Whether the events counted so far are at or over the limit (one round trip:
         every API request asks this before its key is looked up)."""
@@ -193,14 +189,26 @@ def refuse_if_failing(request: Any) -> None:
     window = failed_authentications()
     ident = f"ip:{client_address(request)}"
     if window is not None and window.exceeded(ident):
-        raise exceptions.Throttled(
-            wait=window.wait(ident), detail="Too many failed authentications from this address."
-        )
+        raise _too_many_failures(window, ident)
 
 
 def count_failure(request: Any) -> None:
     """Count a guess: an unknown, revoked or malformed key (not an expired key or a key
-    of a suspended org, which are real keys left in some configuration)."""
+    of a suspended org, which are real keys left in some configuration).
+
+    Counted and checked in one atomic step (:meth:`SlidingWindow.hit`): a guess past
+    the limit is answered ``Throttled``, not ``401``, so however many clients guess at
+    once from one address, at most the limit of them learn that their key was wrong.
+    (:func:`refuse_if_failing` keeps the others from being looked up at all; only the
+    guesses already in flight when the limit is reached still are.)
+    """
     window = failed_authentications()
-    if window is not None:
-        window.count_only(f"ip:{client_address(request)}")
+    ident = f"ip:{client_address(request)}"
+    if window is not None and not window.hit(ident):
+        raise _too_many_failures(window, ident)
+
+
+def _too_many_failures(window: SlidingWindow, ident: str) -> exceptions.Throttled:
+    return exceptions.Throttled(
+        wait=window.wait(ident), detail="Too many failed authentications from this address."
+    )

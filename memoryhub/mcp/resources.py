@@ -14,7 +14,7 @@ from urllib.parse import quote, unquote, urlsplit
 from mcp_types import Resource, ResourceTemplate, TextResourceContents
 from rest_framework.request import Request
 
-from .. import policy
+from .. import boundary, policy
 from ..api import serializers as s
 from ..api.permissions import resolve_domain
 from ..services import records as records_service
@@ -81,7 +81,12 @@ def read(request: Request, uri: str) -> list[TextResourceContents]:
         raise ValidationFailed(
             {"uri": [f"must be {SCHEME}://<domain>/<knowledge base>[/<record id>]."]}
         )
-    scope = resolve_domain(request, unquote(parts.netloc), policy.Action.READ)
+    domain = unquote(parts.netloc)
+    errors: boundary.Errors = {}
+    for part in (domain, *path):
+        boundary.check_name(part, "uri", errors)
+    boundary.raise_if(errors)
+    scope = resolve_domain(request, boundary.check_slug(domain, "uri"), policy.Action.READ)
     if len(path) == 1:
         found = [row for row in records_service.summarize_sources(scope) if row["name"] == path[0]]
         if not found:

@@ -5,7 +5,8 @@ the bounds of ``MEMORYHUB``, read when the list is asked for) and runs against t
 ``resolve_domain`` gave it. The schema is also the list of arguments a call may send:
 anything else is refused by name, as the REST API refuses unknown fields. Every other
 rule (types, bounds, the read-only policy, erasure) is the services' own, so a tool
-fails with the code and ``errors`` the REST API answers.
+fails with the code and ``errors`` the REST API answers. Before any of it, the arguments
+pass the input boundary (``memoryhub.boundary``), as a REST body passes its parser.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from rest_framework.utils.encoders import JSONEncoder
 
 from tenants.models import ApiKey
 
-from .. import filters, policy
+from .. import boundary, filters, policy
 from ..api import serializers as s
 from ..api.authentication import request_api_key
 from ..api.permissions import actor, request_principal, require, resolve_domain
@@ -422,15 +423,14 @@ def scope_for(request: Request, slug: Any, action: Action) -> Scope:
                 {"domain": ["This key is not bound to a domain: name the domain."]}
             )
         slug = api_key.domain.slug
-    if not isinstance(slug, str) or not slug:
-        raise ValidationFailed({"domain": ["must be a domain slug."]})
-    return resolve_domain(request, slug, action)
+    return resolve_domain(request, boundary.check_slug(slug), action)
 
 
 def call(request: Request, tool: Tool, arguments: Arguments) -> dict[str, Any]:
-    """Run ``tool``: the domain and the policy first (as the REST API's URL and key
-    are), then the arguments, then the service."""
-    arguments = dict(arguments)
+    """Run ``tool``: the arguments through the input boundary (nothing the database
+    cannot hold, nothing nested too deeply), then the domain and the policy (as the
+    REST API's URL and key are), then the arguments' names, then the service."""
+    arguments = dict(boundary.check_json(arguments))
     scope = scope_for(request, arguments.pop("domain", None), tool.action)
     unknown = sorted(set(arguments) - set(tool.properties()))
     if unknown:

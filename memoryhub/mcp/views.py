@@ -1,8 +1,13 @@
 """The MCP endpoint: JSON-RPC over Streamable HTTP, stateless, in one WSGI view.
 
-A POST carries one JSON-RPC message. A request is answered with one ``application/json``
-JSON-RPC response (no server-sent events: nothing here streams); a notification or a
-client's response is acknowledged with ``202``. There are no sessions, so no
+A POST carries one JSON-RPC 2.0 message. A request is answered with one
+``application/json`` JSON-RPC response (no server-sent events: nothing here streams); a
+notification or a client's response is acknowledged with ``202``. A body that is empty
+or not JSON, or gives a key twice, is a parse error (-32700); a batch, another
+``jsonrpc`` version or a message that is neither a request, a notification nor a
+response is an invalid request (-32600); both at HTTP 400. Every error names the
+request's id when the body has one, those raised before the body is read (a bad key, a
+throttle) too. There are no sessions, so no
 ``Mcp-Session-Id``, and GET (the server-to-client stream) and DELETE are ``405``.
 
 The exchange is a REST API request in every way that matters: the same API keys
@@ -25,6 +30,7 @@ from mcp_types import (
     INVALID_PARAMS,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
+    PARSE_ERROR,
     CallToolRequestParams,
     CallToolResult,
     EmptyResult,
@@ -51,7 +57,9 @@ from rest_framework.request import Request
 
 from tenants.models import ApiKey
 
+from .. import boundary
 from ..api.authentication import ApiKeyAuthentication
+from ..api.parsers import BoundedJSONParser
 from ..api.views import MemoryAPIView
 from . import resources, tools
 from .errors import jsonrpc_code, rest_error
@@ -81,6 +89,13 @@ class McpKeyAuthentication(ApiKeyAuthentication):
         return 'Api-Key realm="mcp"'
 
 
+class McpJSONParser(BoundedJSONParser):
+    """The REST API's bounded JSON, with lone surrogates left for the view to refuse
+    once it knows the request's id."""
+
+    refuse_surrogates = False
+
+
 class HasApiKey(permissions.BasePermission):
     def has_permission(self, request: Request, view: Any) -> bool:
         return isinstance(request.auth, ApiKey)
@@ -103,6 +118,35 @@ def _error(request_id: Any, error: ErrorData, status: int = 200) -> JsonResponse
     return JsonResponse(body.model_dump(by_alias=True, mode="json"), status=status)
 
 
+def _valid_id(value: Any) -> int | str | None:
+    """A request id as MCP allows it (a string or an integer, never null), else None."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        return None
+    return value
+
+
+def _framing_problem(message: dict[str, Any]) -> str | None:
+    """What makes ``message`` no JSON-RPC 2.0 request, notification or response, or None.
+
+    A request has a ``method`` (a string), an ``id`` (a string or an integer) and maybe
+    ``params`` (an object); a notification is a request without an ``id``; a response
+    has an ``id`` and exactly one of ``result`` and ``error``.
+    """
+    if message.get("jsonrpc") != "2.0":
+        return 'Invalid request: "jsonrpc" must be "2.0".'
+    if "method" in message:
+        if not isinstance(message["method"], str):
+            return 'Invalid request: "method" must be a string.'
+        if not isinstance(message.get("params"), dict | None):
+            return 'Invalid request: "params" must be an object.'
+        if "id" in message and _valid_id(message["id"]) is None:
+            return 'Invalid request: "id" must be a string or an integer.'
+        return None
+    if _valid_id(message.get("id")) is None or ("result" in message) == ("error" in message):
+        return "Invalid request: neither a request, a notification nor a response."
+    return None
+
+
 def _invalid_params(exc: ValidationError) -> _Failure:
     errors = {
         ".".join(str(part) for part in error["loc"]) or "params": [error["msg"]]
@@ -117,6 +161,7 @@ class McpView(MemoryAPIView):
 
     authentication_classes = [McpKeyAuthentication]
     permission_classes = [HasApiKey]
+    parser_classes = [McpJSONParser]
     schema = None  # not part of the REST API's OpenAPI schema
 
     def get_authenticators(self) -> list[Any]:
@@ -130,7 +175,7 @@ class McpView(MemoryAPIView):
     def handle_exception(self, exc: Exception) -> HttpResponse:  # type: ignore[override]
         status, body, headers = rest_error(exc, self.request)
         error = ErrorData(code=jsonrpc_code(status, body), message=body["detail"], data=body)
-        response = _error(None, error, status)
+        response = _error(self._request_id(), error, status)
         for name, value in headers.items():
             response[name] = value
         if status == 401:
@@ -139,23 +184,52 @@ class McpView(MemoryAPIView):
             response["Allow"] = "POST"
         return response
 
+    def _request_id(self) -> Any:
+        """The id of the request being answered, when its body reads as one: a bad key
+        or a throttle is raised before the body is parsed, and its error still names
+        the request it answers. (An unreadable body has no id to name.)"""
+        try:
+            message = self.request.data
+        except Exception:
+            return None
+        return _valid_id(message.get("id")) if isinstance(message, dict) else None
+
     def post(self, request: Request) -> HttpResponse:
+        if request.stream is None:  # an empty body is no message, not a notification
+            return _error(
+                None,
+                ErrorData(code=PARSE_ERROR, message="The body is empty: send a JSON-RPC message."),
+                400,
+            )
         message = request.data
         if not isinstance(message, dict):
             return _error(
                 None,
-                ErrorData(code=INVALID_REQUEST, message="One JSON-RPC message per request."),
+                ErrorData(
+                    code=INVALID_REQUEST,
+                    message="One JSON-RPC message, an object, per request (no batches).",
+                ),
                 400,
             )
+        request_id = _valid_id(message.get("id"))
+        problem = _framing_problem(message)
+        if problem is not None:
+            return _error(request_id, ErrorData(code=INVALID_REQUEST, message=problem), 400)
         if "method" not in message or "id" not in message:
-            return HttpResponse(status=202)  # a notification, or a response to nothing
-        request_id = message["id"]
-        if isinstance(request_id, bool) or not isinstance(request_id, int | str):
-            return _error(None, ErrorData(code=INVALID_REQUEST, message="Invalid id."), 400)
+            return HttpResponse(status=202)  # a notification, or a client's response
+        request_id = message["id"]  # a string or an integer: the framing said so
         method = message["method"]
         params = message.get("params")
-        if not isinstance(method, str) or not isinstance(params, dict | None):
-            return _error(request_id, ErrorData(code=INVALID_REQUEST, message="Invalid request."))
+        surrogate = boundary.surrogate_path(params)
+        if surrogate is not None:
+            body = {
+                "code": "invalid",
+                "detail": "The request is invalid; see errors.",
+                "errors": {surrogate: [boundary.UNPAIRED_SURROGATE]},
+            }
+            return _error(
+                request_id, ErrorData(code=INVALID_PARAMS, message="Invalid params.", data=body)
+            )
         handler = METHODS.get(method)
         if handler is None:
             return _error(

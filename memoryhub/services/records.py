@@ -9,6 +9,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
+from .. import boundary
 from ..exceptions import RecordNotFound, ValidationFailed
 from ..items import STORED_FIELDS
 from ..models import KnowledgeBase, MemoryRecord, live_q
@@ -50,8 +51,10 @@ def list_records(
     for name, value in filters.items():
         if name not in LIST_FILTERS:
             errors.setdefault(name, []).append("is not a filter of records.")
-        elif not isinstance(value, str) or "\x00" in value or len(value) > 255:
-            errors.setdefault(name, []).append("must be a string.")
+        else:
+            problem = boundary.text_problem(value, max_length=boundary.MAX_NAME_LENGTH)
+            if problem is not None:
+                errors.setdefault(name, []).append(problem)
     if filters.get("kind") and filters["kind"] not in MemoryRecord.Kind.values:
         errors.setdefault("kind", []).append(
             f"must be one of {', '.join(MemoryRecord.Kind.values)}."

@@ -234,7 +234,7 @@ DEEP = 100_000
         ("query", '{"query": "x", "min_score": 1e400}'),
         ("query", '{"query": "x", "k": 1' + "0" * 5000 + "}"),  # past int's digit limit
         ("query", '{"query": "x", "where": {"a": ' + "9" * 4000 + "}}"),
-        ("query", '{"query": "x", "query": 5}'),  # duplicate keys: the last one wins
+        ("query", '{"query": "x", "query": 5}'),  # a key twice: a parse error
         ("records", '{"items": [], "items": "x"}'),
         ("records", '{"items": [{"content": "a", "content": ""}]}'),
         ("query", "[" * DEEP + "]" * DEEP),

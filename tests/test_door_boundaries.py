@@ -362,3 +362,18 @@ def test_the_failed_authentication_limit_holds_under_50_concurrent_clients(
     assert set(statuses) == {401, 429}
     assert statuses.count(401) <= 30 * 1.05
     assert statuses.count(401) >= 30  # the limit is the limit: 30 guesses get their 401
+
+
+def test_a_rest_body_giving_a_key_twice_is_a_parse_error_and_writes_nothing(tenant):
+    _, key = create_api_key(org=tenant.org, **EVERYTHING)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Api-Key {key}")
+    response = client.post(
+        "/api/v1/domains/support/records",
+        '{"items": [{"content": "a"}], "items": [{"content": "b"}]}',
+        content_type="application/json",
+    )
+    assert response.status_code == 400
+    assert response.json()["code"] == "parse_error"
+    assert "duplicate key 'items'" in response.json()["detail"]
+    assert MemoryRecord.unscoped.count() == 0

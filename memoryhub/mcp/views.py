@@ -7,8 +7,8 @@ or not JSON, or gives a key twice, is a parse error (-32700); a batch, another
 ``jsonrpc`` version or a message that is neither a request, a notification nor a
 response is an invalid request (-32600); both at HTTP 400. Every error names the
 request's id when the body has one, those raised before the body is read (a bad key, a
-throttle) too. There are no sessions, so no
-``Mcp-Session-Id``, and GET (the server-to-client stream) and DELETE are ``405``.
+throttle) too. There are no sessions, so no ``Mcp-Session-Id``, and GET (the
+server-to-client stream) and DELETE are ``405``.
 
 The exchange is a REST API request in every way that matters: the same API keys
 (``Authorization: Api-Key <key>`` or ``Bearer <key>``, which MCP clients send), the same

@@ -36,6 +36,7 @@ __all__ = [
     "check_slug",
     "json_problems",
     "loads",
+    "messages",
     "raise_if",
     "surrogate_path",
     "text_problem",
@@ -186,6 +187,15 @@ def check_json(value: Any, path: str = "", *, max_depth: int = MAX_JSON_DEPTH) -
     """``value`` if :func:`json_problems` finds nothing; else :class:`ValidationFailed`."""
     raise_if(json_problems(value, path, max_depth=max_depth))
     return value
+
+
+def messages(errors: Errors) -> list[str]:
+    """``errors`` as a form shows them: ``"path: message"``, each on its own."""
+    return [
+        message if path == "non_field_errors" else f"{path}: {message}"
+        for path, problems in errors.items()
+        for message in problems
+    ]
 
 
 def raise_if(errors: Errors) -> None:

@@ -158,7 +158,7 @@ class PlaygroundForm(forms.Form):
             raise forms.ValidationError(_("Not JSON: %s") % exc) from None
         problems = boundary.json_problems(where, "where")
         if problems:
-            raise forms.ValidationError([f"{path}: {'; '.join(m)}" for path, m in problems.items()])
+            raise forms.ValidationError(boundary.messages(problems))
         return where
 
     def clean(self) -> dict[str, Any]:

@@ -11,17 +11,20 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from itertools import islice
 from typing import Any, TypeVar
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.options import IS_POPUP_VAR
+from django.contrib.admin.views.main import SEARCH_VAR
 from django.core.exceptions import ValidationError
 from django.db.models import Model, Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.text import smart_split
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 from rest_framework_api_key.models import APIKey
@@ -34,6 +37,20 @@ from .models import ApiKey, Domain, Membership, Org
 if admin.site.is_registered(APIKey):
     # The library's concrete model is unused; memoryhub's keys are tenants.ApiKey.
     admin.site.unregister(APIKey)
+
+
+#: A change-list search is one ILIKE per word and searched field, all ANDed: 10,000
+#: words kept PostgreSQL busy for minutes on a handful of rows. A search box needs far
+#: fewer.
+MAX_SEARCH_WORDS = 32
+MAX_SEARCH_LENGTH = 1000
+
+
+def too_many_words(search: str) -> bool:
+    """Whether an admin search is longer than a person would type (see above)."""
+    if len(search) > MAX_SEARCH_LENGTH:
+        return True
+    return next(islice(smart_split(search), MAX_SEARCH_WORDS, None), None) is not None
 
 
 class PolicyAdminMixin:
@@ -119,14 +136,21 @@ class OrgRestrictedAdmin(PolicyAdminMixin, admin.ModelAdmin):
 
     def parameter_problem(self, request: HttpRequest) -> str | None:
         """What makes a change-list request unfit to run, naming the parameter: a NUL
-        character in a parameter, or a selected row whose id is no id of this model
-        (Django's admin would hand either to the database, and answer its error with a
-        500). An action with one bad id among good ones changes nothing."""
+        character in a parameter, a search longer than a person types, or a selected
+        row whose id is no id of this model (Django's admin would hand each to the
+        database, and answer with a 500 or keep it busy for minutes). An action with one
+        bad id among good ones changes nothing."""
         for source in (request.GET, request.POST):
             for name, values in source.lists():
                 if "\x00" in name or any("\x00" in value for value in values):
                     shown = name.replace("\x00", "\\x00")
                     return f"{shown}: NUL characters are not allowed. Nothing was changed."
+        search = request.GET.get(SEARCH_VAR, "")
+        if too_many_words(search):
+            return (
+                f"{SEARCH_VAR}: at most {MAX_SEARCH_WORDS} words and {MAX_SEARCH_LENGTH} "
+                "characters."
+            )
         if "action" in request.POST:
             for value in request.POST.getlist(helpers.ACTION_CHECKBOX_NAME):
                 if not self.is_valid_pk(value):
@@ -156,7 +180,7 @@ class OrgRestrictedAdmin(PolicyAdminMixin, admin.ModelAdmin):
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
     ) -> tuple[QuerySet[Any], bool]:
-        if "\x00" in search_term:  # the autocomplete view searches here too
+        if "\x00" in search_term or too_many_words(search_term):  # autocomplete too
             return queryset.none(), False
         return super().get_search_results(request, queryset, search_term)
 

@@ -33,9 +33,20 @@ pytestmark = pytest.mark.django_db
 EVERYTHING = {"can_read": True, "can_write": True, "can_forget": True}
 
 
-def rpc(client: APIClient, body: Any, *, raw: bool = False) -> Any:
-    data = body if raw else json.dumps(body)
-    return client.post("/mcp/", data, content_type="application/json")
+def rpc(client: APIClient, message: Any) -> Any:
+    """POST one JSON-RPC message to ``/mcp/``; text or bytes go as they are."""
+    text = message if isinstance(message, str | bytes) else json.dumps(message)
+    return client.post("/mcp/", text, content_type="application/json")
+
+
+def tools_call(name: Any, arguments: Any, request_id: int = 7) -> dict[str, Any]:
+    """The ``tools/call`` request of tool ``name`` with ``arguments``."""
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "tools/call",
+        "params": {"name": name, "arguments": arguments},
+    }
 
 
 @pytest.fixture
@@ -47,15 +58,7 @@ def mcp(tenant):  # type: ignore[no-untyped-def]
 
 
 def call_tool(client: APIClient, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    response = rpc(
-        client,
-        {
-            "jsonrpc": "2.0",
-            "id": 7,
-            "method": "tools/call",
-            "params": {"name": name, "arguments": arguments},
-        },
-    )
+    response = rpc(client, tools_call(name, arguments))
     assert response.status_code == 200, response.content
     body = response.json()
     assert body["id"] == 7
@@ -134,7 +137,7 @@ def test_a_nul_in_a_resource_uri_is_invalid_params(mcp, tenant, uri):
 
 
 def test_an_empty_body_is_a_parse_error_not_a_notification(mcp):
-    response = rpc(mcp, "", raw=True)
+    response = rpc(mcp, "")
     assert response.status_code == 400
     body = response.json()
     assert body["error"]["code"] == -32700
@@ -167,7 +170,7 @@ def test_duplicate_keys_are_refused_and_nothing_runs(mcp, tenant):
         '"params": {"name": "memory_write", "arguments": {"domain": "support", '
         '"items": [{"content": "sneaked in"}]}}}'
     )
-    response = rpc(mcp, text, raw=True)
+    response = rpc(mcp, text)
     assert response.status_code == 400
     assert response.json()["error"]["code"] == -32700
     assert "method" in response.json()["error"]["message"]
@@ -180,7 +183,7 @@ def test_duplicate_keys_inside_arguments_are_refused_too(mcp, tenant):
         '"memory_write", "arguments": {"domain": "support", "items": [{"content": "a", '
         '"content": "b"}]}}}'
     )
-    assert rpc(mcp, text, raw=True).json()["error"]["code"] == -32700
+    assert rpc(mcp, text).json()["error"]["code"] == -32700
     assert MemoryRecord.unscoped.count() == 0
 
 
@@ -376,4 +379,43 @@ def test_a_rest_body_giving_a_key_twice_is_a_parse_error_and_writes_nothing(tena
     assert response.status_code == 400
     assert response.json()["code"] == "parse_error"
     assert "duplicate key 'items'" in response.json()["detail"]
+    assert MemoryRecord.unscoped.count() == 0
+
+
+@pytest.mark.parametrize(
+    "search",
+    [" ".join(str(n) for n in range(33)), "y" * 1001, json.dumps(list(range(10_000)))],
+)
+def test_a_search_longer_than_a_person_types_is_a_400_naming_q(operator, tenant, search):
+    """10,000 words kept PostgreSQL busy for almost five minutes (one ILIKE per word and
+    field); the search box takes 32 words."""
+    response = operator.get("/admin/memoryhub/memoryrecord/", {"q": search})
+    assert response.status_code == 400
+    assert response.content.startswith(b"q: at most 32 words")
+
+
+def test_a_search_of_32_words_is_served(operator, tenant):
+    [record] = write.write(
+        tenant.scope, [{"content": " ".join(f"w{n}" for n in range(32))}]
+    ).records
+    search = " ".join(f"w{n}" for n in range(32))
+    response = operator.get("/admin/memoryhub/memoryrecord/", {"q": search})
+    assert response.status_code == 200
+    assert f"/memoryrecord/{record.id}/change/".encode() in response.content
+
+
+def test_metadata_typed_with_a_lone_surrogate_is_a_form_error_shown_as_typed(operator, tenant):
+    kb = write.ensure_knowledge_base(tenant.scope, "memory")
+    response = operator.post(
+        "/admin/memoryhub/memoryrecord/add/",
+        {
+            "knowledge_base": kb.pk,
+            "kind": "semantic",
+            "content": "x",
+            "metadata": '{"a": "\\ud800"}',
+        },
+    )
+    assert response.status_code == 200  # the form again; the page encodes
+    assert b"unpaired UTF-16 surrogate" in response.content
+    assert b"{&quot;a&quot;: &quot;\\ud800&quot;}" in response.content
     assert MemoryRecord.unscoped.count() == 0

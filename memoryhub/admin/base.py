@@ -72,21 +72,20 @@ class BoundedJSONFormField(forms.JSONField):
             raise ValidationError(_("Enter a valid JSON: %s.") % exc, code="invalid") from None
         problems = boundary.json_problems(converted)
         if problems:
-            raise ValidationError(
-                [
-                    message if path == "non_field_errors" else f"{path}: {message}"
-                    for path, messages in problems.items()
-                    for message in messages
-                ],
-                code="invalid",
-            )
+            raise ValidationError(boundary.messages(problems), code="invalid")
         return converted
 
     def bound_data(self, data: Any, initial: Any) -> Any:
+        """The value the form shows again: as typed when it cannot be read, or when it
+        holds a lone surrogate (``"\\ud800"`` typed in the JSON), which no page can
+        encode once parsed."""
         try:
-            return super().bound_data(data, initial)
-        except (RecursionError, ValueError):  # shown again as typed, with the error
+            bound = super().bound_data(data, initial)
+        except (RecursionError, ValueError):
             return forms.fields.InvalidJSONInput(data)
+        if boundary.surrogate_path(bound) is not None:
+            return forms.fields.InvalidJSONInput(data)
+        return bound
 
 
 class OperatorAdmin(OrgRestrictedAdmin):

@@ -72,6 +72,8 @@ def test_an_import_with_lines_for_the_subject_is_cancelled_and_others_are_not(te
     unrelated.refresh_from_db()
     assert mixed.status == ImportJob.Status.CANCELLED and text_of(mixed) == ""
     assert unrelated.status == ImportJob.Status.QUEUED and "Dave" in text_of(unrelated)
+    # A shared file is not the subject's: it keeps its name.
+    assert (mixed.filename, mixed.namespace) == ("x.jsonl", "")
 
 
 def test_a_finished_import_keeps_no_name_of_the_subject(tenant):
@@ -88,6 +90,40 @@ def test_a_finished_import_keeps_no_name_of_the_subject(tenant):
     assert job.status == ImportJob.Status.DONE
     assert (job.filename, job.namespace) == ("(erased)", "")
     assert not MemoryRecord.unscoped.filter(namespace="user:carol").exists()
+
+
+def test_a_finished_shared_import_keeps_its_name_and_loses_only_the_subject(tenant, other_tenant):
+    lines = [
+        {"content": f"{who} fact {n}", "namespace": f"user:{who}"}
+        for n in range(5)
+        for who in ("alice", "bob")
+    ] + [{"content": "A shared line."}]
+    shared = queue(tenant, jsonl(*lines), filename="crm-export.jsonl")
+    only_alice = queue(
+        tenant,
+        jsonl({"content": "Alice only.", "namespace": "user:alice"}),
+        filename="alice-smith.jsonl",
+    )
+    theirs = queue(other_tenant, jsonl(*lines), filename="crm-export.jsonl")
+    for job in (shared, only_alice, theirs):
+        imports.run_job(job.pk)
+    shared.refresh_from_db()
+    assert sorted(shared.namespaces) == ["", "user:alice", "user:bob"]
+    forget(tenant.scope, ForgetRequest(namespace="user:alice"))
+    shared.refresh_from_db()
+    only_alice.refresh_from_db()
+    theirs.refresh_from_db()
+    # The shared file keeps its name; the subject's lines are gone, and so is the
+    # subject's namespace from what the job says it wrote.
+    assert (shared.filename, shared.namespace) == ("crm-export.jsonl", "")
+    assert sorted(shared.namespaces) == ["", "user:bob"]
+    assert not MemoryRecord.unscoped.filter(org=tenant.org, namespace="user:alice").exists()
+    assert MemoryRecord.unscoped.filter(org=tenant.org, namespace="user:bob").count() == 5
+    # A file that wrote only the subject's namespace was made for them.
+    assert (only_alice.filename, only_alice.namespaces) == ("(erased)", None)
+    # The other org's import of the same file is untouched.
+    assert theirs.filename == "crm-export.jsonl"
+    assert sorted(theirs.namespaces) == ["", "user:alice", "user:bob"]
 
 
 def test_the_api_forget_cancels_the_import_too(tenant):

@@ -142,7 +142,9 @@ def test_an_erasure_mid_import_cancels_it_and_scrubs_the_subjects_traces(tenant)
     assert (result.deleted, result.cancelled_imports) == (3, 1)
     job.refresh_from_db()
     assert job.status == ImportJob.Status.CANCELLED
-    assert job.namespaces is None and not job.chunks.exists()
+    # A shared file keeps its name; the subject's namespace leaves its list.
+    assert job.namespaces == ["user:dave"] and not job.chunks.exists()
+    assert job.filename != "(erased)"
     imports.run_job(job.pk)
     assert not MemoryRecord.unscoped.filter(namespace="user:carol").exists()
 

@@ -22,7 +22,7 @@ from typing import Any
 from django.conf import settings
 from django.core.cache import caches
 from django.db import connection, transaction
-from django.db.models import Count, Q, QuerySet, TextField
+from django.db.models import Count, F, Func, JSONField, Q, QuerySet, TextField, Value
 from django.db.models.functions import Cast
 from django.utils import timezone
 
@@ -312,14 +312,39 @@ def delete_records(records: QuerySet[MemoryRecord]) -> tuple[int, dict[int, int]
     return deleted, counts
 
 
-#: What an erasure leaves of an import job it touched: no file name or namespaces (and
-#: no file: ``_erase_jobs`` deletes its chunks).
+#: What an erasure leaves of an import job made for the erased namespace: no file name
+#: or namespaces (and no file: ``_drop_files`` deletes its chunks).
 ERASED_JOB = {"filename": "(erased)", "namespace": "", "namespaces": None}
 
 
-def _erase_jobs(jobs: QuerySet[ImportJob]) -> None:
+def _drop_files(jobs: QuerySet[ImportJob]) -> None:
     ImportChunk.objects.filter(job__in=jobs.values("pk")).delete()
-    jobs.update(**ERASED_JOB)
+
+
+def _scrub_jobs(jobs: QuerySet[ImportJob], namespace: str | None) -> None:
+    """Remove what ``jobs`` say of an erased ``namespace`` (``None``: whole knowledge
+    bases or the domain, so every job loses its name).
+
+    A job made for the namespace (chosen as the import's namespace, or the only one its
+    file wrote) loses its file name and namespaces: the name may be the subject's. A
+    shared file that also held lines for the subject keeps its name and loses the
+    namespace from the list of those it wrote.
+    """
+    if namespace is None:
+        jobs.update(**ERASED_JOB)
+        return
+    made_for = Q(namespace=namespace) | Q(namespaces=[namespace])
+    _drop_files(jobs.filter(made_for))
+    jobs.filter(made_for).update(**ERASED_JOB)
+    jobs.filter(namespaces__contains=[namespace]).exclude(made_for).update(
+        namespaces=Func(
+            F("namespaces"),
+            Value(namespace, output_field=TextField()),
+            arg_joiner=" - ",
+            template="(%(expressions)s)",
+            output_field=JSONField(),
+        )
+    )
 
 
 def _import_jobs(request: ForgetRequest) -> QuerySet[ImportJob]:
@@ -347,7 +372,7 @@ def _lock_imports(request: ForgetRequest) -> list[ImportJob]:
 
 def _cancel_imports(jobs: list[ImportJob], request: ForgetRequest, operator: bool) -> int:
     """Cancel the locked imports that would write what ``request`` erases, and scrub
-    the file name and namespace of finished ones made for an erased namespace.
+    what finished ones say of an erased namespace (``_scrub_jobs``).
 
     A job is cancelled (``failed``, its text dropped) when it names the erased
     namespace or holds a line for it, or when the request erases whole knowledge bases
@@ -363,7 +388,8 @@ def _cancel_imports(jobs: list[ImportJob], request: ForgetRequest, operator: boo
             continue
         if not _job_writes(job, request):
             continue
-        _erase_jobs(ImportJob.objects.filter(pk=job.pk))
+        _drop_files(ImportJob.objects.filter(pk=job.pk))
+        _scrub_jobs(ImportJob.objects.filter(pk=job.pk), request.namespace)
         ImportJob.objects.filter(pk=job.pk).update(
             status=ImportJob.Status.CANCELLED,
             errors={"file": ["cancelled: an erasure removed the data it was importing."]},
@@ -371,10 +397,15 @@ def _cancel_imports(jobs: list[ImportJob], request: ForgetRequest, operator: boo
         )
         cancelled += 1
     if request.namespace and request.key is None:
-        jobs_of_subject = Q(namespace=request.namespace) | Q(
-            namespaces__contains=[request.namespace]
+        finished = _import_jobs(request).exclude(
+            status__in=(ImportJob.Status.QUEUED, ImportJob.Status.RUNNING)
         )
-        _erase_jobs(_import_jobs(request).filter(jobs_of_subject))
+        refused = policy.refuses_change(
+            KnowledgeBase.objects.filter(pk__in=finished.values("knowledge_base")),
+            operator=operator,
+            subject_erasure=request.is_subject_erasure,
+        )
+        _scrub_jobs(finished.exclude(knowledge_base__in=refused), request.namespace)
     return cancelled
 
 
@@ -498,9 +529,10 @@ def _record_receipt(
 #: that may hold subject data and no entry here: a new store must say how it is erased.
 ERASURE_REGISTRY: dict[str, str] = {
     "memoryhub.MemoryRecord": "hard-deleted (every knowledge base, read-only ones included)",
-    "memoryhub.ImportJob": "unfinished jobs for the subject cancelled; jobs for the "
-    "subject lose file name and namespaces (_cancel_imports)",
-    "memoryhub.ImportChunk": "the files of jobs for the subject deleted (_erase_jobs)",
+    "memoryhub.ImportJob": "unfinished jobs for the subject cancelled; jobs made for the "
+    "subject lose file name and namespaces, shared ones the subject's namespace "
+    "(_scrub_jobs)",
+    "memoryhub.ImportChunk": "the files of cancelled jobs deleted (_drop_files)",
     "memoryhub.RecordVersion": "a record's previous states: deleted with the record (the "
     "foreign key cascades) by every path that deletes records",
     "admin.LogEntry": "entries about erased records deleted (_scrub_admin_log); a record's "

@@ -2,10 +2,10 @@
 every run, so that runs on different machines (or on one machine whose neighbours
 changed) can be read side by side.
 
-A run's milliseconds are the product's cost times the host's speed. Two medium runs at
-the same commit on two hosts of this project's 2-vCPU kind differed by 2-3x in every
-figure that no code touched (numpy's exact search, LangGraph's PostgresStore), so a
-figure without its host's speed cannot say whether code made it better or worse. The
+A run's milliseconds are the product's cost times the host's speed. Runs at the same
+commit on two hosts of one kind can differ severalfold even in the figures no code
+touches (numpy's exact search, LangGraph's PostgresStore), so a figure without its
+host's speed cannot say whether code made it better or worse. The
 reference work touches nothing of memoryhub's:
 
 * ``numpy``: the exact top 10 of a 30,050 x 384 float32 matrix (the medium run's large

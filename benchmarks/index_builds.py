@@ -1,6 +1,5 @@
 """``python -m benchmarks.index_builds [--records N] [--output DIR]``: what an HNSW index
-costs to build in bulk, under the alternatives issue 19 asked about, and to fill row by
-row.
+costs to build in bulk, under alternative build settings, and to fill row by row.
 
 ``N`` passages (default 30,000, the 30% tenant of a 100k run) are embedded with the
 configured embedder and copied into a table of ids and vectors; the model's HNSW index

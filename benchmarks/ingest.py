@@ -401,7 +401,7 @@ def floors(
     started = time.perf_counter()
     with connection.cursor() as cursor:
         # The floor's HNSW build holds every vector: with less memory than its graph it
-        # spills (at 1M: 27 minutes with 1 GB), and a spilling build is no floor.
+        # spills to disk and slows down manyfold, and a spilling build is no floor.
         cursor.execute(f"SET maintenance_work_mem = '{memory}'")
         for statement in definitions:
             cursor.execute(statement)

@@ -7,8 +7,8 @@ A domain of ``N`` passages (the benchmark corpus) is written and indexed with th
 are measured, in vector and hybrid mode:
 
 - ``before``: every record on the old model, the old model configured;
-- ``switched``: the new model configured, nothing re-embedded yet (before issue 17 the
-  vector leg found nothing here);
+- ``switched``: the new model configured, nothing re-embedded yet (the records keep
+  serving vector queries with their old model's vectors);
 - ``half`` (per merge of the two models' rankings: ``raw`` cosines, ``rrf``, per-model
   ``normalized``): half the records re-embedded;
 - ``after``: every record on the new model.

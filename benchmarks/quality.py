@@ -305,7 +305,7 @@ def section(results: dict[str, Any]) -> str:
             f"| {label}: hybrid ≥ max(vector, keyword) | {recall['hybrid']} vs {best} |"
             f" {'met' if recall['hybrid'] >= best else '**not met**'} |"
         )
-        # The bar for a real model on conversations (known items sit at 1.0).
+        # The bar for a real model on conversations (known items sit at 1.0).
         if run["embedder"].startswith("st-") and run["set"] != "known items":
             floor = round(1.2 * recall["BM25"], 3)
             lines.append(

@@ -1,6 +1,6 @@
 """The benchmark run: ingest, query latency, recall, concurrency; REPORT.md and results.json.
 
-Everything runs on this machine in one run, side by side: memoryhub's paths and the
+Everything runs on one machine in one run, side by side: memoryhub's paths and the
 floors they are measured against (a raw binary COPY of precomputed vectors, one raw SQL
 statement on the same index, exact numpy search).
 """
@@ -390,7 +390,7 @@ def measure_peer(
 #: requests finishing after the first ``STEADY_WARM_SECONDS`` count.
 STEADY_SECONDS = {"tiny": 3.0, "small": 6.0, "medium": 12.0, "large": 12.0}
 STEADY_WARM_SECONDS = 2.0
-#: More than any client count answers a second on 2 cores (about 200 measured at medium).
+#: More than any client count answers a second on 2 cores.
 STEADY_MOST_QPS = 400
 #: Requests per API key in the steady measurement: below the site's default throttle of
 #: 1,200 a minute, whatever the window.
@@ -403,8 +403,9 @@ def measure_concurrency(
     """QPS and latency at 1, 4 and 16 concurrent clients (hybrid queries, distinct texts),
     measured twice: as a burst (each client asks a fixed number of questions on an
     ``httpx`` client; QPS is every request over the wall time from the first start to the
-    last finish, so the clients' spread of finishing times is in it: the method of the
-    57.8 QPS the issue 19 target doubles), and steadily (:func:`steady_concurrency`)."""
+    last finish, so the clients' spread of finishing times is in it: the method of
+    ``report.HYBRID_QPS_BEFORE``, the baseline its target doubles), and steadily
+    (:func:`steady_concurrency`)."""
     from concurrent.futures import ThreadPoolExecutor
 
     import httpx
@@ -578,8 +579,8 @@ def measure_queries(
             ]
             figures["known_item"][label] = known_item_recall(scope, questions, picks, texts)
             if word_statistics.applies(scope):
-                # The same questions with the keyword leg ranking every match (before
-                # issue 19's word statistics), then the statistics back.
+                # The same questions with the keyword leg ranking every match (as
+                # without word statistics), then the statistics back.
                 word_statistics.forget(scope)
                 figures.setdefault("known_item_every_match", {})[label] = known_item_recall(
                     scope, questions, picks, texts
@@ -642,7 +643,7 @@ def tenant_latency(
 
     def hybrid_floor(every_match: bool = False) -> list[float]:
         """The hybrid floor's times over the questions (``every_match``: its keyword leg
-        ranks every match, as before issue 19's word statistics)."""
+        ranks every match, as without word statistics)."""
         pairs = iter(zip(query_vectors, questions, strict=True))
 
         def one() -> list[str]:
@@ -917,8 +918,8 @@ def measure_ingest(
 
 def settle_writes() -> None:
     """A checkpoint before the queries are timed: the load's dirty pages written out
-    now, not by a checkpoint spread over the query phase (at 1M records one took 4.5
-    minutes of it, and a query stalled for 21 s)."""
+    now, not by a checkpoint spread over the query phase (where its writes stall the
+    queries being timed)."""
     from django.db import connection
 
     with connection.cursor() as cursor:
@@ -978,7 +979,7 @@ def main(scale: str, output: Path, *, reuse: bool = False) -> dict[str, Any]:
 
         results["peer"] = {"skipped": SKIPPED_AT_SCALE}
     results.update(measure_filtered_recall(scopes[0], sizes[0], texts, rng))
-    # Mixed load (issue 8): 32 clients, 80% queries, 15% writes, 5% forgets, 10 tenants,
+    # Mixed load: 32 clients, 80% queries, 15% writes, 5% forgets, 10 tenants,
     # every response checked for other tenants' and forgotten memory.
     results["load"] = measure_load(logs, seconds=LOAD_SECONDS[scale], records=100)
     results["host"]["end"] = host.measure()

@@ -43,7 +43,8 @@ class UnknownSource(MemoryhubError, LookupError):
 
 
 class WriteRefused(MemoryhubError):
-    """A read-only knowledge base refused a write (the seeds' ``MemoryWriteRefused``).
+    """A read-only knowledge base refused a write (``MemoryWriteRefused``, the name the
+    seeds give it: see :mod:`memoryhub.sources`).
 
     Raised even for an empty write: the policy is about the attempt, not bytes moved.
     """

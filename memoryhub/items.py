@@ -1,7 +1,8 @@
 """``MemoryItem``, the value every memory source returns, and dedupe across sources.
 
 Shared by the query service and the ``memoryhub.sources`` compositions, so both merge
-duplicates by the same rules (seed 000, "Deduping the fan-out").
+duplicates by the same rules: "Deduping the fan-out" of seed 000, the memory contract
+(the seeds are the prototype's spec texts: see :mod:`memoryhub.sources`).
 """
 
 from __future__ import annotations
@@ -254,7 +255,7 @@ def sort_by_score(items: Sequence[MemoryItem]) -> list[MemoryItem]:
     return sorted(items, key=lambda item: (item.score is None, -(item.score or 0.0)))
 
 
-#: Per-query annotations that are never persisted (seed 000).
+#: Per-query annotations of a deduped fan-out, never persisted.
 TRANSIENT_METADATA = ("dedupe_count", "dedupe_sources")
 
 
@@ -262,7 +263,7 @@ def as_write_item(item: MemoryItem, *, default_namespace: str | None = None) -> 
     """The write-service (and REST) shape of an item.
 
     A stable ``metadata["id"]`` doubles as the key, so re-writing it replaces rather
-    than duplicates, and, unlike seed 000's ``VectorMemory``, it stays in the metadata.
+    than duplicates, and, unlike the seed's ``VectorMemory``, it stays in the metadata.
     The item's ``source`` is not sent: the backend that stores it stamps its own.
     """
     metadata = {k: v for k, v in thaw(item.metadata).items() if k not in TRANSIENT_METADATA}
@@ -283,7 +284,7 @@ def as_write_item(item: MemoryItem, *, default_namespace: str | None = None) -> 
 
 
 #: The line of an item in a grounding block, unless ``MEMORYHUB["GROUNDING_FORMAT"]`` says
-#: otherwise: seed 003's ``[source] content``.
+#: otherwise: ``[source] content``, the line of seed 003's grounding block.
 DEFAULT_GROUNDING_FORMAT = "[{source}] {content}"
 #: What a grounding format may name: ``occurred`` is when the content happened (else
 #: when it was written), ``created`` when it was written; both are datetimes
@@ -343,9 +344,10 @@ def grounding_fields(line_format: Any) -> tuple[str, ...]:
 
 
 def grounding_lines(items: Sequence[MemoryItem], line_format: str | None = None) -> str:
-    """Seed 003's lines: one line per item, ``[source] content`` unless ``line_format``
-    (default: ``MEMORYHUB["GROUNDING_FORMAT"]``) says otherwise (the one spelling of
-    them: ``as_grounder`` and ``render_grounding`` both use it).
+    """A grounding block's lines (as seed 003 prints them): one line per item,
+    ``[source] content`` unless ``line_format`` (default:
+    ``MEMORYHUB["GROUNDING_FORMAT"]``) says otherwise (the one spelling of them:
+    ``as_grounder`` and ``render_grounding`` both use it).
 
     An item that lacks a value the format names (a record without a key, an item of a
     source that keeps no dates) gets the default line. An item with conversation turns

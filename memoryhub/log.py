@@ -10,15 +10,14 @@ record with that context and, inside a Celery task, the task's id and name;
 What is logged is metadata only: never memory content, query text, a namespace in a
 query string, or an API key (its public prefix identifies it).
 
-Why this is hand-written (weighed against the libraries, issue 20):
+Why this is hand-written (weighed against the libraries):
 
 * python-json-logger renders every ``extra``, objects included (Django's
   ``django.request`` passes the request, whose repr holds the query string), writes the
   context's ``None`` fields as nulls, and spreads a dict message into the line. Keeping
   this contract meant rewriting its ``add_fields`` whole, which is this formatter, and
-  then it formatted 100,000 records in 7.0 µs each against 6.5 here (CPU time; out of
-  the box 8.6); so it would be a dependency for its ``json.dumps`` call.
-* structlog's ``ProcessorFormatter`` took 11.6 µs a record, renders the same objects and
+  was no faster; so it would be a dependency for its ``json.dumps`` call.
+* structlog's ``ProcessorFormatter`` is slower per record, renders the same objects and
   nulls, and a reusable app must not configure structlog for its host.
 * django-guid keeps an incoming id only if it is a UUID (``req-42.a:b`` would be
   replaced) or else any string unchecked, is configured from the host's settings, and

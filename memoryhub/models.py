@@ -43,7 +43,7 @@ TAG = r"</?\w+>"
 #: "a/b/c", "https://docs.python.org/3/library", "bob@example.com"): PostgreSQL's parser
 #: reads each as one token (a host name, a file path, a URL, an e-mail address) whose
 #: only lexeme is the whole of it, or drops it (a URL's "https://"), so a question
-#: asking for "IntEnum" never matched it; and tags.
+#: asking for "IntEnum" would never match it; and tags.
 COMPOUND = rf"\w+(?:[{JOINERS}]+\w+)+|{TAG}"
 
 #: Content holding a compound (:data:`COMPOUND`), as a cheaper test.
@@ -61,10 +61,8 @@ def search_vector() -> CombinedExpression:
     spaces, then their dots, slashes, colons, at signs and angle brackets (PostgreSQL's
     regular expressions take the longest alternative: a compound rather than a word,
     and the run of other characters stops before a tag's ``<``); the regular
-    expressions run only on content holding one. Measured on 20,000 of the benchmark's
-    docstrings (29% holding a compound): 25 µs a record for the first part, 40 µs more
-    for the second on average; splitting every token instead (``translate`` of the
-    whole content) cost as much and counted every word twice (issue 19)."""
+    expressions run only on content holding one. Splitting every token instead
+    (``translate`` of the whole content) costs as much and counts every word twice."""
     compounds = Func(
         F("content"),
         Value(f"({COMPOUND})|\\w+|[^\\w<]+|<"),
@@ -483,14 +481,14 @@ class MemoryRecord(TenantScopedModel):
             GinIndex(fields=["search_vector"], name="memoryhub_record_fts_idx"),
             GinIndex(fields=["tags"], name="memoryhub_record_tags_idx"),
             # occurred_after/occurred_before: a narrow window of a large domain is read
-            # from here, not filtered out of the whole scope (500k records, 336 in the
-            # window: the plan's size count took 108 ms without it, 1 ms with it).
+            # from here, not filtered out of the whole scope (the plan's size count of
+            # the window included).
             models.Index(F("domain"), occurred(), name="memoryhub_record_occurred_idx"),
             # A hit's neighbouring turns (a query's context_turns): equality on the
             # knowledge base, namespace and session, then a range on when they occurred,
             # so each hit reads its few neighbours and nothing else. Only records that
-            # name a session are in it; the condition also keeps a long session id
-            # written before sessions meant anything out of the btree's row limit.
+            # name a session are in it; the condition also keeps a longer "session"
+            # (metadata that predates SESSION_MAX_LENGTH) out of the btree's row limit.
             models.Index(
                 F("knowledge_base"),
                 F("namespace"),

@@ -1,4 +1,5 @@
-"""Test doubles for the seeds' examples: an in-memory source that records its calls."""
+"""Test doubles for the seeds' examples (the seeds: ``test_sources_seeds.py``): an
+in-memory source that records its calls."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from typing import Any
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-#: ``FUZZ_EXAMPLES=5000`` searches longer (the default keeps each file well under 90 s).
+#: ``FUZZ_EXAMPLES=5000`` searches longer (the default keeps each file's run short).
 FUZZ = settings(
     max_examples=int(os.environ.get("FUZZ_EXAMPLES", "120")),
     deadline=None,

@@ -199,7 +199,7 @@ def test_the_latency_rows_leave_out_a_workers_first_request(tenant, other_tenant
 
 
 def test_the_1m_run_is_a_section_beside_the_100k_report(tmp_path):
-    # The main report is the 100k run's (its targets are the issues'); the 1M run's
+    # The main report is the 100k run's (the run its targets are set for); the 1M run's
     # report goes into its own section, one heading level down, and stays when the
     # 100k run rewrites the report.
     medium = results_without_api_cost()
@@ -218,9 +218,9 @@ def test_the_1m_run_is_a_section_beside_the_100k_report(tmp_path):
 
 
 def test_quieting_the_logs_never_hands_the_processs_stderr_to_a_handler(tmp_path):
-    # A file handler not yet opened (delay=True) has no stream: the measurement used to
-    # give it sys.stderr afterwards, and closing the handler (a later logging
-    # reconfiguration) closed the process's stderr (pytest's capture file, in CI).
+    # A file handler not yet opened (delay=True) has no stream: were the measurement to
+    # give it sys.stderr afterwards, closing the handler (a later logging
+    # reconfiguration) would close the process's stderr (pytest's capture file, in CI).
     import logging
     import sys
 

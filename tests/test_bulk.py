@@ -280,7 +280,7 @@ def test_an_agents_turn_goes_into_its_domains_own_index_only(
     tenant, other_tenant, committed, settings
 ):
     # The shared index never serves a domain with its own index: a small write's vector
-    # goes into the domain's own index only (before issue 19's fix, into both graphs).
+    # goes into the domain's own index only, never into both graphs.
     # Own indexes from 2 records (a domain of one is scanned exactly): Acme gets one.
     settings.MEMORYHUB = {"TENANT_INDEX_MIN_RECORDS": 3, "EXACT_SCAN_THRESHOLD": 1}
     committed(write.write, tenant.scope, [{"content": f"Acme memo {n}."} for n in range(3)])
@@ -378,8 +378,8 @@ def test_a_load_into_a_domain_with_its_own_index_rebuilds_it_in_bulk_as_it_doubl
     tenant, other_tenant, committed, settings
 ):
     # A load larger than BULK_DELTA_MAX: the index is built again each time the delta
-    # outgrows it, and no vector goes into it row by row (at 1M records the 300k domain's
-    # did, at a tenth of the bulk rate).
+    # outgrows it, and no vector goes into it row by row (which runs at a fraction of
+    # the bulk rate).
     mine = _own_index_with_memos(tenant, committed, settings, 8)
     settings.MEMORYHUB = {
         "BULK_MIN_RECORDS": 5,
@@ -409,8 +409,8 @@ def test_a_domain_outgrowing_the_exact_scan_takes_its_delta_into_the_shared_inde
     tenant, other_tenant, committed, settings, monkeypatch
 ):
     # No index of its own: the batch that takes the domain past the exact scan folds the
-    # delta it gathered while small into the shared index, in the indexing worker (at
-    # 1M records, 35 such domains left 70k vectors to one maintenance run after the load).
+    # delta it gathered while small into the shared index, in the indexing worker (not
+    # left for one maintenance run after the load, which many such domains would swamp).
     monkeypatch.setattr(indexing, "send", lambda *args, **kwargs: True)  # no maintenance
     settings.MEMORYHUB = {
         "BULK_MIN_RECORDS": 5,
@@ -532,8 +532,8 @@ def test_a_vector_query_searches_a_domains_own_index_harder_than_a_hybrid_leg(
     tenant, other_tenant, committed, settings
 ):
     # A vector query's answer is the vector leg: its own index is searched with an
-    # ef_search of at least 100 (recall@10 0.964 on the 100k benchmark against 0.945 at
-    # the 60 its share gave); a hybrid query's vector leg keeps pgvector's 40 as least.
+    # ef_search of at least 100 (plans.MIN_EF_SEARCH_VECTOR: more recall than its share
+    # would give); a hybrid query's vector leg keeps pgvector's 40 as least.
     settings.MEMORYHUB = {"TENANT_INDEX_MIN_RECORDS": 8, "EXACT_SCAN_THRESHOLD": 1}
     committed(write.write, tenant.scope, [{"content": f"Acme memo {n}."} for n in range(8)])
     committed(
@@ -557,9 +557,9 @@ def test_a_vector_query_searches_a_domains_own_index_harder_than_a_hybrid_leg(
 def test_a_vector_query_searches_a_large_own_index_harder_still(
     tenant, other_tenant, committed, settings, monkeypatch
 ):
-    # Recall at a fixed ef_search falls as the graph grows (300k records: 0.925 at 100,
-    # 0.952 at 200): past LARGE_OWN_INDEX_RECORDS a vector query takes at least 200. Only
-    # the domain whose own index is that large: the other org's stays at 100.
+    # Recall at a fixed ef_search falls as the graph grows: past LARGE_OWN_INDEX_RECORDS
+    # a vector query takes at least 200. Only the domain whose own index is that large:
+    # the other org's stays at 100.
     settings.MEMORYHUB = {"TENANT_INDEX_MIN_RECORDS": 8, "EXACT_SCAN_THRESHOLD": 1}
     committed(write.write, tenant.scope, [{"content": f"Acme memo {n}."} for n in range(30)])
     committed(
@@ -578,9 +578,9 @@ def test_a_vector_query_searches_a_large_own_index_harder_still(
 
     assert ef(tenant.scope, "vector") == "200"
     assert ef(other_tenant.scope, "vector") == "100"
-    # A hybrid query's vector leg too (the 1M run's 30% tenant answered hybrid questions
-    # below its vector ones with 60): at least 100 there, pgvector's 40 elsewhere. With
-    # ef_search 120 their shares give 90 and 30.
+    # A hybrid query's vector leg too (with its share's ef_search, a large tenant answers
+    # hybrid questions worse than vector ones): at least 100 there, pgvector's 40
+    # elsewhere. With ef_search 120 their shares give 90 and 30.
     settings.MEMORYHUB = {**settings.MEMORYHUB, "HNSW_EF_SEARCH": 120}
     query.clear_plans()
     assert ef(tenant.scope, "hybrid") == "100"

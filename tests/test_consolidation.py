@@ -1,6 +1,6 @@
-"""Consolidation wired into memoryhub (issue 18, part 2): episodic turns written with
-``consolidate`` become semantic facts with ``derived_from``, through the write path, one
-run per namespace, tenant-scoped, and erased with their sources."""
+"""Consolidation wired into memoryhub: episodic turns written with ``consolidate`` become
+semantic facts with ``derived_from``, through the write path, one run per namespace,
+tenant-scoped, and erased with their sources."""
 
 from __future__ import annotations
 

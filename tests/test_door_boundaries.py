@@ -387,8 +387,8 @@ def test_a_rest_body_giving_a_key_twice_is_a_parse_error_and_writes_nothing(tena
     [" ".join(str(n) for n in range(33)), "y" * 1001, json.dumps(list(range(10_000)))],
 )
 def test_a_search_longer_than_a_person_types_is_a_400_naming_q(operator, tenant, search):
-    """10,000 words kept PostgreSQL busy for almost five minutes (one ILIKE per word and
-    field); the search box takes 32 words."""
+    """The admin search costs one ILIKE per word and field, so a search of thousands of
+    words keeps PostgreSQL busy for minutes; the search box takes 32 words."""
     response = operator.get("/admin/memoryhub/memoryrecord/", {"q": search})
     assert response.status_code == 400
     assert response.content.startswith(b"q: at most 32 words")

@@ -1,4 +1,5 @@
-"""The runnable examples run, and print what the seeds print."""
+"""The runnable examples run, and print what the seeds print (the seeds: the prototype
+texts whose printed outputs are the behaviour spec, ``test_sources_seeds.py``)."""
 
 from __future__ import annotations
 

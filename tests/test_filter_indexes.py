@@ -1,7 +1,7 @@
-"""Indexes of the metadata keys queries filter on (issue 19): a vector query filtered on
-an indexed key to a small part of a domain is scanned exactly (recall 1.0) through the
-key's index, where the HNSW graph loses neighbours to the filter; every door keeps the
-tenancy: two orgs with the same metadata, each query answers its own org's records."""
+"""Indexes of the metadata keys queries filter on: a vector query filtered on an indexed
+key to a small part of a domain is scanned exactly (recall 1.0) through the key's index,
+where the HNSW graph loses neighbours to the filter; every door keeps the tenancy: two
+orgs with the same metadata, each query answers its own org's records."""
 
 from __future__ import annotations
 

@@ -149,7 +149,7 @@ EXPECTED = [
     ({"$or": [{"a": 1}, {}]}, EVERYTHING),
     ({"$or": [{"zzz": 1}, {"a": {"$in": []}}]}, set()),
     ({"$and": [{}, {"$or": [{"zzz": 1}, {"q": {"$nin": []}}]}]}, EVERYTHING),
-    # a key made of digits is an object's key, not an array index (a huge one was a 500)
+    # a key made of digits is an object's key, not an array index (a huge one is no 500)
     ({"7": "seven"}, {"digit_key"}),
     ({"7": {"$gte": "s"}}, {"digit_key"}),
     ({"99999999999999999999": 1}, {"digit_key"}),

@@ -1,5 +1,5 @@
-"""Record history (issue 18, part 1): every change keeps the previous state, through
-every door, bounded, tenant-scoped, and erased with the record."""
+"""Record history: every change keeps the previous state, through every door, bounded,
+tenant-scoped, and erased with the record."""
 
 from __future__ import annotations
 

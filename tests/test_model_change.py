@@ -1,4 +1,4 @@
-"""A change of embedding model loses no recall (issue 17, part 1).
+"""A change of embedding model loses no recall.
 
 Records keep serving vector queries with their old vectors until they have new ones;
 queries embed the query once per model present in the scope; re-embedding (command and

@@ -406,8 +406,7 @@ class CountingCache:
 
 def test_an_admitted_request_costs_the_throttle_two_cache_calls(monkeypatch):
     """Every API request passes the throttle: in a window's steady state it reads both
-    windows at once and increments (on Redis: MGET, then EXISTS and INCRBY; it was a
-    GET, a failing SET NX, EXISTS and INCRBY)."""
+    windows at once and increments (on Redis: MGET, then EXISTS and INCRBY)."""
     from django.core.cache import cache
 
     from memoryhub.api.throttling import SlidingWindow
@@ -588,7 +587,7 @@ def test_python_memory_acting_for_a_key_asks_the_policy(curated):
         run(reader.write([MemoryItem("Nope.", "memory")]))
 
 
-# --- from a review of the change ----------------------------------------------------------
+# --- further edges: subject namespaces, forgets, orgs, roles, the failure limit -----------
 
 
 def test_only_subject_namespaces_reach_read_only_kbs(curated, agent, admin_client):

@@ -791,16 +791,16 @@ def test_keyword_leg_quotes_what_the_query_holds(tenant, committed, text):
 
 
 def test_keyword_leg_finds_the_words_of_dotted_names(tenant, other_tenant, committed):
-    # PostgreSQL's parser reads "enum.IntEnum" as one host name: its only lexeme was
-    # "enum.intenum", so a question asking for "IntEnum" never matched it (issue 19: the
-    # known-item questions the keyword leg lost). The parts are words of the record too.
+    # PostgreSQL's parser reads "enum.IntEnum" as one host name whose only lexeme is
+    # "enum.intenum", so a question asking for "IntEnum" would never match it. The parts
+    # are words of the record too.
     texts = [
         "Flags subclass enum.IntEnum since 3.11.",
         "Run the suite from a script with pytest.main(['-x']).",
         "Paths like /usr/local/lib/site-packages hold the wheels.",
         "Nothing dotted here at all.",
         # A URL (whose "https://" the parser drops), an e-mail address and tags, which
-        # it drops too: found by their words (the 300k-record probe of issue 19).
+        # it drops too: found by their words.
         "See https://docs.example.org/guide.html#refunds for the rules.",
         "Special tokens such as '<unk>' and '<cls>' map to ids; write to bob@example.com.",
     ]

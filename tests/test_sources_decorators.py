@@ -1,8 +1,9 @@
 """The decorators and compositions on their own, over in-memory fakes: no database.
 
-Seed 000's printed examples are reproduced in ``test_sources_seeds.py``; this file pins
-the behaviour those examples do not print (cache expiry and clearing, where a write
-goes, empty writes), fast enough to run under mutation testing.
+The printed examples of seed 000, the memory contract, are reproduced in
+``test_sources_seeds.py`` (which says what the seeds are); this file pins the behaviour
+those examples do not print (cache expiry and clearing, where a write goes, empty
+writes), fast enough to run under mutation testing.
 """
 
 from __future__ import annotations

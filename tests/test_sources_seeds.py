@@ -1,4 +1,17 @@
-"""Every printed output of seeds 000, 003 and 004, reproduced under memoryhub's names.
+"""Every printed output of the seeds, reproduced under memoryhub's names.
+
+The seeds are the three texts memoryhub's behaviour was specified from, written for the
+prototype it carries over (under other names: ``agentkit.*``, ``agenticapi.*``); each
+shows example programs and what they print, and that printed output is the behaviour
+spec:
+
+* seed 000, the memory contract: ``MemorySource``, ``MemoryItem``, ``CompositeMemory``
+  (fan-out, dedupe, partial writes), ``SequentialMemory`` and the decorators
+  (``ScopedMemory``, ``CachedMemory``, ``CompactedMemory``, ``ReadOnlyMemory``);
+* seed 003, grounding: the "Relevant context:" block (``as_grounder``), attribution by
+  source, and tenant isolation from the caller's side;
+* seed 004, the key/value ``MemoryStore``: ``put``/``get``/``search``/``forget`` of
+  records with a kind and tags.
 
 Where the seeds' in-memory stand-ins print a score, memoryhub's real retrieval gives its
 own; the tests pin what the seeds pin (which items, which sources, in which order).

@@ -1,8 +1,10 @@
-"""Compositions report the truth over the real backends (issue 17, part 2).
+"""Compositions report the truth over the real backends.
 
-Each test builds the seeds' compositions over ``DjangoMemory`` and ``HttpMemory`` on
-read-only (``refuse``/``ignore``) knowledge bases and compares the buckets and the
-observations with seed 000.
+Each test builds the compositions of seed 000, the memory contract (the seeds: the
+prototype texts whose printed outputs are the behaviour spec, ``test_sources_seeds.py``),
+over ``DjangoMemory`` and ``HttpMemory`` on read-only (``refuse``/``ignore``) knowledge
+bases and compares the buckets (accepted/refused/failed) and the observations with what
+that seed specifies.
 """
 
 from __future__ import annotations

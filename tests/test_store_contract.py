@@ -1,4 +1,6 @@
-"""Seed 004's ``MemoryStore`` contract, once, for every implementation.
+"""The key/value ``MemoryStore`` contract of seed 004 (the seeds: the prototype texts
+whose printed outputs are the behaviour spec, ``test_sources_seeds.py``), once, for
+every implementation.
 
 The same tests run against ``DjangoMemoryStore`` (the services, in process),
 ``HttpMemoryStore`` (the REST API of a live server, with a real API key) and the test

@@ -1,7 +1,7 @@
-"""Word statistics of large domains (issue 19): the keyword leg of a domain whose words
-are counted ranks the records holding a query's rarest words instead of every record
-holding any of them; every door keeps the promises: counts per tenant, never another
-org's, gone with every erasure in the domain, k answers when any record matches."""
+"""Word statistics of large domains: the keyword leg of a domain whose words are counted
+ranks the records holding a query's rarest words instead of every record holding any of
+them; every door keeps the promises: counts per tenant, never another org's, gone with
+every erasure in the domain, k answers when any record matches."""
 
 from __future__ import annotations
 
@@ -250,11 +250,10 @@ def test_a_common_word_past_the_budget_is_not_taken_when_its_records_would_be_cu
     tenant, other_tenant, committed, settings, few_common_records, no_more_than_the_budget
 ):
     # k=1: a depth of 12, a budget of 60, and at most 60 records ranked. "zebra" is in one
-    # record, "refund" in 101. Taking "refund" too (the rarest words held fewer records
-    # than the depth) made the leg match 101 records and rank the first 60 the index
-    # found: the one holding both words, written last, was cut, while ranking every match
-    # put it first (the 300k-record probe of issue 19: "undeclared" in 21 records,
-    # "target" in 3,710, the question's record not among the 2,000 ranked).
+    # record, "refund" in 101. Taking "refund" too (the rarest words hold fewer records
+    # than the depth) would make the leg match 101 records and rank the first 60 the
+    # index finds: the one holding both words, written last, would be cut, while ranking
+    # every match puts it first.
     settings.MEMORYHUB = LARGE
     for scope, org in ((tenant.scope, "Acme"), (other_tenant.scope, "Globex")):
         load(committed, scope, org, 100, 0)
@@ -368,8 +367,7 @@ def test_the_rarest_words_match_is_written_twice_only_in_a_domain_holding_much_o
     tenant, other_tenant, committed, settings, few_common_records
 ):
     # Twice, the planner scans the GIN index alone: right for a domain holding much of
-    # the table (at 1M, a 300k-record tenant's leg 30.5 -> 4.5 ms), wrong for a small
-    # one, whose index matches are mostly other tenants' (a 10.7k tenant 6.2 -> 38.1 ms).
+    # the table, wrong for a small one, whose index matches are mostly other tenants'.
     # 103 of 123 records are Acme's, 20 Globex's: both counted, Globex's share is 16%.
     settings.MEMORYHUB = {**LARGE, "KEYWORD_STATISTICS_MIN_RECORDS": 20}
     load(committed, tenant.scope, "Acme", 100, 3)
@@ -398,9 +396,9 @@ def test_the_rarest_words_match_is_written_twice_only_in_a_domain_holding_much_o
 def test_a_large_domain_gets_a_full_text_index_of_its_own(
     tenant, other_tenant, committed, settings, few_common_records
 ):
-    # The shared GIN index finds every tenant's records holding a word (at 100k, 608 of
-    # the 773 it found for a 30% tenant's question were other tenants'); a large
-    # domain's own finds its records only, and the planner picks it. Globex is too small.
+    # The shared GIN index finds every tenant's records holding a word (for a question
+    # in one domain, mostly other tenants'); a large domain's own finds its records
+    # only, and the planner picks it. Globex is too small.
     from django.core.management import call_command
 
     settings.MEMORYHUB = LARGE
@@ -461,9 +459,9 @@ def test_a_full_text_index_left_invalid_is_built_again(tenant, committed, settin
 def test_a_large_domains_rarest_words_include_the_words_of_dotted_names(
     tenant, committed, settings, few_common_records
 ):
-    # The benchmark's lost known-item questions: the record's rarest word was inside a
-    # dotted name ("enum.IntEnum" parsed as one token, "enum.intenum"), so the rarest
-    # words' leg, ranking only the records holding "intenum", never saw it.
+    # A record whose rarest word sits inside a dotted name ("enum.IntEnum", one token
+    # "enum.intenum" to PostgreSQL's parser) must hold "intenum" as a word too: the
+    # rarest words' leg ranks only the records holding it.
     settings.MEMORYHUB = LARGE
     load(committed, tenant.scope, "Acme", 100, 0)
     target = "Acme flags subclass enum.IntEnum in the refund note."

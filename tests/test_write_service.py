@@ -1,4 +1,6 @@
-"""The write service: validation, upsert, dedupe and the read-only policies of seed 000."""
+"""The write service: validation, upsert, dedupe and the read-only policies of the seeds'
+``ReadOnlyMemory`` (the seeds: the prototype texts whose printed outputs are the
+behaviour spec, reproduced in ``test_sources_seeds.py``)."""
 
 from __future__ import annotations
 
@@ -190,7 +192,7 @@ def test_ttl_and_expires_at_set_expiry(tenant):
     assert dated.expires_at.isoformat() == "2031-05-01T10:00:00+00:00"
 
 
-# --- read-only knowledge bases (seed 000, "Read-only by policy") ----------------------
+# --- read-only knowledge bases (the seeds' "Read-only by policy") ---------------------
 
 
 @pytest.fixture
@@ -325,8 +327,8 @@ def test_rolled_back_write_schedules_nothing(tenant, django_capture_on_commit_ca
 
 def test_a_keyed_write_finds_existing_keys_through_the_unique_index(tenant):
     """The lookup of existing keys names the namespaces too, so the (knowledge base,
-    namespace, key) index answers it: by key alone it scanned the whole knowledge base
-    (172 ms per write at 700k records, which made a 1M-line import quadratic)."""
+    namespace, key) index answers it: by key alone it would scan the whole knowledge
+    base on every write, which makes a large import quadratic."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 

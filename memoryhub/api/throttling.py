@@ -1,8 +1,8 @@
 """Throttling that holds under concurrency: atomic counters in the cache.
 
 DRF's ``SimpleRateThrottle`` keeps a list of timestamps that each request reads,
-extends and writes back; concurrent requests overwrite each other's entries, so ten
-threads with one key got 1,250 of 1,250 requests through a 1,200/min limit. Here every
+extends and writes back; concurrent requests overwrite each other's entries, so
+concurrent requests with one key can all get through a limit they exceed. Here every
 request is one atomic ``incr`` of a per-window counter (Redis ``INCR``, or the locmem
 cache's lock), and a window's count is weighted with the previous window's (a sliding
 window counter), so a burst at a window's edge cannot double the rate.

@@ -2,9 +2,8 @@
 
 PostgreSQL moves a row's long values out of line once the row passes about 2 KB; a
 record with a 384-d embedding (1.5 KB), its content and its tsvector often does, and then
-every exact scan and keyword rank reads the TOAST table too. On the 100k benchmark an
-exact scan of a 1,016-record tenant read 1,768 buffers in 1.25 ms; with rows inline, 556
-buffers in 0.64 ms. Rows written before this keep their layout until rewritten.
+every exact scan and keyword rank reads the TOAST table too. Rows written before this
+migration keep their layout until rewritten.
 """
 
 from django.db import migrations

@@ -30,8 +30,7 @@ SESSION_COLUMN = 3
 class Migration(migrations.Migration):
     atomic = False
 
-    # After main's 0012 (rerank.failed), which was written at the same time: one line of
-    # migrations, no merge migration.
+    # After 0012 (rerank.failed): one line of migrations, no merge migration.
     dependencies = [
         ("memoryhub", "0012_rerank_failed_observation"),
     ]

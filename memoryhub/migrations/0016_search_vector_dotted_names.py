@@ -1,15 +1,15 @@
 """The generated ``search_vector`` also holds the words of dotted names ("enum.IntEnum"
 -> 'enum', 'intenum' beside 'enum.intenum'), URLs, e-mail addresses and tags ("<unk>"
--> 'unk'): ``models.search_vector``; issue 19.
+-> 'unk'): ``models.search_vector``.
 
 Django cannot alter a generated column's expression, so the column is dropped and added
 again: PostgreSQL computes it for every record, rewriting the records table and
-rebuilding its indexes (HNSW included) under an exclusive lock. Measured on the
-benchmark's 100k-record database: see the README's "Upgrading" notes. The shared
-full-text index goes with the column and is built again here; the domains' own
-full-text indexes and word statistics (services/word_statistics.py) are rebuilt and
-counted again by the sweeper's next maintenance run: until then a large domain's keyword
-leg ranks every match, as it does after an erasure in it.
+rebuilding its indexes (HNSW included) under an exclusive lock; what that costs at
+scale: the README's "Upgrading" notes. The shared full-text index goes with the column
+and is built again here; the domains' own full-text indexes and word statistics
+(services/word_statistics.py) are rebuilt and counted again by the sweeper's next
+maintenance run: until then a large domain's keyword leg ranks every match, as it does
+after an erasure in it.
 """
 
 import django.contrib.postgres.indexes

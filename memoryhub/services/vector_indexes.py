@@ -38,11 +38,9 @@ logger = logging.getLogger(__name__)
 
 
 #: HNSW build parameters of the indexes built here (domains' own indexes, and the
-#: shared index when it is built again). ``ef_construction`` is twice pgvector's 64:
-#: measured on this machine with the benchmark's passages and hashing embedder (100
-#: known-item questions against exact search, ``ef_search`` 100), 30k records answered at
-#: recall@10 0.956 with 64 and 0.979 with 128 (build 9.0 -> 13.7 s); 300k records at
-#: 0.887 and 0.925 (build 129 -> 241 s, one build at a time, one parallel worker).
+#: shared index when it is built again). ``ef_construction`` is twice pgvector's 64: a
+#: better-connected graph answers known-item questions with clearly higher recall
+#: against exact search, the more so the larger the domain, for a longer build.
 HNSW_M = 16
 HNSW_EF_CONSTRUCTION = 128
 #: The sequence numbering bulk stores of vectors (``MemoryRecord.vector_batch``).
@@ -148,8 +146,8 @@ TENANT_INDEX_MIN_SHARE = 0.10
 #: final size, where a quarter cost five.
 TENANT_INDEX_REBUILD_SHARE = 1.0
 #: What inserting a vector into an HNSW index row by row costs, in bulk builds of one:
-#: 12 (``python -m benchmarks.index_builds``, 30,000 × 384: 0.15 ms a vector built in
-#: bulk with two workers, 1.8 ms inserted), halved for the two scans of the whole table a
+#: 12 (the ratio ``python -m benchmarks.index_builds`` reports between a vector inserted
+#: and one built in bulk with two workers), halved for the two scans of the whole table a
 #: concurrent build adds. A settled delta smaller than the index over this is inserted
 #: into it row by row rather than rebuilt.
 ROW_INSERT_COST = 6
@@ -323,9 +321,9 @@ def ensure_tenant_indexes(
     index that is too large to be scanned exactly has its delta folded into the shared
     index.
 
-    A large domain's queries then search a graph of its own records only: on the 100k
-    benchmark, its 30% tenant reached recall@10 0.969 in 1.2 ms where the shared index
-    needed 2.8 ms for 0.965. Run by the sweeper's task, by the indexing pipeline when a
+    A large domain's queries then search a graph of its own records only, smaller than
+    the shared one and holding none of the records its filter would throw away: as good
+    a recall in less time. Run by the sweeper's task, by the indexing pipeline when a
     bulk store asks for it, and by ``memoryhub_ensure_indexes``; one run at a time (an
     advisory lock; a second run returns ``busy``).
     """

@@ -4,18 +4,17 @@ holding any of its words.
 
 The keyword leg matches a query's words with an OR and ranks the matches by
 ``ts_rank``. In a small domain that is cheap; in a large one a query's common words
-match most records: at 100k records the 30% tenant's known-item questions (about a dozen
-words each) matched up to 20,000 of its 30,000 records, and reading and ranking them
-took 13.7 ms at the median and 46 ms at p95 (issue 19). Ranking only the records that
-hold the query's rarest words (every word fewer than :data:`COMMON_WORD_RECORDS` records
-hold, then its commoner words, rarest first, while the records they hold stay within
-``KEYWORD_RANK_BUDGET``) took 2.4 ms and 3.3 ms, and known-item recall@10 went from 0.933
-to 0.967. The candidates are still ranked by the whole query: the statistics choose
+match most of its records, and reading and ranking every match costs time in proportion
+to the domain. Ranking only the records that hold the query's rarest words (every word
+fewer than :data:`COMMON_WORD_RECORDS` records hold, then its commoner words, rarest
+first, while the records they hold stay within ``KEYWORD_RANK_BUDGET``) reads a bounded
+number of rows and keeps the records the rare words tell apart, so recall does not
+suffer. The candidates are still ranked by the whole query: the statistics choose
 which records are ranked, never their order, and a record matching none of the query's
 words is never one of them. When every word of a query is common, the records holding
 all of its rarest words are ranked (an AND, :func:`rarest_words_sql`), and no leg ranks
-more than :func:`ranked_at_most` records: at 1M records, ranking every record of a
-300k-record domain that holds one common word took up to 1.9 s.
+more than :func:`ranked_at_most` records: otherwise a single common word would have the
+leg rank a large share of a large domain.
 
 The words are counted per domain (PostgreSQL's ``ts_stat`` over its search vectors) by
 the sweeper's maintenance run, for domains of at least
@@ -131,10 +130,9 @@ def rarest_words_sql(
 
 
 #: A domain holding at least this share of the records table has the rarest words' match
-#: written twice (:func:`rarest_words_match`). Measured at 1M records on the benchmark's
-#: database, 30 known-item questions per domain, the keyword leg's median once -> twice:
-#: 300k records (30%) 30.5 -> 4.5 ms; 100k (10%) 8.2 -> 7.5 ms (max 14.5 -> 43.3); 10.7k
-#: (1%) 6.2 -> 38.1 ms; 9.2k 5.8 -> 46.3 ms; the same rows each time.
+#: written twice (:func:`rarest_words_match`): that helps a domain that is much of the
+#: table and costs a small one, whose index matches are mostly other tenants'; the
+#: share between them is where neither way clearly wins.
 DOUBLE_MATCH_MIN_SHARE = 0.2
 
 
@@ -195,9 +193,9 @@ def ensure_keyword_indexes(
     vector), and drop those of domains under half of it, gone, or left invalid by a
     failed ``CONCURRENTLY`` build. Returns the names created and dropped.
 
-    The shared GIN index holds every tenant's records: at 100k records, 608 of the 773
-    records it found for one of the 30% tenant's known-item questions were other
-    tenants', each a heap block read and thrown away. A domain's own index finds its
+    The shared GIN index holds every tenant's records: most of what it finds for a
+    question in one domain can be other tenants' records, each a heap block read and
+    thrown away. A domain's own index finds its
     records only (the planner picks it: the query names the domain, as the predicate
     does)."""
     from psycopg import sql

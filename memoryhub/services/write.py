@@ -5,7 +5,9 @@ validated as a whole first (``services/validation.py``): one bad item rejects th
 request with errors that name the item index and field, and nothing is written. Then,
 inside one transaction, each target knowledge base either accepts the items, refuses
 them (a read-only KB with ``on_write="refuse"``) or ignores them (``on_write="ignore"``),
-exactly as the seeds' ``ReadOnlyMemory`` and ``CompositeMemory`` specify. Accepted
+exactly as the seeds specify them for ``ReadOnlyMemory`` and ``CompositeMemory`` (the
+seeds: the prototype's texts whose printed outputs are memoryhub's behaviour spec; see
+:mod:`memoryhub.sources`). Accepted
 records are stored ``pending``; indexing is scheduled when the transaction commits, so a
 rolled-back write schedules nothing.
 """
@@ -110,7 +112,8 @@ def write_body(scope: Scope, body: Mapping[str, Any], *, actor: str = "") -> Wri
 
 @dataclass(slots=True)
 class WriteResult:
-    """Per-KB outcome: ``refused`` is not a slice of ``accepted`` (seed 000)."""
+    """Per-KB outcome: ``refused`` is not a slice of ``accepted`` (as the seeds'
+    ``CompositeMemory`` reports a partial write)."""
 
     accepted: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
@@ -269,7 +272,7 @@ def _existing(
     by_key: dict[tuple[str, str], MemoryRecord] = {}
     if keys:
         # Namespace and key: the unique index (knowledge base, namespace, key) answers it
-        # (the key alone scanned the whole knowledge base: 172 ms a call at 700k records).
+        # (the key alone would scan the whole knowledge base on every call).
         for record in records.filter(
             namespace__in={namespace for namespace, _ in keys}, key__in={key for _, key in keys}
         ).select_for_update():

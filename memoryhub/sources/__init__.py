@@ -17,6 +17,13 @@ decorators that nest::
 and seed 004's key/value :class:`MemoryStore` (``put``, ``get``, ``search``, ``forget``
 of :class:`StoredRecord` values): :class:`DjangoMemoryStore` in process,
 :class:`HttpMemoryStore` and :class:`SyncHttpMemoryStore` over the REST API.
+
+"The seeds" are the three texts of the prototype memoryhub carries over, written there
+under other names: seed 000, the memory contract (``MemorySource``, the compositions
+and the decorators); seed 003, grounding (``as_grounder``, the "Relevant context:"
+block); seed 004, the key/value ``MemoryStore``. What their examples print is
+memoryhub's behaviour spec: ``tests/test_sources_seeds.py`` reproduces every printed
+output under memoryhub's names.
 """
 
 from collections.abc import Callable, Mapping, Sequence

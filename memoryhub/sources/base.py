@@ -17,7 +17,8 @@ from ..scope import Scope
 
 logger = logging.getLogger(__name__)
 
-#: The seeds' name for a read-only refusal: ``source`` and ``n`` (items refused).
+#: The name the seeds (the prototype's spec texts: see :mod:`memoryhub.sources`) give a
+#: read-only refusal: ``source`` and ``n`` (items refused).
 MemoryWriteRefused = WriteRefused
 
 Observer = Callable[[str, Mapping[str, Any]], Any]

@@ -40,7 +40,8 @@ async def _rerank(reranker: Any, query: str, items: list[MemoryItem], k: int) ->
 
 class ItemReranker:
     """A :class:`~memoryhub.rerankers.DocumentReranker` (the server's kind, e.g.
-    ``HttpReranker``) as the seeds' ``Reranker``: ``await rerank(query, items, k=k)``,
+    ``HttpReranker``) as the ``Reranker`` of the seeds' memory contract (see
+    :mod:`memoryhub.sources`): ``await rerank(query, items, k=k)``,
     for ``CompositeMemory(..., reranker=ItemReranker(reranker))``.
 
     The reranker scores the items' content in a worker thread (it is synchronous; one

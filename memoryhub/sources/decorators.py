@@ -35,8 +35,9 @@ def require_scope(ctx: MemoryContext) -> bool:
 
 
 class _Wrapper:
-    """A decorator over one source: same name, same ``accepts_writes`` (seed 000's table)
-    and ``observes_writes``."""
+    """A decorator over one source: same name, same ``accepts_writes`` (the nesting table
+    of seed 000, the memory contract: see :mod:`memoryhub.sources`) and
+    ``observes_writes``."""
 
     inner: Any
 

@@ -171,7 +171,8 @@ class DjangoMemory:
 
 
 class DjangoMemoryStore:
-    """Seed 004's key/value ``MemoryStore`` over the same services and tables.
+    """The key/value ``MemoryStore`` of seed 004 (see :mod:`memoryhub.sources`) over the
+    same services and tables.
 
     Its ``scope`` strings (``user:alice``) are namespaces inside the domain this store is
     bound to; ``(scope, key)`` is the identity. Values are JSON; strings are stored as

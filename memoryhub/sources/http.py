@@ -159,7 +159,8 @@ class HttpMemory:
 
 
 def _payload(response: httpx.Response) -> Any:
-    """The JSON body; an error status raises (a read-only refusal as the seeds' error)."""
+    """The JSON body; an error status raises (a read-only refusal as
+    :class:`MemoryWriteRefused`, as in process)."""
     try:
         payload = response.json()
     except ValueError:

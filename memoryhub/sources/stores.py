@@ -1,4 +1,5 @@
-"""Seed 004's key/value ``MemoryStore``: the protocol, its record, and the stores over HTTP.
+"""The key/value ``MemoryStore`` of seed 004 (the prototype's spec text for it: see
+:mod:`memoryhub.sources`): the protocol, its record, and the stores over HTTP.
 
 A store keeps :class:`StoredRecord` values under ``(scope, key)``: ``scope`` is a
 namespace of the store's domain (``user:alice``), and one store reads and writes one

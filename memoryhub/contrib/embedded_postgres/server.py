@@ -57,8 +57,8 @@ SETTINGS_FILE = "memoryhub.conf"
 def memory_settings(total_bytes: int | None = None) -> dict[str, str]:
     """Memory for the server, from the machine's RAM: PostgreSQL's own default
     (``shared_buffers`` 128 MB) holds about 30,000 records' HNSW index of 384-d vectors, so
-    at 100,000 records every query read index pages from the kernel's cache (3.1 against
-    4.9 ms for one HNSW query on the benchmark machine).
+    at 100,000 records every query would read index pages from the kernel's cache, a
+    slower HNSW query than one served from shared buffers.
 
     ``shared_buffers`` is a quarter of RAM, from 128 MB to 4 GB (the usual advice; the
     memory is used as pages are read, not up front); ``effective_cache_size`` is half.

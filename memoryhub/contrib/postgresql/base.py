@@ -1,11 +1,11 @@
 """Django's PostgreSQL backend, with a cheaper ``CONN_HEALTH_CHECKS``.
 
 Django checks a persistent connection before a request's first query with ``SELECT 1``:
-one round trip per request, about a fifth of a query request's time in gunicorn on the
-benchmark machine. A connection the server has closed (a restart, ``idle_session_timeout``,
-``pg_terminate_backend``) has something to read: the server's FATAL message or the end of
-the stream. An idle, healthy one has nothing. So: nothing to read, no round trip;
-something to read, Django's ``SELECT 1`` decides.
+one round trip per request, a sizeable share of a short query request's time. A
+connection the server has closed (a restart, ``idle_session_timeout``, ``pg_terminate_backend``)
+has something to read: the server's FATAL message or the end of the stream. An idle,
+healthy one has nothing. So: nothing to read, no round trip; something to read, Django's
+``SELECT 1`` decides.
 """
 
 from __future__ import annotations

@@ -66,8 +66,8 @@ __all__ = [
 
 
 #: Query vectors by (model, text), in this process: an agent asks the same question
-#: again, and a real model's embedding of it costs more than the search (about 10 ms of
-#: 14 with all-MiniLM-L6-v2 on the benchmark machine). Bounded, least recently used out.
+#: again, and a real model's embedding of it costs more than the search itself.
+#: Bounded, least recently used out.
 _VECTORS: OrderedDict[tuple[str, str], str] = OrderedDict()
 _VECTORS_LOCK = threading.Lock()
 VECTORS_KEPT = 1024
@@ -255,7 +255,8 @@ def query(scope: Scope, request: QueryRequest | None = None, /, **raw: Any) -> Q
 
 
 def render_grounding(items: Sequence[MemoryItem], format: Any = None) -> str | None:
-    """The "Relevant context:" block of seed 003: one ``[source] content`` line per item.
+    """The "Relevant context:" block, one ``[source] content`` line per item, as seed
+    003 prints it (grounding; :mod:`memoryhub.sources` says what the seeds are).
 
     ``format`` (a callable over the items) replaces the lines. No items, or a format
     that renders nothing, gives ``None``: never an empty header.

@@ -128,8 +128,8 @@ def _fetch(scope: Scope, ids: list[Any]) -> dict[Any, dict[str, Any]]:
     """The rows of a cached ranking's records, read again (erased or expired ones are
     gone).
 
-    One primary-key lookup on every cache hit, so plain SQL: the ORM's compilation cost
-    more than the statement (about 1 ms of 1.5 on the benchmark machine). The tenant is
+    One primary-key lookup on every cache hit, so plain SQL: the ORM's compilation
+    costs more than the statement. The tenant is
     in the WHERE clause, as the scoped manager would put it.
     """
     if not ids:

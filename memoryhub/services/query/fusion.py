@@ -51,7 +51,7 @@ def union(*rankings: list[tuple[Any, float]]) -> list[tuple[Any, float]]:
 #: over the candidates (the configured model's scores stay cosines); "raw" compares the
 #: cosines as they are, "rrf" interleaves by rank, "normalized" divides each model's by
 #: its best. Measured by ``python -m benchmarks.model_change`` (benchmarks/REPORT.md):
-#: calibrated keeps recall@10 of rrf and normalized (0.99) with recall@1 near raw's.
+#: calibrated keeps the recall@10 of rrf and normalized with a recall@1 near raw's.
 MODEL_MERGE_DEFAULT = "calibrated"
 MODEL_MERGE = MODEL_MERGE_DEFAULT
 

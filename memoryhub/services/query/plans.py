@@ -37,23 +37,18 @@ from .request import _WORD, QueryRequest
 #: pgvector's default ``hnsw.ef_search``: the least a tenant index is searched with by a
 #: hybrid query's vector leg (one of its two candidate lists, depth 40 or more).
 MIN_EF_SEARCH = 40
-#: The least a tenant index is searched with by a vector query (the answer itself): on
-#: the 100k benchmark with the installed packages' docstrings added to the corpus, the
-#: 30% tenant's own index (ef_search 60 by its share) answered at recall@10 0.945
-#: against exact search; 80 gave 0.955, 100 0.964, 120 0.967, for about 0.1 ms per 20.
+#: The least a tenant index is searched with by a vector query (the answer itself): a
+#: share-scaled ``ef_search`` below it loses recall against exact search that a little
+#: more search time buys back.
 MIN_EF_SEARCH_VECTOR = 100
 #: An own index holding more records than this is searched by a vector query with at
 #: least :data:`MIN_EF_SEARCH_VECTOR_LARGE`: recall at a fixed ``ef_search`` falls as the
-#: graph grows. Measured on this machine with the benchmark's passages and hashing
-#: embedder (100 known-item questions against exact search, ``ef_construction`` 128):
-#: 30k records answered at recall@10 0.979 with 100; 300k records (the 1M run's 30%
-#: tenant) at 0.925 with 100 and 0.952 with 200 (4.5 -> 7.9 ms).
+#: graph grows.
 LARGE_OWN_INDEX_RECORDS = 100_000
 MIN_EF_SEARCH_VECTOR_LARGE = 200
-#: ... and a hybrid query's vector leg with at least this. Its share gave the 1M run's
-#: 30% tenant 60 (200 x 0.3), and it answered known-item questions worse in hybrid than
-#: in vector mode (recall@10 0.85 against 0.883): a fused list holds only what its legs
-#: find, and the 300k graph finds less at a low ef_search (0.873 at 40, 0.925 at 100).
+#: ... and a hybrid query's vector leg with at least this. A share-scaled ``ef_search``
+#: (say 200 x 0.3 = 60) is too low for a large graph: a fused list holds only what its
+#: legs find, so hybrid would answer worse than vector mode.
 MIN_EF_SEARCH_LARGE = 100
 
 
@@ -310,13 +305,12 @@ def _keyword_legs(
     the OR over every record is the second, for a query whose rarest words are held by
     too few records to fill k. Both rank at most
     :func:`~memoryhub.services.word_statistics.ranked_at_most` records there: the first
-    of them the GIN index finds (issue 19: at 1M records, ranking all 300k-record
-    domain's records holding "references" took 450 ms, and "4" 1.9 s).
+    of them the GIN index finds (ranking every record of a large domain that holds a
+    common word costs time in proportion to the domain).
 
-    Ranking only the records holding two or more of the words first was tried (issue
-    19) and measured at 100k records: the large tenant's p50 went from 16.8 to 12.5 ms
-    but its p95 from 47 to 64 ms, and a 1% tenant's from 2.1 to 8.1 ms (the pairs'
-    tsquery is evaluated on every row of a small scope), so it was taken out again.
+    Ranking only the records holding two or more of the words first does not pay: the
+    pairs' tsquery is evaluated on every row of a small scope, which costs a small
+    tenant more than it saves a large one, and raises a large tenant's tail latency.
     """
     words = RawSQL("%s", (WORDS,), output_field=CharField())
     search = SearchQuery(words, config=SEARCH_CONFIG, search_type="raw")
@@ -356,8 +350,8 @@ def _keyword_legs(
 
 
 #: Compiled plans by request shape, settings and domain generation, in this process:
-#: building and compiling the querysets cost about 1 ms a query on the benchmark machine,
-#: as much as a small tenant's statement. Kept at most ``PLAN_SECONDS``.
+#: building and compiling the querysets costs about as much as a small tenant's
+#: statement. Kept at most ``PLAN_SECONDS``.
 _PLANS: OrderedDict[str, tuple[float, _Plan]] = OrderedDict()
 _PLANS_LOCK = threading.Lock()
 PLANS_KEPT = 512

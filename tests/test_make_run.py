@@ -19,7 +19,7 @@ import httpx
 import psutil
 import pytest
 
-from config import embedded_redis
+from config import embedded_redis, run
 from memoryhub.contrib.embedded_postgres import server as embedded
 
 from .programs import free_port, wait_for
@@ -43,6 +43,8 @@ class Site:
             DJANGO_SETTINGS_MODULE="config.settings",
             MEMORYHUB_DATA_DIR=str(data),
             MEMORYHUB_SWEEP_INTERVAL="2",
+            # The topology is under test, not the model: the stand-in embeds fastest.
+            MEMORYHUB_EMBEDDER="hashing",
         )
         self.data, self.port = data, port
         self.log = (data.parent / "run.log").open("w+")
@@ -101,6 +103,7 @@ def test_make_run_serves_with_a_worker_and_ctrl_c_stops_everything(site: Site) -
     health = _health(site)
     assert health["broker"] == {"ok": True, "mode": "broker"}, health
     assert "worker log:" in site.output()
+    assert "embedder: hashing, a lexical stand-in" in site.output()
     key = re.search(r"API key \(read, write, forget; shown once\): (\S+)", site.output())
     assert key is not None, site.output()
     headers = {"Authorization": f"Api-Key {key.group(1)}"}
@@ -181,3 +184,47 @@ def _import_through_the_admin(site: Site) -> None:
     assert seen[-1]["status"] == "done", seen[-1]
     assert seen[-1]["imported"] == seen[-1]["created"] == lines
     assert seen[0]["finished"] is False  # the request returned before the import ended
+
+
+@pytest.mark.parametrize(
+    ("value", "embedder"),
+    [
+        (None, "memoryhub.embedders.HashingEmbedder"),
+        ("hashing", "memoryhub.embedders.HashingEmbedder"),
+        ("local", "memoryhub.embedders.SentenceTransformerEmbedder"),
+        (
+            "memoryhub.embedders.OpenAICompatibleEmbedder",
+            "memoryhub.embedders.OpenAICompatibleEmbedder",
+        ),
+    ],
+)
+def test_memoryhub_embedder_selects_the_sites_embedder(value: str | None, embedder: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "MEMORYHUB_EMBEDDER"}
+    if value is not None:
+        env["MEMORYHUB_EMBEDDER"] = value
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from config import settings; print(settings.MEMORYHUB['EMBEDDER'])",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout.strip() == embedder
+
+
+def test_the_demo_ranks_by_meaning_when_the_local_model_is_installed() -> None:
+    """make test installs the local-embeddings extra, so under it the demo picks the
+    model; a choice made in the environment is kept."""
+    if os.environ.get("CI") == "true":
+        assert run.local_model_installed()
+    expected = "local" if run.local_model_installed() else "hashing"
+    assert run.demo_embedder({}) == expected
+    assert run.demo_embedder({"MEMORYHUB_EMBEDDER": "hashing"}) == "hashing"
+    assert "a local model" in run.embedder_line({"MEMORYHUB_EMBEDDER": "local"})
+    assert "lexical stand-in" in run.embedder_line({"MEMORYHUB_EMBEDDER": "hashing"})

@@ -92,7 +92,7 @@ def _type(schema: dict[str, Any]) -> str:
         if combinator in schema:
             return " or ".join(_type(part) for part in schema[combinator])
     if "enum" in schema:
-        return " \\| ".join(f"`{json.dumps(value)}`" for value in schema["enum"])
+        return " | ".join(f"`{json.dumps(value)}`" for value in schema["enum"])
     kind = schema.get("type", "any")
     if isinstance(kind, list):
         kind = " or ".join(kind)
@@ -164,7 +164,7 @@ def render_rest_api() -> str:
         for method, operation in methods.items():
             if method in {"get", "post", "put", "patch", "delete"}:
                 operations.append((path, method, operation))
-    out.append("## Endpoints\n")
+    out.append("\n## Endpoints\n")
     out.append(
         _table(
             ["method", "path", "summary"],
@@ -172,7 +172,8 @@ def render_rest_api() -> str:
                 [
                     method.upper(),
                     f"[`{path}`](#{_operation_anchor(method, path)})",
-                    operation.get("summary") or operation.get("description", "").split(". ")[0],
+                    operation.get("summary")
+                    or operation.get("description", "").split(". ")[0].rstrip(".") + ".",
                 ]
                 for path, method, operation in operations
             ),
@@ -231,7 +232,7 @@ def render_rest_api() -> str:
             )
     components = schema.get("components", {}).get("schemas", {})
     if components:
-        out.append("## Schemas\n")
+        out.append("\n## Schemas\n")
         for name, component in components.items():
             out.append(f"### {name} {{#{_schema_anchor(name)}}}\n")
             if component.get("description"):

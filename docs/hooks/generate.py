@@ -14,8 +14,9 @@ from what runs:
 * ``checks``: every ``Error``/``Warning`` with an ``id`` in ``memoryhub/`` and ``tenants/``;
 * ``error-codes``: every error code the API's code can answer with; a code missing from
   the page's hand-written table is a warning, which fails the strict build;
-* ``benchmark-figures``: the current figures of ``benchmarks/results-*.json``, with the
-  plots this hook draws (matplotlib) into ``benchmarks/*.png`` of the site.
+* ``benchmark-*``: the current figures of ``benchmarks/results-*.json``, with the plots
+  this hook draws (matplotlib) into ``benchmarks/*.png`` of the site; and
+  ``benchmarks/DATASETS.md`` as the page ``benchmarks/datasets.md``.
 
 No database is needed: Django is set up with ``config.settings`` and nothing connects.
 """
@@ -865,6 +866,9 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
             config, "reference/openapi.json", content=json.dumps(openapi_schema(), indent=2)
         )
     )
+    # The data sets' provenance and licences, as the harness documents them.
+    datasets = (ROOT / "benchmarks" / "DATASETS.md").read_text()
+    files.append(File.generated(config, "benchmarks/datasets.md", content=datasets))
     return files
 
 

@@ -565,12 +565,14 @@ def _plot_quality(plt: Any, quality: dict[str, Any]) -> Any:
     runs = [run for run in quality["runs"] if run["set"] == "LoCoMo"]
     figure, axis = plt.subplots(figsize=(7.5, 3.8))
     legs = ("vector@10", "keyword@10", "hybrid@10", "BM25@10", "context")
-    labels = ("vector", "keyword", "hybrid", "BM25 baseline", "hybrid + context_turns 1")
+    labels = ("vector", "keyword", "hybrid", "BM25\nbaseline", "hybrid +\ncontext_turns 1")
+    names = {"hashing": "hashing embedder", "minilm": "all-MiniLM-L6-v2"}
     width = 0.8 / len(runs) if runs else 0.8
     for offset, run in enumerate(runs):
         values = [run["recall"][leg]["all"] for leg in legs]
         positions = [index + offset * width for index in range(len(legs))]
-        axis.bar(positions, values, width, label=run["embedder"])
+        label = next((v for k, v in names.items() if k in run["embedder"]), run["embedder"])
+        axis.bar(positions, values, width, label=label)
     axis.set_xticks([index + width * (len(runs) - 1) / 2 for index in range(len(legs))], labels)
     axis.tick_params(axis="x", labelsize=8)
     axis.set_ylabel("evidence recall@10")
@@ -594,9 +596,13 @@ def draw_plots() -> dict[str, bytes]:
         "ingest": lambda: _plot_ingest(plt, medium, large),
         "quality": lambda: _plot_quality(plt, quality),
     }
+    sources = {"latency": large, "throughput": large, "ingest": large, "quality": quality}
     images = {}
     for name, draw in drawers.items():
         figure = draw()
+        figure.text(
+            0.99, -0.02, f"measured {_when(sources[name])}", ha="right", va="top", fontsize=7
+        )
         buffer = io.BytesIO()
         figure.savefig(buffer, format="png", dpi=110, bbox_inches="tight", metadata={})
         plt.close(figure)

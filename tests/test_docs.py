@@ -64,6 +64,9 @@ def test_the_reference_is_generated_from_the_code(site: Path) -> None:
     checks = (site / "reference" / "checks" / "index.html").read_text()
     for ident in ("memoryhub.E001", "memoryhub.W001", "memoryhub.E017"):
         assert ident in checks, ident
+    commands = (site / "reference" / "commands" / "index.html").read_text()
+    for command in ("create_org", "create_api_key", "memoryhub_reembed", "--expires-in-days"):
+        assert command in commands, command
     for plot in ("latency", "throughput", "ingest", "quality"):
         image = site / "benchmarks" / f"{plot}.png"
         assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", plot

@@ -12,6 +12,7 @@ from what runs:
 * ``settings``: the ``DEFAULTS`` dict of ``memoryhub/conf.py``, with the comment that
   declares each group of settings and the minimum its check enforces;
 * ``checks``: every ``Error``/``Warning`` with an ``id`` in ``memoryhub/`` and ``tenants/``;
+* ``commands``: the management commands' ``--help``, as argparse prints it;
 * ``error-codes``: every error code the API's code can answer with; a code missing from
   the page's hand-written table is a warning, which fails the strict build;
 * ``benchmark-*``: the current figures of ``benchmarks/results-*.json``, with the plots
@@ -340,6 +341,32 @@ def render_settings() -> str:
             meaning += f" An integer, at least {minimums[name]}."
         rows.append([f"`{name}`", default, meaning])
     return _table(["setting", "default", "meaning"], rows)
+
+
+# --- management commands ------------------------------------------------------------
+
+
+def render_commands() -> str:
+    _django()
+    from django.core.management import load_command_class
+
+    out = []
+    for app in ("tenants", "memoryhub"):
+        folder = ROOT / app / "management" / "commands"
+        for path in sorted(folder.glob("*.py")):
+            if path.name.startswith("_"):
+                continue
+            name = path.stem
+            command = load_command_class(app, name)
+            parser = command.create_parser("manage.py", name)
+            usage = parser.format_help()
+            # Django's own options (--settings, --traceback, ...) are the same for every
+            # command: keep the usage line, the command's help and its own arguments.
+            own = usage.split("  -v {0,1,2,3}, --verbosity")[0].rstrip()
+            out.append(f"## `{name}`\n")
+            out.append(f"*From the `{app}` app.*\n")
+            out.append("```\n" + own + "\n```\n")
+    return "\n".join(out)
 
 
 # --- system checks ------------------------------------------------------------------
@@ -883,6 +910,7 @@ RENDERERS: dict[str, Callable[[str, Page], str]] = {
     "mcp-tools": lambda markdown, page: render_mcp_tools(),
     "settings": lambda markdown, page: render_settings(),
     "checks": lambda markdown, page: render_checks(),
+    "commands": lambda markdown, page: render_commands(),
     "error-codes": render_error_codes,
     "benchmark-figures": lambda markdown, page: render_benchmark_figures(),
     "benchmark-admin": lambda markdown, page: render_admin_figures(),

@@ -7,7 +7,7 @@ TEST_STAMP := $(VENV)/.installed-test-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install run test lint format bench mutate worker stop-db clean
+.PHONY: install run test docs lint format bench mutate worker stop-db clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,12 @@ run: install
 
 test: $(TEST_STAMP)
 	$(PY) -m pytest
+
+# The documentation site (mkdocs.yml, docs/), rebuilt on every change; DOCS_PORT so it
+# can run beside make run. make test builds it strictly (tests/test_docs.py).
+DOCS_PORT ?= 8001
+docs: install
+	$(VENV)/bin/mkdocs serve --dev-addr $(HOST):$(DOCS_PORT)
 
 lint: install
 	$(VENV)/bin/ruff check .
@@ -66,4 +72,4 @@ stop-db: install
 	$(PY) -m memoryhub.contrib.embedded_postgres stop
 
 clean:
-	rm -rf $(VENV) build *.egg-info mutants
+	rm -rf $(VENV) build *.egg-info mutants site

@@ -28,12 +28,12 @@ def _measured(figures: dict[str, Any]) -> Any:
 
 
 def summary_table(results: dict[str, Any]) -> str:
-    """The short table README shows."""
+    """The short table of a run: printed by the harness, and REPORT.md's summary."""
     return _table(["figure", "value"], summary_rows(results))
 
 
 def side_by_side(runs: dict[str, dict[str, Any]]) -> str:
-    """README's table: each scale's summary in a column (a figure a scale lacks: "—")."""
+    """Each scale's summary in a column (a figure a scale lacks: "—")."""
     columns = {scale: dict(map(tuple, summary_rows(results))) for scale, results in runs.items()}
     figures: list[str] = []
     for values in columns.values():

@@ -1,7 +1,7 @@
-"""README's "Embedding memoryhub in an existing project", followed step by step: a new
-``startproject`` site gets the marked blocks pasted in, migrates on the embedded
-backend, makes an org, a domain and a key with the documented commands, and calls the
-API. A change to the guide that breaks it breaks this test."""
+"""The how-to "Embed memoryhub in an existing project" (docs/how-to/embed.md), followed
+step by step: a new ``startproject`` site gets the marked blocks pasted in, migrates on
+the embedded backend, makes an org, a domain and a key with the documented commands, and
+calls the API. A change to the guide that breaks it breaks this test."""
 
 from __future__ import annotations
 
@@ -13,13 +13,14 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+GUIDE = ROOT / "docs" / "how-to" / "embed.md"
 
 
 def block(name: str) -> str:
-    """The code block after ``<!-- guide:name -->`` in README.md, unindented."""
-    readme = (ROOT / "README.md").read_text()
-    match = re.search(rf"<!-- guide:{name} -->\s*```\w*\n(.*?)```", readme, re.S)
-    assert match is not None, f"README.md has no guide:{name} block"
+    """The code block after ``<!-- guide:name -->`` in the guide, unindented."""
+    guide = GUIDE.read_text()
+    match = re.search(rf"<!-- guide:{name} -->\s*```\w*\n(.*?)```", guide, re.S)
+    assert match is not None, f"{GUIDE.relative_to(ROOT)} has no guide:{name} block"
     lines = match.group(1).splitlines()
     indent = min(len(line) - len(line.lstrip()) for line in lines if line.strip())
     return "\n".join(line[indent:] for line in lines) + "\n"

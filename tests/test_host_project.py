@@ -76,7 +76,8 @@ def test_host_project_does_not_import_the_site():
 
 
 def test_host_project_on_the_embedded_backend_in_one_databases_entry(tmp_path):
-    """The README's development database: one DATABASES entry, nothing installed."""
+    """The development database of docs/how-to/embed.md: one DATABASES entry, nothing
+    installed."""
     from memoryhub.contrib.embedded_postgres import server as embedded
 
     data = tmp_path / "postgres"

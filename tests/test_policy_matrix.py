@@ -14,6 +14,7 @@ import json
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -339,8 +340,9 @@ OPERATES = READS | {
     "revoke_api_key",
 }
 OWNS = OPERATES | {"add_member", "rename_org", "delete_domain", "delete_org"}
-#: The role matrix of the README, in the actor's own org. In another org: nothing,
-#: except for superusers, who may do everything everywhere.
+#: The role matrix of docs/explanation/policy.md, in the actor's own org (the test below
+#: reads the page's table back). In another org: nothing, except for superusers, who may
+#: do everything everywhere.
 ALLOWED_IN_OWN_ORG = {
     "superuser": OWNS,
     "owner": OWNS,
@@ -552,3 +554,54 @@ def test_record_ids_of_another_org_are_404_under_the_keys_own_domain(world):
         assert response.status_code == 404
         assert response.json()["code"] == "record_not_found"
     assert _state(world) == before
+
+
+#: Each row of the page's role table, as the admin actions above that it covers.
+ROLE_TABLE_ROWS = {
+    "see records, knowledge bases, observations, keys; playground; export": READS,
+    "add, edit and delete records; curate knowledge bases (read-only ones too)": {
+        "add_record",
+        "change_record",
+        "delete_record",
+        "curate_knowledge_base",
+    },
+    "import files; re-embed records": {"import_file", "reembed"},
+    "erase a data subject; erase a domain's or org's memory": {
+        "erase_subject",
+        "erase_domain_memory",
+    },
+    "create, change and revoke the org's API keys": {"add_api_key", "revoke_api_key"},
+    "add, change and remove members and their roles": {"add_member"},
+    "rename the org, add domains; delete a domain or the org (memory erased first)": {
+        "rename_org",
+        "delete_domain",
+        "delete_org",
+    },
+}
+
+
+def test_the_documented_role_table_is_the_one_this_matrix_checks():
+    """docs/explanation/policy.md's table of membership roles says, row by row, what
+    ALLOWED_IN_OWN_ORG says: a change to either that the other lacks fails here."""
+    page = (Path(__file__).resolve().parent.parent / "docs/explanation/policy.md").read_text()
+    section = page.split("## Membership roles", 1)[1]
+    header, _rule, *rows = [line for line in section.splitlines() if line.startswith("|")][
+        : 2 + len(ROLE_TABLE_ROWS) + 1
+    ]
+    roles = [cell.strip() for cell in header.strip("|").split("|")][1:]
+    assert roles == ["viewer", "operator", "owner"]
+    documented: dict[str, set[str]] = {role: set() for role in roles}
+    seen = set()
+    for row in rows:
+        cells = [cell.strip() for cell in row.strip().strip("|").split("|")]
+        if cells[0] not in ROLE_TABLE_ROWS:
+            assert "superusers only" in row, row  # the one row no membership grants
+            continue
+        seen.add(cells[0])
+        for role, mark in zip(roles, cells[1:], strict=True):
+            if mark == "✓":
+                documented[role] |= ROLE_TABLE_ROWS[cells[0]]
+    assert seen == set(ROLE_TABLE_ROWS)
+    assert set().union(*ROLE_TABLE_ROWS.values()) == set(ADMIN_ACTIONS)
+    for role in roles:
+        assert documented[role] == ALLOWED_IN_OWN_ORG[role], role

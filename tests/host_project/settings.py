@@ -52,7 +52,7 @@ TEMPLATES = [
     }
 ]
 
-if os.environ.get("HOST_PROJECT_EMBEDDED_DIR"):  # the README's one-line development database
+if os.environ.get("HOST_PROJECT_EMBEDDED_DIR"):  # the embedding guide's development database
     DATABASES = {
         "default": {
             "ENGINE": "memoryhub.contrib.embedded_postgres",

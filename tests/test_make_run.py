@@ -228,3 +228,73 @@ def test_the_demo_ranks_by_meaning_when_the_local_model_is_installed() -> None:
     assert run.demo_embedder({"MEMORYHUB_EMBEDDER": "hashing"}) == "hashing"
     assert "a local model" in run.embedder_line({"MEMORYHUB_EMBEDDER": "local"})
     assert "lexical stand-in" in run.embedder_line({"MEMORYHUB_EMBEDDER": "hashing"})
+
+
+def _tutorial_blocks() -> list[tuple[str, str]]:
+    """The tutorial's shell blocks after ``make run``, each with its expected output (the
+    ``# {...}`` comments)."""
+    text = (ROOT / "docs" / "tutorial.md").read_text()
+    blocks = []
+    for body in re.findall(r"```sh\n(.*?)```", text, re.S):
+        if body.strip() == "make run":
+            continue
+        commands = "\n".join(line for line in body.splitlines() if not line.startswith("#"))
+        expected = "\n".join(line[1:] for line in body.splitlines() if line.startswith("#"))
+        blocks.append((commands, expected))
+    return blocks
+
+
+#: "name":value pairs of an expected answer, without placeholders (… or <>) or timings.
+_PAIR = re.compile(r'"(\w+)":("[^"…<]*"|-?\d+|true|false)(?=[,}\]])')
+_CONTENT = re.compile(r'"content":"((?:[^"\\]|\\.)*)"')
+
+
+def test_the_tutorial_works_as_written_on_make_run(site: Site, tmp_path: Path) -> None:
+    """Every command of docs/tutorial.md, run in one shell against a fresh make run; each
+    answer holds the pairs its comment shows, and the first record it names is the one
+    the comment names first (the ranking the tutorial promises)."""
+
+    def settled() -> bool:
+        indexing = _health(site).get("indexing") or {}
+        return indexing.get("worker_seen_at") is not None and indexing.get("pending") == 0
+
+    # A newcomer reads a moment before typing: the worker has indexed the demo's records.
+    wait_for(settled, timeout=180, what="the site, its worker and the demo's records")
+    blocks = _tutorial_blocks()
+    assert len(blocks) >= 4, blocks
+    script = ["set -euo pipefail"]
+    for n, (commands, _) in enumerate(blocks):
+        commands = commands.replace("http://127.0.0.1:8000", site.url(""))
+        commands = commands.replace(".venv/bin/python", sys.executable)
+        commands = commands.replace("/tmp/", f"{tmp_path}/")
+        script += [f"echo '@@ block {n}'", commands]
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
+    env.update(DJANGO_SETTINGS_MODULE="config.settings", MEMORYHUB_DATA_DIR=str(site.data))
+    done = subprocess.run(
+        ["bash", "-c", "\n".join(script)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    outputs = re.split(r"^@@ block \d+\n", done.stdout, flags=re.M)[1:]
+    assert len(outputs) == len(blocks)
+    checked = 0
+    for (commands, expected), output in zip(blocks, outputs, strict=True):
+        for name, value in _PAIR.findall(expected):
+            assert f'"{name}":{value}' in output, f"{commands}\n{expected}\n---\n{output}"
+            checked += 1
+        # Each answer with items ranks first what its comment shows first.
+        wanted = [_CONTENT.search(line) for line in expected.splitlines()]
+        answers = [line for line in output.splitlines() if line.startswith('{"items"')]
+        firsts = [match.group(1) for match in wanted if match is not None]
+        assert len(answers) >= len(firsts), (commands, output)
+        for want, answer in zip(firsts, answers, strict=False):
+            got = _CONTENT.search(answer)
+            assert got is not None and got.group(1) == want, (commands, answer)
+            checked += 1
+    assert checked >= 15
+    # Alice's preference is gone, as the tutorial says after the erasure.
+    assert "Alice prefers EUR." not in outputs[-1]

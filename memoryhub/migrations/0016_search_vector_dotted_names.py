@@ -5,7 +5,7 @@
 Django cannot alter a generated column's expression, so the column is dropped and added
 again: PostgreSQL computes it for every record, rewriting the records table and
 rebuilding its indexes (HNSW included) under an exclusive lock; what that costs at
-scale: the README's "Upgrading" notes. The shared full-text index goes with the column
+scale: docs/how-to/upgrade.md. The shared full-text index goes with the column
 and is built again here; the domains' own full-text indexes and word statistics
 (services/word_statistics.py) are rebuilt and counted again by the sweeper's next
 maintenance run: until then a large domain's keyword leg ranks every match, as it does

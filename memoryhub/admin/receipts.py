@@ -82,11 +82,12 @@ class ErasureReceiptAdmin(AuditAdmin):
             Q(org_id__in=self.visible_orgs(request).values("pk")) | Q(actor=actor(request))
         )
 
-    @admin.display(description=_("JSON"))
+    @admin.display(description=_("receipt"))
     def download(self, obj: ErasureReceipt) -> str:
         return format_html(
-            '<a href="{}">download</a>',
+            '<a href="{}">{}</a>',
             reverse("admin:memoryhub_erasurereceipt_download", args=[obj.pk]),
+            _("Download receipt (JSON)"),
         )
 
     def get_urls(self) -> list[URLPattern]:

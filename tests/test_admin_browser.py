@@ -2,7 +2,9 @@
 
 Logs in, creates a read-only knowledge base, imports a Markdown file, finds the
 imported text in the retrieval playground, and erases the namespace; a screenshot of
-each step is saved under ``test-artifacts/admin/``.
+each step is saved under ``test-artifacts/admin/``, and with
+``MEMORYHUB_UPDATE_SCREENSHOTS=1`` into ``docs/screenshots/`` too (the README's). The
+lists are measured at 1280 and 1920 px: none scrolls sideways.
 """
 
 from __future__ import annotations
@@ -173,7 +175,9 @@ def test_operator_curates_imports_queries_and_erases(
     browser.find_element(By.CSS_SELECTOR, "#playground-form input[type=submit]").click()
     grounding = wait(ec.presence_of_element_located((By.ID, "playground-grounding"))).text
     assert "[runbook] Rollbacks" in grounding
-    assert "two approvers" in browser.find_element(By.ID, "playground-results").text
+    results = browser.find_element(By.ID, "playground-results")
+    assert "two approvers" in results.text
+    browser.execute_script("arguments[0].scrollIntoView()", results)
     shot(browser, "06-playground")
 
     browser.get(f"{live_server.url}/admin/memoryhub/memoryrecord/erase-subject/")
@@ -272,6 +276,7 @@ def test_operator_home_a_large_kb_a_live_import_and_its_undo(
             browser.find_element(By.CSS_SELECTOR, "#import-form input[type=submit]").click()
             row = wait(ec.presence_of_element_located((By.CSS_SELECTOR, "tr.import-job")))
             assert f"/knowledgebase/{imports_kb.pk}/change/" in browser.current_url
+            browser.execute_script("window.scrollTo(0, 0)")  # the contents and the import
             shot(browser, "12-import-progress")
             # The page polls: the status turns Done without a reload.
             wait(
@@ -290,6 +295,7 @@ def test_operator_home_a_large_kb_a_live_import_and_its_undo(
                     "39 were duplicates" in row.find_element(By.CLASS_NAME, "import-summary").text
                 )
             )
+            browser.execute_script("window.scrollTo(0, 0)")
             shot(browser, "13-import-done")
             row.find_element(By.CSS_SELECTOR, "button.import-undo").click()
             browser.switch_to.alert.accept()

@@ -150,7 +150,7 @@ class ImportAnywhereForm(ImportForm):
 
 
 def _n(count: int) -> str:
-    return number_format(count, force_grouping=True)
+    return number_format(count)  # as the admin shows every other count
 
 
 def import_summary(job: dict[str, Any]) -> str:

@@ -28,7 +28,6 @@ from tenants.admin import preselect_single_choice
 from tenants.models import Domain, Org
 
 from ..models import MemoryRecord
-from ..templatetags.memoryhub_admin import when
 from ..namespaces import for_user
 from ..policy import Action
 from ..scope import Scope, tenant_scope
@@ -39,6 +38,7 @@ from ..services import indexing as indexing_service
 from ..services import write as write_service
 from ..services.history import HISTORY_FIELDS
 from ..services.records import RecordNotFound
+from ..templatetags.memoryhub_admin import when
 from .base import OperatorAdmin, actor, admin_context, operator_view
 from .erasure import erasure_batch, show_receipt
 from .filters import (

@@ -405,6 +405,10 @@ def test_lists_fit_the_page_and_give_the_content_room(browser, live_server, djan
     write.ensure_knowledge_base(scope, "incident-runbooks-and-postmortems", read_only=True)
     for n in range(3):
         create_api_key(org=domain.org, domain=domain, name=f"support-bot-production-{n}")
+    from memoryhub.services.forget import ForgetRequest, forget
+
+    write.write(scope, [{"content": "to erase", "namespace": "user:alice"}])
+    forget(scope, ForgetRequest(namespace="user:alice"), actor="admin:operator", operator=True)
     django_user_model.objects.create_superuser("operator", "op@example.com", "s3cret-pass")
     login(browser, live_server)
     for width in (1280, 1920):
@@ -413,12 +417,16 @@ def test_lists_fit_the_page_and_give_the_content_room(browser, live_server, djan
             "/admin/memoryhub/memoryrecord/",
             "/admin/memoryhub/knowledgebase/",
             "/admin/tenants/apikey/",
+            "/admin/memoryhub/observation/",
+            "/admin/memoryhub/erasurereceipt/",
         ):
             browser.get(live_server.url + path)
-            name = {"memoryrecord": "18-records", "knowledgebase": "19-knowledge-bases"}.get(
-                path.strip("/").split("/")[-1], "20-api-keys"
-            )
-            if width == 1280 or name == "18-records":
+            name = {
+                "memoryrecord": "18-records",
+                "knowledgebase": "19-knowledge-bases",
+                "apikey": "20-api-keys",
+            }.get(path.strip("/").split("/")[-1], "")
+            if name and (width == 1280 or name == "18-records"):
                 shot(browser, name + ("" if width == 1280 else f"-{width}"))
             page, window = fits(browser)
             assert page <= window, f"{path} at {width} px is {page} px wide"

@@ -257,7 +257,8 @@ def test_the_receipts_download_is_named_for_what_it_is(operator, tenant):
     assert "Download receipt (JSON)" in page.decode()
     assert "(JSON)</a>" in page.decode() and "Download support" not in page.decode()
     listed = operator.get("/admin/memoryhub/erasurereceipt/").content.decode()
-    assert "Download receipt (JSON)" in listed and ">download<" not in listed
+    assert 'title="Download receipt (JSON)">Download (JSON)</a>' in listed
+    assert ">download<" not in listed
 
 
 # --- 9. the erase form speaks the operator's language -----------------------------------

@@ -216,10 +216,10 @@ class KnowledgeBaseAdmin(OperatorAdmin):
     form = KnowledgeBaseForm
     list_display = [
         "name_and_state",
+        "domain",
         "write_policy",
         "record_count",
         "refused_writes",
-        "created_at",
     ]
     list_filter = ["read_only", "on_write", ("org", admin.RelatedOnlyFieldListFilter)]
     list_select_related = ["domain__org"]
@@ -331,16 +331,9 @@ class KnowledgeBaseAdmin(OperatorAdmin):
 
     @admin.display(description=_("name"), ordering="name")
     def name_and_state(self, obj: KnowledgeBase) -> str:
-        name = (
-            obj.name
-            if obj.deleting_since is None
-            else format_html("{} <em>({})</em>", obj.name, _("being deleted"))
-        )
-        domain = obj.domain
-        details = f"{domain.org.slug}/{domain.slug}"
-        if obj.description:
-            details += f" · {obj.description}"
-        return format_html('{}<div class="mh-details">{}</div>', name, details)
+        if obj.deleting_since is None:
+            return obj.name
+        return format_html("{} <em>({})</em>", obj.name, _("being deleted"))
 
     # --- import and export ---------------------------------------------------------
 

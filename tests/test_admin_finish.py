@@ -327,3 +327,30 @@ def test_the_user_links_lead_out_of_the_admin_not_back_into_it(operator, kbs):
     assert "View site" not in tools.group(1)
     assert 'href="/api/docs/"' in tools.group(1)
     assert operator.get("/api/docs/").status_code == 200
+
+
+# --- bounded at volume ------------------------------------------------------------------
+
+
+def test_the_kb_list_counts_records_only_up_to_its_cap(operator, kbs, monkeypatch):
+    """A knowledge base of a million records is counted up to the cap, not read whole."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from memoryhub.admin.knowledge import KnowledgeBaseAdmin
+
+    write.write(_acme(kbs), [{"content": f"more {i}"} for i in range(3)], sources=["handbook"])
+    monkeypatch.setattr(KnowledgeBaseAdmin, "RECORDS_COUNTED_UP_TO", 2)
+    with CaptureQueriesContext(connection) as queries:
+        page = operator.get(KBS).content.decode()
+    assert '<td class="field-record_count">2+</td>' in page
+    counts = [q["sql"] for q in queries if 'FROM "memoryhub_memoryrecord"' in q["sql"]]
+    assert counts and all("LIMIT 3" in sql for sql in counts), counts
+    assert "globex" not in page
+
+
+def _acme(kbs):  # type: ignore[no-untyped-def]
+    from memoryhub.scope import Scope
+
+    handbook = kbs["handbook"]
+    return Scope(handbook.org_id, handbook.domain_id)

@@ -551,13 +551,20 @@ def observe_run(job: ImportJob, scope: Scope, run: _Run) -> None:
         )
 
 
+#: How long after a job's end its last run's summary observations may be recorded.
+OUTCOME_MARGIN = timedelta(minutes=5)
+
+
 def outcome(job: ImportJob) -> dict[str, int] | None:
     """What a finished job's items became, from its runs' summary observations: new
     records, records updated by key, duplicates skipped (None: no summary yet)."""
+    # Each run records its summary as it ends: within the job's life, plus a margin.
+    until = (job.finished_at or timezone.now()) + OUTCOME_MARGIN
     rows = Observation.unscoped.filter(
         org_id=job.org_id,
         kind__in=(Observation.Kind.MEMORY_WRITTEN, Observation.Kind.MEMORY_DEDUPLICATED),
         created_at__gte=job.created_at,
+        created_at__lte=until,
         payload__import_job=job.pk,
     ).values_list("kind", "payload")
     found = {"created": 0, "updated": 0, "deduplicated": 0}

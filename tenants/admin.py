@@ -483,7 +483,7 @@ class ApiKeyAdmin(ExtensibleAdmin, OrgRestrictedAdmin):
     @admin.display(description=_("name"), ordering="name")
     def name_and_scope(self, obj: ApiKey) -> str:
         """The key's name, and under it the org and domain it opens."""
-        domain = obj.domain.slug if obj.domain_id is not None else _("every domain")
+        domain = obj.domain.slug if obj.domain is not None else _("every domain")
         return format_html(
             '{}<div class="mh-details">{} / {}</div>', obj.name, obj.org.slug, domain
         )

@@ -25,6 +25,7 @@ from __future__ import annotations
 import codecs
 import csv
 import json
+import logging
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ from datetime import timedelta
 from functools import partial
 from typing import IO, Any
 
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import Count, F, Q
 from django.utils import timezone
 
@@ -43,6 +44,8 @@ from ..models import ImportChunk, ImportJob, KnowledgeBase, MemoryRecord, Observ
 from ..scope import Scope
 from . import write
 from .scheduling import send
+
+logger = logging.getLogger("memoryhub.imports")
 
 __all__ = [
     "CHUNK_OVERLAP",
@@ -501,18 +504,27 @@ def _write(job: ImportJob) -> None:
     scope = Scope(job.org_id, job.domain_id)
     run = _Run(created_before=_created(job.pk))
     try:
-        batch: list[dict[str, Any]] = []
-        for row in rows:
-            batch.append(row.item)
-            if len(batch) >= BATCH_ITEMS:
-                if not _write_batch(job, scope, batch, run):
-                    return
-                batch = []
-        if batch and not _write_batch(job, scope, batch, run):
-            return
-        _finish(job.pk, ImportJob.Status.DONE, {}, drop_file=True)
-    finally:
-        observe_run(job, scope, run)
+        _write_rows(job, scope, rows, run)
+    except Exception:
+        try:
+            observe_run(job, scope, run)
+        except DatabaseError:  # the write's own error is the one to report
+            logger.exception("import job %s: its summary observations were not recorded", job.pk)
+        raise
+    observe_run(job, scope, run)
+
+
+def _write_rows(job: ImportJob, scope: Scope, rows: Iterator[Row], run: _Run) -> None:
+    batch: list[dict[str, Any]] = []
+    for row in rows:
+        batch.append(row.item)
+        if len(batch) >= BATCH_ITEMS:
+            if not _write_batch(job, scope, batch, run):
+                return
+            batch = []
+    if batch and not _write_batch(job, scope, batch, run):
+        return
+    _finish(job.pk, ImportJob.Status.DONE, {}, drop_file=True)
 
 
 def observe_run(job: ImportJob, scope: Scope, run: _Run) -> None:
@@ -521,7 +533,7 @@ def observe_run(job: ImportJob, scope: Scope, run: _Run) -> None:
     timeline under an import's rows). Their payloads name the job."""
     if not run.items:
         return
-    created = _created(job.pk) - run.created_before
+    created = max(0, _created(job.pk) - run.created_before)  # an erasure may take some
     updated = max(0, run.items - created - run.deduplicated)
     source = job.knowledge_base.name
     if created or updated:

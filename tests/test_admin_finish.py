@@ -256,6 +256,8 @@ def test_the_receipts_download_is_named_for_what_it_is(operator, tenant):
     page = operator.get(f"/admin/memoryhub/erasurereceipt/batch/{receipt.batch}/").content
     assert "Download receipt (JSON)" in page.decode()
     assert "(JSON)</a>" in page.decode() and "Download support" not in page.decode()
+    one = operator.get(f"/admin/memoryhub/erasurereceipt/{receipt.pk}/change/").content.decode()
+    assert re.search(r'id="receipt-download">Download receipt \(JSON\)</a>', one)
     listed = operator.get("/admin/memoryhub/erasurereceipt/").content.decode()
     assert 'title="Download receipt (JSON)">Download (JSON)</a>' in listed
     assert ">download<" not in listed
@@ -287,6 +289,8 @@ def test_single_choice_selects_start_on_their_only_option(operator, tenant, kbs)
         select = re.search(rf'<select name="{name}"[^>]*>(.*?)</select>', page, re.S)
         assert select is not None, url
         assert f'<option value="{pk}" selected>' in select.group(1), (url, select.group(1))
+        label = re.search(rf'<label[^>]*for="id_{name}"[^>]*>([^<]*)</label>', page)
+        assert label is not None and label.group(1)[0].isupper(), (url, label)
         assert "globex" not in page
 
 

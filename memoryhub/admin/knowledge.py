@@ -134,7 +134,7 @@ class ImportAnywhereForm(ImportForm):
 
     knowledge_base = forms.ModelChoiceField(
         queryset=KnowledgeBase.unscoped.none(),
-        label=_("knowledge base"),
+        label=_("Knowledge base"),
         help_text=_("Where the file's items go."),
     )
     field_order = ["knowledge_base", "file", "format", "namespace"]

@@ -68,6 +68,7 @@ class ErasureReceiptAdmin(AuditAdmin):
     ]
     fields = list(readonly_fields)
     change_list_template = "admin/memoryhub/erasurereceipt/change_list.html"
+    change_form_template = "admin/memoryhub/erasurereceipt/change_form.html"
 
     def org_id_of(self, obj: Any) -> int | None:
         return obj.org_id

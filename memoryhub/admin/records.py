@@ -150,7 +150,7 @@ class MemoryRecordAdmin(OperatorAdmin):
                     queryset=self.editable_knowledge_bases(request).order_by(
                         "domain__org__slug", "domain__slug", "name"
                     ),
-                    label=_("knowledge base"),
+                    label=_("Knowledge base"),
                 )
             )
         return form
@@ -422,7 +422,7 @@ class EraseSubjectForm(forms.Form):
     user = forms.CharField(
         max_length=150,
         required=False,
-        label=_("or user"),
+        label=_("Or a user"),
         help_text=_(
             "Or the username of a person who signs in to this site: their memory is found for you."
         ),

@@ -60,6 +60,9 @@ PAGES = [
     "/admin/tenants/org/",
     "/admin/tenants/domain/",
     "/admin/tenants/apikey/",
+    "/admin/memoryhub/knowledgebase/import/",
+    "/admin/",
+    "/admin/memoryhub/",
 ]
 
 
@@ -77,6 +80,9 @@ def own_rows(tenant, data):  # type: ignore[no-untyped-def]
         "/admin/tenants/org/": f"/tenants/org/{tenant.org.pk}/change/",
         "/admin/tenants/domain/": f"/tenants/domain/{tenant.domain.pk}/change/",
         "/admin/tenants/apikey/": "acme bot",
+        "/admin/memoryhub/knowledgebase/import/": f'<option value="{data["acme_kb"].pk}"',
+        "/admin/": 'data-domain="acme/support"',
+        "/admin/memoryhub/": 'data-domain="acme/support"',
     }
 
 

@@ -2,7 +2,9 @@
 
 Logs in, creates a read-only knowledge base, imports a Markdown file, finds the
 imported text in the retrieval playground, and erases the namespace; a screenshot of
-each step is saved under ``test-artifacts/admin/``.
+each step is saved under ``test-artifacts/admin/``, and with
+``MEMORYHUB_UPDATE_SCREENSHOTS=1`` into ``docs/screenshots/`` too (the README's). The
+lists are measured at 1280 and 1920 px: none scrolls sideways.
 """
 
 from __future__ import annotations
@@ -73,8 +75,42 @@ def browser():  # type: ignore[no-untyped-def]
     driver.quit()
 
 
+#: The README's screenshots: ``MEMORYHUB_UPDATE_SCREENSHOTS=1`` saves each shot there too.
+SCREENSHOTS = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
+
+
 def shot(browser, name: str) -> None:  # type: ignore[no-untyped-def]
     browser.save_screenshot(str(ARTIFACTS / f"{name}.png"))
+    if os.environ.get("MEMORYHUB_UPDATE_SCREENSHOTS") == "1":
+        shutil.copyfile(ARTIFACTS / f"{name}.png", SCREENSHOTS / f"{name}.png")
+
+
+def viewport(browser, width: int, height: int = 1000) -> None:  # type: ignore[no-untyped-def]
+    """Make the page ``width`` CSS pixels wide (the window's frame aside)."""
+    browser.set_window_size(width, height)
+    inner = browser.execute_script("return [window.innerWidth, window.innerHeight]")
+    browser.set_window_size(width + (width - inner[0]), height + (height - inner[1]))
+    assert browser.execute_script("return window.innerWidth") == width
+
+
+def fits(browser) -> tuple[int, int]:  # type: ignore[no-untyped-def]
+    """The page's width and the window's: no horizontal scrolling when the first is not
+    larger."""
+    return tuple(
+        browser.execute_script("return [document.documentElement.scrollWidth, window.innerWidth]")
+    )
+
+
+def login(browser, live_server) -> None:  # type: ignore[no-untyped-def]
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(f"{live_server.url}/admin/login/")
+    browser.find_element(By.NAME, "username").send_keys("operator")
+    browser.find_element(By.NAME, "password").send_keys("s3cret-pass")
+    browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    WebDriverWait(browser, 30).until(ec.title_contains("Site administration"))
 
 
 def test_operator_curates_imports_queries_and_erases(
@@ -139,7 +175,9 @@ def test_operator_curates_imports_queries_and_erases(
     browser.find_element(By.CSS_SELECTOR, "#playground-form input[type=submit]").click()
     grounding = wait(ec.presence_of_element_located((By.ID, "playground-grounding"))).text
     assert "[runbook] Rollbacks" in grounding
-    assert "two approvers" in browser.find_element(By.ID, "playground-results").text
+    results = browser.find_element(By.ID, "playground-results")
+    assert "two approvers" in results.text
+    browser.execute_script("arguments[0].scrollIntoView()", results)
     shot(browser, "06-playground")
 
     browser.get(f"{live_server.url}/admin/memoryhub/memoryrecord/erase-subject/")
@@ -171,7 +209,7 @@ def test_operator_home_a_large_kb_a_live_import_and_its_undo(
 
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
-    from selenium.webdriver.support.ui import WebDriverWait
+    from selenium.webdriver.support.ui import Select, WebDriverWait
 
     from memoryhub.models import ImportJob, content_hash
     from memoryhub.scope import Scope
@@ -202,13 +240,7 @@ def test_operator_home_a_large_kb_a_live_import_and_its_undo(
     )
     imports_kb = write.ensure_knowledge_base(scope, "imports")
     django_user_model.objects.create_superuser("operator", "op@example.com", "s3cret-pass")
-    browser.get(f"{live_server.url}/admin/login/")
-    browser.find_element(By.NAME, "username").send_keys("operator")
-    browser.find_element(By.NAME, "password").send_keys("s3cret-pass")
-    browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
-    home = wait(ec.presence_of_element_located((By.ID, "memoryhub-home")))
-    assert "acme / support" in home.text and "50000" in home.text
-    shot(browser, "10-operator-home")
+    login(browser, live_server)
 
     browser.get(f"{live_server.url}/admin/memoryhub/knowledgebase/{handbook.pk}/change/")
     contents = wait(ec.presence_of_element_located((By.ID, "kb-contents")))
@@ -216,25 +248,54 @@ def test_operator_home_a_large_kb_a_live_import_and_its_undo(
     assert len(browser.find_elements(By.CSS_SELECTOR, "input, select, textarea")) < 30
     shot(browser, "11-kb-with-50k-records")
 
+    # 4,000 lines, the last 39 repeating earlier ones: 3,961 records.
+    facts = [f"imported fact {i}" for i in range(3961)] + [f"imported fact {i}" for i in range(39)]
     lines = tmp_path / "facts.jsonl"
-    lines.write_text("\n".join(json.dumps({"content": f"imported fact {i}"}) for i in range(4000)))
+    lines.write_text("\n".join(json.dumps({"content": fact}) for fact in facts))
     with redis_server(tmp_path) as redis, celery_broker(redis.url()):
         worker = start_worker(redis.url(), tmp_path / "worker.log")
         try:
-            browser.get(f"{live_server.url}/admin/memoryhub/knowledgebase/{imports_kb.pk}/import/")
+
+            def worker_seen(_):  # type: ignore[no-untyped-def]
+                browser.get(f"{live_server.url}/admin/")
+                return "Worker running" in browser.find_element(By.ID, "mh-pipeline").text
+
+            wait(worker_seen)
+            home = browser.find_element(By.ID, "memoryhub-home")
+            assert "acme / support" in home.text and "50000" in home.text
+            shot(browser, "10-operator-home")
+            viewport(browser, 1920)
+            shot(browser, "10-operator-home-1920")
+            viewport(browser, 1280)
+            # The home's Import button: choose the knowledge base and the file.
+            browser.find_element(By.ID, "mh-import").click()
+            Select(
+                wait(ec.presence_of_element_located((By.NAME, "knowledge_base")))
+            ).select_by_visible_text("acme / support / imports")
             browser.find_element(By.NAME, "file").send_keys(str(lines))
             browser.find_element(By.CSS_SELECTOR, "#import-form input[type=submit]").click()
             row = wait(ec.presence_of_element_located((By.CSS_SELECTOR, "tr.import-job")))
+            assert f"/knowledgebase/{imports_kb.pk}/change/" in browser.current_url
+            browser.execute_script("window.scrollTo(0, 0)")  # the contents and the import
             shot(browser, "12-import-progress")
             # The page polls: the status turns Done without a reload.
             wait(
                 lambda _: (
                     row.find_element(By.CLASS_NAME, "import-status").text == "Done"
-                    and row.find_element(By.CLASS_NAME, "index-count").text == "4000/4000"
+                    and row.find_element(By.CLASS_NAME, "index-count").text == "3961/3961"
                 ),
                 timeout=120,
             )
             assert row.find_element(By.CLASS_NAME, "import-count").text == "4000/4000"
+            # The contents follow the import, and the row says where the 39 lines went.
+            assert browser.find_element(By.CSS_SELECTOR, "#kb-records a").text == "3961"
+            assert browser.find_element(By.CSS_SELECTOR, "#kb-pending a").text == "0"
+            wait(
+                lambda _: (
+                    "39 were duplicates" in row.find_element(By.CLASS_NAME, "import-summary").text
+                )
+            )
+            browser.execute_script("window.scrollTo(0, 0)")
             shot(browser, "13-import-done")
             row.find_element(By.CSS_SELECTOR, "button.import-undo").click()
             browser.switch_to.alert.accept()
@@ -254,7 +315,7 @@ def test_operator_home_a_large_kb_a_live_import_and_its_undo(
             shot(browser, "14-import-undone")
             receipt.click()
             wait(ec.url_contains("/erasurereceipt/"))
-            assert "4000" in browser.find_element(By.ID, "content").text
+            assert "3961" in browser.find_element(By.ID, "content").text
             shot(browser, "15-undo-receipt")
         finally:
             worker.stop()
@@ -313,3 +374,72 @@ def test_operator_reads_a_records_history_restores_it_and_follows_provenance(
     link.click()
     WebDriverWait(browser, 30).until(ec.presence_of_element_located((By.CSS_SELECTOR, ".mh-facts")))
     assert "home city: Berlin" in browser.find_element(By.CSS_SELECTOR, ".mh-facts").text
+
+
+def test_lists_fit_the_page_and_give_the_content_room(browser, live_server, django_user_model):
+    """At 1280 and 1920 px: the records, knowledge bases and API keys lists never scroll
+    sideways, and a record's content has a wide column (not a 10-line sliver)."""
+    from memoryhub.scope import Scope
+    from memoryhub.services import write
+
+    from .factories import create_api_key
+
+    domain = DomainFactory(org=OrgFactory(slug="acme", name="Acme"), slug="customer-support")
+    scope = Scope.for_domain(domain)
+    write.ensure_knowledge_base(scope, "customer-support-handbook")
+    write.write(
+        scope,
+        [
+            {
+                "content": f"Refunds for orders placed online are issued to the original "
+                f"payment method within {n} business days of the return being received "
+                "at the warehouse, unless the customer asked for store credit instead.",
+                "key": f"refund-policy-{n}",
+                "namespace": "team:customer-support-escalations",
+                "tags": ["billing", "policy", "refunds"],
+            }
+            for n in range(12)
+        ],
+        sources=["customer-support-handbook"],
+    )
+    write.ensure_knowledge_base(scope, "incident-runbooks-and-postmortems", read_only=True)
+    for n in range(3):
+        create_api_key(org=domain.org, domain=domain, name=f"support-bot-production-{n}")
+    from memoryhub.services.forget import ForgetRequest, forget
+
+    write.write(scope, [{"content": "to erase", "namespace": "user:alice"}])
+    forget(scope, ForgetRequest(namespace="user:alice"), actor="admin:operator", operator=True)
+    django_user_model.objects.create_superuser("operator", "op@example.com", "s3cret-pass")
+    login(browser, live_server)
+    for width in (1280, 1920):
+        viewport(browser, width)
+        for path in (
+            "/admin/memoryhub/memoryrecord/",
+            "/admin/memoryhub/knowledgebase/",
+            "/admin/tenants/apikey/",
+            "/admin/memoryhub/observation/",
+            "/admin/memoryhub/erasurereceipt/",
+        ):
+            browser.get(live_server.url + path)
+            name = {
+                "memoryrecord": "18-records",
+                "knowledgebase": "19-knowledge-bases",
+                "apikey": "20-api-keys",
+            }.get(path.strip("/").split("/")[-1], "")
+            if name and (width == 1280 or name == "18-records"):
+                shot(browser, name + ("" if width == 1280 else f"-{width}"))
+            page, window = fits(browser)
+            assert page <= window, f"{path} at {width} px is {page} px wide"
+            overflow = browser.execute_script(
+                "var r = document.querySelector('#changelist .results');"
+                "return r ? [r.scrollWidth, r.clientWidth] : [0, 0]"
+            )
+            assert overflow[0] <= overflow[1], f"{path}'s table scrolls at {width} px"
+            if "memoryrecord" in path:
+                content = browser.execute_script(
+                    "return document.querySelector('#result_list .field-short_content')"
+                    ".getBoundingClientRect().width"
+                )
+                assert content >= 300 if width == 1280 else content >= 600, (path, content)
+        browser.get(live_server.url + "/admin/")
+        assert fits(browser)[0] <= width

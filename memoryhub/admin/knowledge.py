@@ -7,7 +7,8 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
-from django.db.models import Count, QuerySet
+from django.db.models import IntegerField, QuerySet
+from django.db.models.expressions import RawSQL
 from django.http import (
     Http404,
     HttpRequest,
@@ -19,9 +20,13 @@ from django.http import (
 from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
+from django.utils.formats import number_format
 from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
+
+from tenants.admin import preselect_single_choice
 
 from ..conf import memoryhub_settings
 from ..exceptions import ValidationFailed
@@ -123,17 +128,98 @@ class ImportForm(forms.Form):
         return cleaned
 
 
+class ImportAnywhereForm(ImportForm):
+    """The import form reached from the operator home: the knowledge base first (only
+    those the user may import into; preselected when there is one), then the file."""
+
+    knowledge_base = forms.ModelChoiceField(
+        queryset=KnowledgeBase.unscoped.none(),
+        label=_("Knowledge base"),
+        help_text=_("Where the file's items go."),
+    )
+    field_order = ["knowledge_base", "file", "format", "namespace"]
+
+    def __init__(self, *args: Any, knowledge_bases: QuerySet[KnowledgeBase], **kwargs: Any):
+        from .filters import knowledge_base_label
+
+        super().__init__(*args, **kwargs)
+        field = self.fields["knowledge_base"]
+        field.queryset = knowledge_bases  # type: ignore[attr-defined]
+        field.label_from_instance = knowledge_base_label  # type: ignore[attr-defined]
+        preselect_single_choice(field)
+
+
+def _n(count: int) -> str:
+    return number_format(count)  # as the admin shows every other count
+
+
+def import_summary(job: dict[str, Any]) -> str:
+    """What became of an import's items, in plain words (under its row on the KB page)."""
+    status, imported, created = job["status"], job["imported"], job["created"]
+    if status == ImportJob.Status.QUEUED:
+        return str(_("Waiting for a worker."))
+    if job["total"] is None:
+        if status == ImportJob.Status.RUNNING:
+            return str(_("Checking the file: %(n)s items so far.") % {"n": _n(job["parsed"])})
+        return str(_("Nothing was written."))
+    if status in (ImportJob.Status.UNDOING, ImportJob.Status.UNDONE):
+        return str(_("The records this import created are erased (undo)."))
+    parts = [
+        ngettext("%(n)s item in the file", "%(n)s items in the file", job["total"])
+        % {"n": _n(job["total"])},
+        ngettext("%(n)s new record", "%(n)s new records", created) % {"n": _n(created)},
+    ]
+    outcome = job.get("outcome")
+    if outcome is not None:
+        if outcome["deduplicated"]:
+            parts.append(
+                ngettext(
+                    "%(n)s was a duplicate of a record already in this knowledge base (or "
+                    "earlier in the file) and was skipped",
+                    "%(n)s were duplicates of records already in this knowledge base (or "
+                    "earlier in the file) and were skipped",
+                    outcome["deduplicated"],
+                )
+                % {"n": _n(outcome["deduplicated"])}
+            )
+        if outcome["updated"]:
+            parts.append(
+                ngettext(
+                    "%(n)s updated the record with the same key",
+                    "%(n)s updated the records with the same keys",
+                    outcome["updated"],
+                )
+                % {"n": _n(outcome["updated"])}
+            )
+    elif imported > created:
+        parts.append(
+            ngettext(
+                "%(n)s so far did not create a record (a duplicate, or an update by key)",
+                "%(n)s so far did not create a record (duplicates, or updates by key)",
+                imported - created,
+            )
+            % {"n": _n(imported - created)}
+        )
+    if imported < job["total"] and status != ImportJob.Status.RUNNING:
+        parts.append(
+            _("%(n)s not written (the import stopped)") % {"n": _n(job["total"] - imported)}
+        )
+    return "; ".join(str(part) for part in parts) + "."
+
+
+def with_summary(job: dict[str, Any]) -> dict[str, Any]:
+    return {**job, "summary": import_summary(job)}
+
+
 @admin.register(KnowledgeBase)
 class KnowledgeBaseAdmin(OperatorAdmin):
     form = KnowledgeBaseForm
     list_display = [
         "name_and_state",
         "domain",
-        "read_only",
-        "on_write",
+        "write_policy",
         "record_count",
         "refused_writes",
-        "created_at",
     ]
     list_filter = ["read_only", "on_write", ("org", admin.RelatedOnlyFieldListFilter)]
     list_select_related = ["domain__org"]
@@ -141,8 +227,20 @@ class KnowledgeBaseAdmin(OperatorAdmin):
     readonly_fields = ["refused_writes", "deleting_since", "created_at", "updated_at"]
     change_form_template = "admin/memoryhub/knowledgebase/change_form.html"
 
+    #: The list counts each knowledge base's records up to this many ("10000+" past
+    #: it): a page of knowledge bases of a million records each stays a bounded read.
+    RECORDS_COUNTED_UP_TO = 10_000
+
     def get_queryset(self, request: HttpRequest) -> QuerySet[KnowledgeBase]:
-        return super().get_queryset(request).annotate(record_count=Count("records"))
+        table = MemoryRecord._meta.db_table
+        kb_table = KnowledgeBase._meta.db_table
+        capped = RawSQL(
+            f'SELECT count(*) FROM (SELECT 1 FROM "{table}" r'
+            f' WHERE r.knowledge_base_id = "{kb_table}"."id" LIMIT %s) capped',
+            [self.RECORDS_COUNTED_UP_TO + 1],
+            output_field=IntegerField(),
+        )
+        return super().get_queryset(request).annotate(record_count=capped)
 
     def get_object(
         self, request: HttpRequest, object_id: str, from_field: str | None = None
@@ -156,8 +254,19 @@ class KnowledgeBaseAdmin(OperatorAdmin):
             return None
 
     @admin.display(description=_("records"), ordering="record_count")
-    def record_count(self, obj: KnowledgeBase) -> int:
-        return getattr(obj, "record_count", 0)
+    def record_count(self, obj: KnowledgeBase) -> str:
+        count = getattr(obj, "record_count", 0) or 0
+        if count > self.RECORDS_COUNTED_UP_TO:
+            return f"{self.RECORDS_COUNTED_UP_TO}+"
+        return str(count)
+
+    @admin.display(description=_("agents' writes"), ordering="read_only")
+    def write_policy(self, obj: KnowledgeBase) -> str:
+        if not obj.read_only:
+            return str(_("accepted"))
+        if obj.on_write == KnowledgeBase.OnWrite.IGNORE:
+            return str(_("read-only: ignored"))
+        return str(_("read-only: refused"))
 
     @admin.display(description=_("tools"))
     def tools(self, obj: KnowledgeBase) -> str:
@@ -231,6 +340,11 @@ class KnowledgeBaseAdmin(OperatorAdmin):
     def get_urls(self) -> list[URLPattern]:
         custom = [
             path(
+                "import/",
+                self.admin_site.admin_view(operator_view(self.import_anywhere_view)),
+                name="memoryhub_knowledgebase_import_any",
+            ),
+            path(
                 "<int:pk>/import/",
                 self.admin_site.admin_view(operator_view(self.import_view)),
                 name="memoryhub_knowledgebase_import",
@@ -262,33 +376,11 @@ class KnowledgeBaseAdmin(OperatorAdmin):
     def import_view(self, request: HttpRequest, pk: int) -> HttpResponse:
         """Store the file and queue the job; a worker imports it (never this request)."""
         knowledge_base = self._knowledge_base(request, pk, Action.IMPORT)
-        scope = Scope(knowledge_base.org_id, knowledge_base.domain_id)
         form = ImportForm(request.POST or None, request.FILES or None)
         if request.method == "POST" and form.is_valid():
-            data = form.cleaned_data
-            try:
-                job = imports.create_job(
-                    scope,
-                    knowledge_base,
-                    file=data["file"],
-                    format=data["format"],
-                    filename=data["file"].name,
-                    namespace=data.get("namespace") or "",
-                    actor=actor(request),
-                )
-            except ValidationFailed as exc:
-                for where, problems in exc.errors.items():
-                    form.add_error(None, f"{where}: {'; '.join(problems)}")
-            else:
-                self.message_user(
-                    request,
-                    _("The file %(file)s is queued for import; its progress is below.")
-                    % {"file": job.filename},
-                    messages.INFO,
-                )
-                return redirect(
-                    reverse("admin:memoryhub_knowledgebase_change", args=[pk]) + f"#import-{job.pk}"
-                )
+            queued = self._queue_import(request, knowledge_base, form)
+            if queued is not None:
+                return queued
         context = admin_context(
             self,
             request,
@@ -299,12 +391,71 @@ class KnowledgeBaseAdmin(OperatorAdmin):
         )
         return TemplateResponse(request, "admin/memoryhub/knowledgebase/import.html", context)
 
+    def importable_knowledge_bases(self, request: HttpRequest) -> QuerySet[KnowledgeBase]:
+        """The knowledge bases the user may import into (none being deleted)."""
+        return (
+            KnowledgeBase.unscoped.filter(
+                org__in=self.orgs_for(request, Action.IMPORT), deleting_since__isnull=True
+            )
+            .select_related("domain__org")
+            .order_by("domain__org__slug", "domain__slug", "name")
+        )
+
+    def import_anywhere_view(self, request: HttpRequest) -> HttpResponse:
+        """The operator home's "Import": choose the knowledge base and the file on one page."""
+        self.require(request, Action.IMPORT)
+        form = ImportAnywhereForm(
+            request.POST or None,
+            request.FILES or None,
+            knowledge_bases=self.importable_knowledge_bases(request),
+        )
+        if request.method == "POST" and form.is_valid():
+            queued = self._queue_import(request, form.cleaned_data["knowledge_base"], form)
+            if queued is not None:
+                return queued
+        context = admin_context(
+            self, request, title=_("Import a file"), form=form, knowledge_base=None
+        )
+        return TemplateResponse(request, "admin/memoryhub/knowledgebase/import.html", context)
+
+    def _queue_import(
+        self, request: HttpRequest, knowledge_base: KnowledgeBase, form: forms.Form
+    ) -> HttpResponse | None:
+        """Store the form's file as a job and answer with the knowledge base's page (its
+        progress); None when the file was refused (the form then says why)."""
+        data = form.cleaned_data
+        try:
+            job = imports.create_job(
+                Scope(knowledge_base.org_id, knowledge_base.domain_id),
+                knowledge_base,
+                file=data["file"],
+                format=data["format"],
+                filename=data["file"].name,
+                namespace=data.get("namespace") or "",
+                actor=actor(request),
+            )
+        except ValidationFailed as exc:
+            for where, problems in exc.errors.items():
+                form.add_error(None, f"{where}: {'; '.join(problems)}")
+            return None
+        self.message_user(
+            request,
+            _("The file %(file)s is queued for import; its progress is below.")
+            % {"file": job.filename},
+            messages.INFO,
+        )
+        return redirect(
+            reverse("admin:memoryhub_knowledgebase_change", args=[knowledge_base.pk])
+            + f"#import-{job.pk}"
+        )
+
     def _import_job(self, request: HttpRequest, pk: int, job_id: int, action: Action) -> ImportJob:
         knowledge_base = self._knowledge_base(request, pk, action)
         return get_object_or_404(ImportJob.unscoped, pk=job_id, knowledge_base=knowledge_base)
 
     def import_progress_view(self, request: HttpRequest, pk: int, job_id: int) -> JsonResponse:
-        return JsonResponse(imports.progress(self._import_job(request, pk, job_id, Action.READ)))
+        job = self._import_job(request, pk, job_id, Action.READ)
+        return JsonResponse(with_summary(imports.progress(job)))
 
     #: The buttons of an import: the action they need, and the service that does it.
     JOB_ACTIONS = {"cancel": Action.IMPORT, "rerun": Action.IMPORT, "undo": Action.FORGET}
@@ -361,7 +512,11 @@ class KnowledgeBaseAdmin(OperatorAdmin):
             if knowledge_base is not None
             else []
         )
-        extra_context["import_jobs"] = [imports.progress(job) for job in jobs]
+        extra_context["import_jobs"] = [with_summary(imports.progress(job)) for job in jobs]
+        extra_context["importing"] = any(
+            not job["finished"] or job["indexed"] < job["created"]
+            for job in extra_context["import_jobs"]
+        )
         extra_context["can_import"] = knowledge_base is not None and self.allows(
             request, Action.IMPORT, knowledge_base
         )

@@ -10,6 +10,7 @@ from django.db.models import Count, Q, QuerySet, Sum
 from django.db.models.functions import TruncDate
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 from ..models import Observation
 from .base import AuditAdmin
@@ -97,7 +98,7 @@ def chart(refused: list[int], deduplicated: list[int], *, start: Any, end: Any) 
 
 @admin.register(Observation)
 class ObservationAdmin(AuditAdmin):
-    list_display = ["created_at", "kind", "org", "domain", "source", "count", "actor"]
+    list_display = ["created_at", "kind", "where", "source", "count", "actor"]
     list_filter = [
         "kind",
         CreatedWithinFilter,
@@ -113,6 +114,10 @@ class ObservationAdmin(AuditAdmin):
     show_full_result_count = False  # append-only and large: one COUNT(*) a page is enough
     change_list_template = "admin/memoryhub/observation/change_list.html"
     readonly_fields = ["created_at", "kind", "org", "domain", "source", "count", "payload", "actor"]
+
+    @admin.display(description=_("org / domain"), ordering="domain")
+    def where(self, obj: Observation) -> str:
+        return str(obj.domain) if obj.domain_id is not None else obj.org.slug
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         """The list, and above it the summary of the rows its filters select."""

@@ -11,6 +11,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils.translation import gettext_lazy as _
 
+from tenants.admin import preselect_single_choice
 from tenants.models import Domain
 
 from .. import boundary
@@ -87,7 +88,7 @@ class PlaygroundForm(forms.Form):
     mode = forms.ChoiceField(
         choices=[(m, m) for m in query_service.MODES],
         initial="hybrid",
-        help_text=" ".join(str(SCORE_HELP[mode]) for mode in query_service.MODES),
+        help_text=_("What the score means in the chosen mode is said above the results."),
     )
     k = forms.IntegerField(min_value=1, max_value=100, initial=5)
     sources = forms.MultipleChoiceField(
@@ -136,6 +137,7 @@ class PlaygroundForm(forms.Form):
         self.fields["query"].validators = [MaxLengthValidator(settings.MAX_QUERY_LENGTH)]
         self.fields["query"].widget.attrs["maxlength"] = str(settings.MAX_QUERY_LENGTH)
         self.fields["domain"].queryset = domains  # type: ignore[attr-defined]
+        preselect_single_choice(self.fields["domain"])
         chosen = self._chosen_domain(domains)
         offered = domains if chosen is None else domains.filter(pk=chosen)
         self.fields["sources"].choices = source_choices(offered)  # type: ignore[attr-defined]

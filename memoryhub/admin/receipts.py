@@ -45,8 +45,7 @@ class ErasureReceiptAdmin(AuditAdmin):
     view_action = Action.FORGET
     list_display = [
         "created_at",
-        "org_slug",
-        "domain_slug",
+        "where",
         "deleted",
         "cancelled_imports",
         "actor",
@@ -69,6 +68,7 @@ class ErasureReceiptAdmin(AuditAdmin):
     ]
     fields = list(readonly_fields)
     change_list_template = "admin/memoryhub/erasurereceipt/change_list.html"
+    change_form_template = "admin/memoryhub/erasurereceipt/change_form.html"
 
     def org_id_of(self, obj: Any) -> int | None:
         return obj.org_id
@@ -82,11 +82,17 @@ class ErasureReceiptAdmin(AuditAdmin):
             Q(org_id__in=self.visible_orgs(request).values("pk")) | Q(actor=actor(request))
         )
 
-    @admin.display(description=_("JSON"))
+    @admin.display(description=_("org / domain"), ordering="org_slug")
+    def where(self, obj: ErasureReceipt) -> str:
+        return f"{obj.org_slug} / {obj.domain_slug}"
+
+    @admin.display(description=_("receipt"))
     def download(self, obj: ErasureReceipt) -> str:
         return format_html(
-            '<a href="{}">download</a>',
+            '<a href="{}" title="{}">{}</a>',
             reverse("admin:memoryhub_erasurereceipt_download", args=[obj.pk]),
+            _("Download receipt (JSON)"),
+            _("Download (JSON)"),
         )
 
     def get_urls(self) -> list[URLPattern]:

@@ -19,11 +19,12 @@ from django.http import (
 )
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
-from django.utils.html import escape, format_html
+from django.utils.html import escape, format_html, format_html_join
 from django.utils.safestring import mark_safe
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
+from tenants.admin import preselect_single_choice
 from tenants.models import Domain, Org
 
 from ..models import MemoryRecord
@@ -37,6 +38,7 @@ from ..services import indexing as indexing_service
 from ..services import write as write_service
 from ..services.history import HISTORY_FIELDS
 from ..services.records import RecordNotFound
+from ..templatetags.memoryhub_admin import when
 from .base import OperatorAdmin, actor, admin_context, operator_view
 from .erasure import erasure_batch, show_receipt
 from .filters import (
@@ -92,17 +94,9 @@ INDEXING_FIELDS = (
 @admin.register(MemoryRecord)
 class MemoryRecordAdmin(OperatorAdmin):
     form = RecordForm
-    list_display = [
-        "short_content",
-        "key",
-        "namespace",
-        "tag_list",
-        "source",
-        "domain",
-        "kind",
-        "status",
-        "updated_at",
-    ]
+    # The content takes the room; key, tags and kind are a line under it, the domain the
+    # source's second line (narrow columns: the list fits a 1280 px screen).
+    list_display = ["short_content", "source", "state"]
     list_filter = [
         ("knowledge_base", VisibleRelatedFilter),
         NamespaceFilter,
@@ -151,11 +145,13 @@ class MemoryRecordAdmin(OperatorAdmin):
         if "knowledge_base" in form.base_fields:
             # A new field, not the declared one's queryset changed: RecordForm's declared
             # field is shared by every form class built from it (and every request).
-            form.base_fields["knowledge_base"] = KnowledgeBaseChoiceField(
-                queryset=self.editable_knowledge_bases(request).order_by(
-                    "domain__org__slug", "domain__slug", "name"
-                ),
-                label=_("knowledge base"),
+            form.base_fields["knowledge_base"] = preselect_single_choice(
+                KnowledgeBaseChoiceField(
+                    queryset=self.editable_knowledge_bases(request).order_by(
+                        "domain__org__slug", "domain__slug", "name"
+                    ),
+                    label=_("Knowledge base"),
+                )
             )
         return form
 
@@ -170,7 +166,27 @@ class MemoryRecordAdmin(OperatorAdmin):
         title = obj.content
         if len(title) > CONTENT_TITLE_CHARS:
             title = title[: CONTENT_TITLE_CHARS - 1] + "…"
-        return format_html('<span title="{}">{}</span>', title, preview(obj.content))
+        details = [
+            obj.namespace or format_html("<em>{}</em>", _("shared")),
+            format_html("{} <strong>{}</strong>", _("key"), obj.key) if obj.key else "",
+            format_html("{} {}", _("tags"), self.tag_list(obj)) if obj.tags else "",
+            obj.get_kind_display().split(":")[0].lower(),
+        ]
+        return format_html(
+            '<span class="mh-content" title="{}">{}</span><div class="mh-details">{}</div>',
+            title,
+            preview(obj.content),
+            format_html_join(" · ", "{}", ((part,) for part in details if part)),
+        )
+
+    @admin.display(description=_("status, updated"), ordering="updated_at")
+    def state(self, obj: MemoryRecord) -> str:
+        return format_html(
+            '<span class="mh-status-{}">{}</span><div class="mh-details mh-when">{}</div>',
+            obj.status,
+            obj.get_status_display(),
+            when(obj.updated_at),
+        )
 
     @admin.display(description=_("tags"))
     def tag_list(self, obj: MemoryRecord) -> str:
@@ -178,7 +194,13 @@ class MemoryRecordAdmin(OperatorAdmin):
 
     @admin.display(description=_("source"), ordering="knowledge_base__name")
     def source(self, obj: MemoryRecord) -> str:
-        return obj.knowledge_base.name
+        domain = obj.domain
+        return format_html(
+            '{}<div class="mh-details">{}/{}</div>',
+            obj.knowledge_base.name,
+            domain.org.slug,
+            domain.slug,
+        )
 
     @admin.display(description=_("embedding"))
     def embedding_summary(self, obj: MemoryRecord) -> str:
@@ -400,10 +422,9 @@ class EraseSubjectForm(forms.Form):
     user = forms.CharField(
         max_length=150,
         required=False,
-        label=_("or user"),
+        label=_("Or a user"),
         help_text=_(
-            "A user of this site (their username): their namespace is found for you "
-            "(memoryhub.namespaces.for_user)."
+            "Or the username of a person who signs in to this site: their memory is found for you."
         ),
     )
 
@@ -414,6 +435,7 @@ class EraseSubjectForm(forms.Form):
             pk__in=domains.values("org_id")
         )
         self.fields["domain"].queryset = domains  # type: ignore[attr-defined]
+        preselect_single_choice(self.fields["org"])
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}

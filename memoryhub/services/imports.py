@@ -25,6 +25,7 @@ from __future__ import annotations
 import codecs
 import csv
 import json
+import logging
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -32,16 +33,19 @@ from datetime import timedelta
 from functools import partial
 from typing import IO, Any
 
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import Count, F, Q
 from django.utils import timezone
 
+from .. import observe
 from ..conf import memoryhub_settings
 from ..exceptions import ValidationFailed
-from ..models import ImportChunk, ImportJob, KnowledgeBase, MemoryRecord
+from ..models import ImportChunk, ImportJob, KnowledgeBase, MemoryRecord, Observation
 from ..scope import Scope
 from . import write
 from .scheduling import send
+
+logger = logging.getLogger("memoryhub.imports")
 
 __all__ = [
     "CHUNK_OVERLAP",
@@ -478,6 +482,19 @@ def _stopped(job_id: int) -> bool:
     return not ImportJob.unscoped.filter(pk=job_id, status=ImportJob.Status.RUNNING).exists()
 
 
+@dataclass
+class _Run:
+    """What one run of a job wrote, for its summary observations (:func:`observe_run`)."""
+
+    created_before: int
+    items: int = 0
+    deduplicated: int = 0
+
+
+def _created(job_id: int) -> int:
+    return MemoryRecord.unscoped.filter(import_job=job_id).order_by().count()
+
+
 def _write(job: ImportJob) -> None:
     """Write the items after ``job.imported`` in batches, each committed with progress."""
     done = ImportJob.unscoped.values_list("imported", flat=True).get(pk=job.pk)
@@ -485,19 +502,98 @@ def _write(job: ImportJob) -> None:
     for _ in range(done):  # resuming: the committed batches' items
         next(rows, None)
     scope = Scope(job.org_id, job.domain_id)
+    run = _Run(created_before=_created(job.pk))
+    try:
+        _write_rows(job, scope, rows, run)
+    except Exception:
+        try:
+            observe_run(job, scope, run)
+        except DatabaseError:  # the write's own error is the one to report
+            logger.exception("import job %s: its summary observations were not recorded", job.pk)
+        raise
+    observe_run(job, scope, run)
+
+
+def _write_rows(job: ImportJob, scope: Scope, rows: Iterator[Row], run: _Run) -> None:
     batch: list[dict[str, Any]] = []
     for row in rows:
         batch.append(row.item)
         if len(batch) >= BATCH_ITEMS:
-            if not _write_batch(job, scope, batch):
+            if not _write_batch(job, scope, batch, run):
                 return
             batch = []
-    if batch and not _write_batch(job, scope, batch):
+    if batch and not _write_batch(job, scope, batch, run):
         return
     _finish(job.pk, ImportJob.Status.DONE, {}, drop_file=True)
 
 
-def _write_batch(job: ImportJob, scope: Scope, items: list[dict[str, Any]]) -> bool:
+def observe_run(job: ImportJob, scope: Scope, run: _Run) -> None:
+    """One ``memory.written`` and one ``memory.deduplicated`` observation for what a run
+    of the job wrote, instead of one of each per write of a batch (which buried the
+    timeline under an import's rows). Their payloads name the job."""
+    if not run.items:
+        return
+    created = max(0, _created(job.pk) - run.created_before)  # an erasure may take some
+    updated = max(0, run.items - created - run.deduplicated)
+    source = job.knowledge_base.name
+    if created or updated:
+        observe.record_in_scope(
+            Observation.Kind.MEMORY_WRITTEN,
+            scope,
+            source=source,
+            count=created + updated,
+            payload={
+                "source": source,
+                "n": created + updated,
+                "created": created,
+                "updated": updated,
+                "operator": True,
+                "import_job": job.pk,
+            },
+            actor=job.actor,
+        )
+    if run.deduplicated:
+        observe.record_in_scope(
+            Observation.Kind.MEMORY_DEDUPLICATED,
+            scope,
+            source=source,
+            count=run.deduplicated,
+            payload={"source": source, "n": run.deduplicated, "import_job": job.pk},
+            actor=job.actor,
+        )
+
+
+#: How long after a job's end its last run's summary observations may be recorded.
+OUTCOME_MARGIN = timedelta(minutes=5)
+
+
+def outcome(job: ImportJob) -> dict[str, int] | None:
+    """What a finished job's items became, from its runs' summary observations: new
+    records, records updated by key, duplicates skipped (None: no summary yet)."""
+    # Each run records its summary as it ends: within the job's life, plus a margin.
+    until = (job.finished_at or timezone.now()) + OUTCOME_MARGIN
+    rows = Observation.unscoped.filter(
+        org_id=job.org_id,
+        kind__in=(Observation.Kind.MEMORY_WRITTEN, Observation.Kind.MEMORY_DEDUPLICATED),
+        created_at__gte=job.created_at,
+        created_at__lte=until,
+        payload__import_job=job.pk,
+    ).values_list("kind", "payload")
+    found = {"created": 0, "updated": 0, "deduplicated": 0}
+    seen = False
+    for kind, payload in rows:
+        seen = True
+        if kind == Observation.Kind.MEMORY_WRITTEN:
+            found["created"] += int(payload.get("created") or 0)
+            found["updated"] += int(payload.get("updated") or 0)
+        else:
+            found["deduplicated"] += int(payload.get("n") or 0)
+    return found if seen else None
+
+
+def _write_batch(
+    job: ImportJob, scope: Scope, items: list[dict[str, Any]], run: _Run | None = None
+) -> bool:
     """One batch and the job's progress, in one transaction; False: the job was stopped
     (cancelled, or an erasure removed what it imports)."""
     with transaction.atomic():
@@ -512,8 +608,9 @@ def _write_batch(job: ImportJob, scope: Scope, items: list[dict[str, Any]]) -> b
         if status != ImportJob.Status.RUNNING:
             return False
         step = memoryhub_settings.MAX_WRITE_ITEMS
+        deduplicated = 0
         for start in range(0, len(items), step):
-            write.write(
+            result = write.write(
                 scope,
                 items[start : start + step],
                 sources=[job.knowledge_base.name],
@@ -521,9 +618,13 @@ def _write_batch(job: ImportJob, scope: Scope, items: list[dict[str, Any]]) -> b
                 operator=True,
                 import_job=job.pk,
             )
+            deduplicated += sum(1 for record in result.records if record.deduplicated)
         ImportJob.unscoped.filter(pk=job.pk).update(
             imported=F("imported") + len(items), updated_at=timezone.now()
         )
+    if run is not None:
+        run.items += len(items)
+        run.deduplicated += deduplicated
     return True
 
 
@@ -651,7 +752,13 @@ def progress(job: ImportJob) -> dict[str, Any]:
         created=Count("pk"), indexed=Count("pk", filter=Q(status=MemoryRecord.Status.INDEXED))
     )
     status = job.status
+    finished = status in (
+        ImportJob.Status.DONE,
+        ImportJob.Status.FAILED,
+        ImportJob.Status.CANCELLED,
+    )
     return {
+        "outcome": outcome(job) if finished and job.imported else None,
         "id": job.pk,
         "status": status,
         "status_label": job.get_status_display(),

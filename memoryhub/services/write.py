@@ -342,7 +342,14 @@ def _write_to(
             RecordResult(str(record.pk), item.key, record.status, False, knowledge_base.name)
         )
     _save(batch)
-    _announce(scope, knowledge_base, batch, actor=actor, operator=operator)
+    _announce(
+        scope,
+        knowledge_base,
+        batch,
+        actor=actor,
+        operator=operator,
+        observations=import_job is None,
+    )
     return batch.results
 
 
@@ -382,10 +389,18 @@ def _save(batch: _Batch) -> None:
 
 
 def _announce(
-    scope: Scope, knowledge_base: KnowledgeBase, batch: _Batch, *, actor: str, operator: bool
+    scope: Scope,
+    knowledge_base: KnowledgeBase,
+    batch: _Batch,
+    *,
+    actor: str,
+    operator: bool,
+    observations: bool = True,
 ) -> None:
     """What a saved batch tells the rest: the ``record_written`` signal, the dedupe and
-    written observations, and the records to embed (once the transaction commits)."""
+    written observations (not for an import's batches, ``observations=False``: the import
+    records one summary of each, :func:`memoryhub.services.imports.observe_run`), and the
+    records to embed (once the transaction commits)."""
     written = [*batch.new_records, *batch.changed]
     if written:
         signals.send_on_commit(
@@ -396,7 +411,7 @@ def _announce(
             updated=[str(record.pk) for record in batch.changed],
             actor=actor,
         )
-    if batch.deduplicated:
+    if batch.deduplicated and observations:
         observe.record_in_scope(
             Observation.Kind.MEMORY_DEDUPLICATED,
             scope,
@@ -405,7 +420,7 @@ def _announce(
             payload={"source": knowledge_base.name, "n": batch.deduplicated},
             actor=actor,
         )
-    if written:
+    if written and observations:
         _observe_written(
             scope,
             knowledge_base,

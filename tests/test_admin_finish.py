@@ -358,3 +358,35 @@ def _acme(kbs):  # type: ignore[no-untyped-def]
 
     handbook = kbs["handbook"]
     return Scope(handbook.org_id, handbook.domain_id)
+
+
+# --- the demo's embedder says what it is -------------------------------------------------
+
+
+def test_a_lexical_embedder_is_named_as_a_stand_in_where_operators_rank(
+    operator, kbs, settings, client
+):
+    """The default hashing embedder matches words, not meaning: the home, the playground
+    and health say so, and say nothing of the kind for a model of meaning."""
+    from urllib.parse import urlencode
+
+    from memoryhub.conf import memoryhub_settings
+
+    query = {"domain": kbs["handbook"].domain_id, "query": "refunds", "mode": "hybrid", "k": 5}
+    playground = f"{RECORDS}playground/?{urlencode(query)}"
+    home = operator.get("/admin/").content.decode()
+    assert re.search(r'id="mh-embedder">.*?hashing-384-c35.*?a lexical stand-in', home, re.S)
+    assert 'id="playground-lexical"' in operator.get(playground).content.decode()
+    assert client.get("/api/v1/health").json()["embedder"]["lexical"] is True
+
+    class Meaningful:
+        name, dimensions = "meaningful-384", 384
+
+    memoryhub_settings._embedder = Meaningful()
+    try:
+        home = operator.get("/admin/").content.decode()
+        assert re.search(r'id="mh-embedder">\s*Embedder: meaningful-384\s*</p>', home)
+        assert "lexical stand-in" not in home
+        assert client.get("/api/v1/health").json()["embedder"]["lexical"] is False
+    finally:
+        memoryhub_settings.reload()

@@ -16,6 +16,7 @@ from tenants.models import Domain
 
 from .. import boundary
 from ..conf import memoryhub_settings
+from ..embedders.base import is_lexical
 from ..exceptions import UnknownSource, ValidationFailed
 from ..models import KnowledgeBase, MemoryRecord
 from ..scope import Scope
@@ -210,5 +211,6 @@ def playground_view(model_admin: Any, request: HttpRequest) -> HttpResponse:
                 cached=result.cached,
                 reranked=result.reranked,
                 score_help=RERANKED_HELP if result.reranked else SCORE_HELP.get(data["mode"], ""),
+                lexical=is_lexical(memoryhub_settings.embedder()),
             )
     return TemplateResponse(request, "admin/memoryhub/playground.html", context)

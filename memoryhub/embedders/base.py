@@ -24,6 +24,9 @@ class Embedder(Protocol):
     search's fused score its vector leg gets by default (``DEFAULT_HYBRID_VECTOR_WEIGHT``
     when it does not say; the ``HYBRID_VECTOR_WEIGHT`` setting and a domain's own weight
     override it).
+
+    An embedder whose vectors see words rather than meaning (the hashing stand-in) sets
+    ``lexical = True``: health reports it and the admin says so where operators rank.
     """
 
     name: str
@@ -36,3 +39,8 @@ class Embedder(Protocol):
     def embed_query(self, text: str) -> list[float]:
         """The vector of a search query."""
         ...
+
+
+def is_lexical(embedder: object) -> bool:
+    """Whether ``embedder`` is a lexical stand-in rather than a model of meaning."""
+    return bool(getattr(embedder, "lexical", False))

@@ -25,6 +25,8 @@ class HashingEmbedder:
     #: Its vectors see shared words and word pieces, less than the keyword leg does:
     #: measured by ``python -m benchmarks.quality`` (benchmarks/REPORT.md, "Quality").
     hybrid_vector_weight = 0.3
+    #: Its vectors match shared words and word pieces, not meaning.
+    lexical = True
 
     def __init__(
         self,

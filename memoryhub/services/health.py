@@ -14,6 +14,7 @@ from celery import current_app
 from django.db import connection
 
 from ..conf import memoryhub_settings
+from ..embedders.base import is_lexical
 from . import indexing
 
 __all__ = ["report"]
@@ -59,7 +60,12 @@ def _embedder_status() -> dict[str, Any]:
         embedder = memoryhub_settings.embedder()
     except Exception as exc:
         return {"ok": False, "error": type(exc).__name__}
-    status: dict[str, Any] = {"ok": True, "name": embedder.name, "dimensions": embedder.dimensions}
+    status: dict[str, Any] = {
+        "ok": True,
+        "name": embedder.name,
+        "dimensions": embedder.dimensions,
+        "lexical": is_lexical(embedder),
+    }
     try:
         # A change of embedder in progress: models whose vectors records still carry
         # (they serve queries until re-embedded; the admin home counts them per domain).

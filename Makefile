@@ -29,8 +29,11 @@ install: $(STAMP)
 run: install
 	$(PY) -m config.run --host $(HOST) --port $(PORT)
 
+# In parallel (pytest-xdist): one process per core, each on its own test database; tests
+# that share something a test database does not separate are grouped (xdist_group).
+TEST_JOBS ?= auto
 test: $(TEST_STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_JOBS) --dist loadgroup
 
 # The documentation site (mkdocs.yml, docs/), rebuilt on every change; DOCS_PORT so it
 # can run beside make run. make test builds it strictly (tests/test_docs.py).

@@ -487,16 +487,15 @@ def backend(logs: Path, *, shared_cache: bool = True) -> Iterator[dict[str, Any]
     Yields the environment for gunicorn and a description; without Redis, tasks run
     eagerly inside gunicorn and the cache is each gunicorn worker's own memory.
     """
-    import shutil
-
-    from tests.programs import free_port, start_redis, start_worker
+    from config.embedded_redis import executable
+    from tests.programs import start_private_redis, start_worker
 
     logs.mkdir(parents=True, exist_ok=True)
-    if shutil.which("redis-server") is None:
+    if executable() is None:
         yield {"env": {}, "indexing": "eager (in gunicorn)", "cache": "local memory"}
         return
     with ExitStack() as stack:
-        redis = start_redis(free_port(), logs)
+        redis = start_private_redis(logs)
         stack.callback(redis.stop)
         broker = redis.url(db=0)
         worker = start_worker(broker, logs / "load-worker.log", pool="prefork", concurrency=1)

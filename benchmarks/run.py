@@ -900,7 +900,6 @@ def measure_ingest(
     else:
         results["single_process"] = {"skipped": ingest.SKIPPED_AT_SCALE}
     with redis_server(logs) as redis:
-        redis.client(db=12).flushdb()
         results["minilm"] = ingest.minilm(
             scopes, ingest.MINILM_RECORDS[scale], texts, redis.url(db=12), logs
         )

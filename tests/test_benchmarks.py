@@ -15,21 +15,22 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.mark.django_db(transaction=True)
 def test_benchmark_harness_smoke(tmp_path):
-    from .programs import database_url
-
-    # The harness makes its own database on the same server as the tests.
-    env = {key: value for key, value in os.environ.items() if key != "DJANGO_SETTINGS_MODULE"}
-    url = database_url()
-    env["BENCH_DATABASE_URL"] = url.replace("/test_memoryhub?", "/memoryhub_bench_smoke?")
     import psycopg
     from django.db import connection
     from psycopg import sql
 
+    from .programs import database_url, scratch_database_name
+
+    # The harness makes its own database on the same server as the tests.
+    database = scratch_database_name("bench_smoke")
+    env = {key: value for key, value in os.environ.items() if key != "DJANGO_SETTINGS_MODULE"}
+    env["BENCH_DATABASE_URL"] = database_url(database)
     params = connection.get_connection_params()
     admin = {k: params[k] for k in ("host", "port", "user", "password") if params.get(k)}
+    drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database))
     with psycopg.connect(dbname="postgres", autocommit=True, **admin) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS memoryhub_bench_smoke WITH (FORCE)"))
-        conn.execute(sql.SQL("CREATE DATABASE memoryhub_bench_smoke"))
+        conn.execute(drop)
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
     try:
         completed = subprocess.run(
             [sys.executable, "-m", "benchmarks", "--scale", "tiny", "--output", str(tmp_path)],
@@ -42,7 +43,7 @@ def test_benchmark_harness_smoke(tmp_path):
         assert completed.returncode == 0, completed.stderr[-3000:]
     finally:
         with psycopg.connect(dbname="postgres", autocommit=True, **admin) as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS memoryhub_bench_smoke WITH (FORCE)"))
+            conn.execute(drop)
     report = (tmp_path / "REPORT.md").read_text()
     assert "## Ingest" in report
     assert "## Query latency" in report

@@ -25,9 +25,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture
 def redis(tmp_path) -> Iterator[RedisServer]:  # type: ignore[no-untyped-def]
     with redis_server(tmp_path) as server:
-        server.client().flushdb()
         yield server
-        server.client().flushdb()
 
 
 @pytest.fixture

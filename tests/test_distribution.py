@@ -13,6 +13,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# One worker builds once: two concurrent builds would share the source tree's build/.
+pytestmark = pytest.mark.xdist_group("distribution")
+
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Path:

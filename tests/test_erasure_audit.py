@@ -32,7 +32,7 @@ from memoryhub.services.forget import ForgetRequest, forget, salted_hash
 
 from .conftest import without_receipt
 from .factories import create_api_key
-from .programs import free_port, start_redis
+from .programs import start_private_redis
 
 SUBJECTS = 100
 API = "/api/v1/domains/support"
@@ -167,7 +167,7 @@ def cache_backend(request, settings, tmp_path) -> Iterator[str]:  # type: ignore
     if request.param == "locmem":
         yield "locmem"
         return
-    server = start_redis(free_port(), tmp_path)
+    server = start_private_redis(tmp_path)
     settings.CACHES = {
         "default": {
             "BACKEND": "django.core.cache.backends.redis.RedisCache",

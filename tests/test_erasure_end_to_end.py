@@ -47,11 +47,8 @@ PATTERN = re.compile(r"quixmarker\d{3}|person\d{3}", re.IGNORECASE)
 
 @pytest.fixture
 def broker(tmp_path) -> Iterator[RedisServer]:  # type: ignore[no-untyped-def]
-    with redis_server(tmp_path) as server:
-        server.client().flushdb()
-        with celery_broker(server.url()):
-            yield server
-        server.client().flushdb()
+    with redis_server(tmp_path) as server, celery_broker(server.url()):
+        yield server
 
 
 def redis_hits(server: RedisServer) -> list[str]:

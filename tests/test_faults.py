@@ -35,11 +35,10 @@ from .programs import (
     PostgresServer,
     RedisServer,
     celery_broker,
-    free_port,
     indexed_transitions,
     start_gunicorn,
     start_postgres,
-    start_redis,
+    start_private_redis,
     start_worker,
     wait_for,
 )
@@ -51,7 +50,7 @@ SWEEP_AFTER = {"SWEEP_PENDING_AFTER": 1}
 @pytest.fixture
 def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
     """A private redis-server (no persistence) that the test may stop and kill."""
-    server = start_redis(free_port(), tmp_path)
+    server = start_private_redis(tmp_path)
     yield server
     server.stop()
 

@@ -14,7 +14,6 @@ from django.db import connection
 from psycopg import sql
 
 ROOT = Path(__file__).resolve().parent.parent
-DATABASE = "memoryhub_host_project_smoke"
 
 
 def _server_params() -> dict[str, str]:
@@ -35,14 +34,17 @@ def _admin_execute(params: dict[str, str], statement: sql.Composable) -> None:
 
 @pytest.mark.django_db
 def test_host_project_installs_both_apps_and_works():
+    from .programs import scratch_database_name
+
     params = _server_params()
-    drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(DATABASE))
+    database = scratch_database_name("host_project_smoke")
+    drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database))
     _admin_execute(params, drop)
-    _admin_execute(params, sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DATABASE)))
+    _admin_execute(params, sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
     try:
         url = (
             f"postgresql://{quote(params['user'])}:{quote(params['password'])}@"
-            f"/{DATABASE}?host={quote(params['host'])}&port={params['port']}"
+            f"/{database}?host={quote(params['host'])}&port={params['port']}"
         )
         env = {
             key: value

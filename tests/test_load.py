@@ -12,13 +12,13 @@ import pytest
 
 from benchmarks.load import create_tenants, measure, start_gunicorn, stop
 
-from .programs import require_program
+from .programs import redis_binary
 
 
 @pytest.mark.services
 @pytest.mark.django_db(transaction=True)
 def test_thirty_two_clients_of_ten_tenants_never_cross_or_resurrect(tmp_path):
-    require_program("redis-server")
+    redis_binary()
     figures = measure(tmp_path, clients=32, seconds=15, records=40)
 
     assert figures["setup"]["indexing"].startswith("celery worker")
@@ -52,13 +52,13 @@ def test_no_gunicorn_worker_serves_a_forgotten_namespace(tmp_path, shared_cache)
     from memoryhub.services import write
     from tenants.models import Domain
 
-    from .programs import free_port, start_redis
+    from .programs import start_private_redis
 
     [tenant] = create_tenants(1, records=0)
     scope = Scope.for_domain(Domain.objects.get(org__slug__startswith="load-"))
     secret = [f"{tenant.marker} refund policy secret {n}" for n in range(3)]
     write.write(scope, [{"content": text, "namespace": "user:x"} for text in secret])
-    redis = start_redis(free_port(), tmp_path) if shared_cache else None
+    redis = start_private_redis(tmp_path) if shared_cache else None
     process, base_url = start_gunicorn(
         tmp_path,
         memoryhub={"THROTTLE_RATE": None},

@@ -22,7 +22,7 @@ from memoryhub.services import write
 from memoryhub.tasks import index_records
 
 from .factories import create_api_key
-from .programs import ROOT, RedisServer, database_url, free_port, start_redis, wait_for
+from .programs import ROOT, RedisServer, database_url, free_port, start_private_redis, wait_for
 from .site_process import PRODUCTION
 
 # --- logs: request ids ---------------------------------------------------------------------
@@ -214,7 +214,7 @@ def test_gunicorn_logs_one_json_line_per_request_without_secrets(tenant, gunicor
 @pytest.fixture
 def private_broker(tmp_path: Path) -> Iterator[RedisServer]:
     """A Redis of this test's own; this process's tasks go to it instead of running eagerly."""
-    server = start_redis(free_port(), tmp_path)
+    server = start_private_redis(tmp_path)
     app = current_app
     saved = (app.conf.task_always_eager, app.conf.broker_url)
     app.conf.task_always_eager, app.conf.broker_url = False, server.url(0)

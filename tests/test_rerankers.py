@@ -114,6 +114,23 @@ def test_the_deadline_bounds_the_retries(api):
     assert len(api.requests) == raised.value.attempts == 3
 
 
+def test_a_sleep_that_overruns_the_deadline_ends_in_a_timeout_not_a_crash(api):
+    """A sleep may end later than asked (a busy host): the next attempt would have no
+    time left, so none is made."""
+    api.script = [503] * 10
+    reranker = make(
+        api,
+        max_attempts=10,
+        backoff=0.1,
+        max_sleep=5.0,
+        deadline=0.5,
+        sleep=lambda delay: time.sleep(delay + 0.5),
+    )
+    with pytest.raises(RerankerError) as raised:
+        reranker.rerank("q", DOCUMENTS, top_n=1)
+    assert (raised.value.outcome, raised.value.attempts, len(api.requests)) == ("timeout", 1, 1)
+
+
 def test_connection_refused_is_unavailable():
     with serving() as server:
         url = server.url

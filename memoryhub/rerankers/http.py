@@ -131,8 +131,13 @@ class HttpReranker(BearerClientOwner):
         outcome: Outcome = "unavailable"
         status: int | None = None
         detail = ""
+        attempts = 0
         for attempt in range(1, self.max_attempts + 1):
             remaining = self.deadline - (time.monotonic() - started)
+            if remaining <= 0:  # a sleep ended later than asked: no time is left
+                outcome, detail = "timeout", f"{detail}; the deadline passed"
+                break
+            attempts = attempt
             wait: float | None = None
             try:
                 response = self.client.post(
@@ -165,8 +170,8 @@ class HttpReranker(BearerClientOwner):
                 break
             self.sleep(delay)
         raise RerankerError(
-            f"gave up after {attempt} attempt(s): {detail}",
+            f"gave up after {attempts} attempt(s): {detail}",
             outcome=outcome,
             status=status,
-            attempts=attempt,
+            attempts=attempts,
         )

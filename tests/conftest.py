@@ -23,7 +23,7 @@ from rest_framework.test import APIClient
 
 from memoryhub import log as memoryhub_log
 from memoryhub.scope import Scope
-from memoryhub.services.query import clear_plans
+from memoryhub.services.query import clear_plans, clear_query_vectors
 from tenants.models import Domain
 
 from .factories import DomainFactory, OrgFactory
@@ -87,6 +87,7 @@ class Tenant:
 def _clear_cache() -> Iterator[None]:
     cache.clear()
     clear_plans()  # compiled per domain generation, which restarts with the cache
+    clear_query_vectors()  # a test may configure an embedder of the same name
     yield
     cache.clear()
 

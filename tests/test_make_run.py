@@ -266,8 +266,8 @@ def test_the_tutorial_works_as_written_on_make_run(site: Site, tmp_path: Path) -
     script = ["set -euo pipefail"]
     for n, (commands, _) in enumerate(blocks):
         commands = commands.replace("http://127.0.0.1:8000", site.url(""))
-        commands = commands.replace(".venv/bin/python", sys.executable)
         commands = commands.replace("/tmp/", f"{tmp_path}/")
+        commands = commands.replace(".venv/bin/python", sys.executable)
         script += [f"echo '@@ block {n}'", commands]
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
     env.update(DJANGO_SETTINGS_MODULE="config.settings", MEMORYHUB_DATA_DIR=str(site.data))

@@ -59,6 +59,7 @@ __all__ = [
     "QueryRequest",
     "QueryResult",
     "clear_plans",
+    "clear_query_vectors",
     "merge_models",
     "query",
     "render_grounding",
@@ -71,6 +72,13 @@ __all__ = [
 _VECTORS: OrderedDict[tuple[str, str], str] = OrderedDict()
 _VECTORS_LOCK = threading.Lock()
 VECTORS_KEPT = 1024
+
+
+def clear_query_vectors() -> None:
+    """Forget the query vectors this process keeps (after a change of embedder whose
+    name stays the same, such as the hashing embedder with other weights)."""
+    with _VECTORS_LOCK:
+        _VECTORS.clear()
 
 
 def _query_vector(embedder: Any, text: str) -> str:

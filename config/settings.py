@@ -283,9 +283,8 @@ EMBEDDERS = {
     "hashing": "memoryhub.embedders.HashingEmbedder",
     "local": "memoryhub.embedders.SentenceTransformerEmbedder",
 }
-MEMORYHUB["EMBEDDER"] = EMBEDDERS.get(
-    os.environ.get("MEMORYHUB_EMBEDDER") or "hashing", os.environ.get("MEMORYHUB_EMBEDDER")
-)
+_embedder = os.environ.get("MEMORYHUB_EMBEDDER") or "hashing"
+MEMORYHUB["EMBEDDER"] = EMBEDDERS.get(_embedder, _embedder)
 if os.environ.get("MEMORYHUB_ERASURE_RECEIPT_KEY"):
     MEMORYHUB["ERASURE_RECEIPT_KEY"] = os.environ["MEMORYHUB_ERASURE_RECEIPT_KEY"]
 # Queries are reranked only with MEMORYHUB_RERANK_BASE_URL: a /rerank endpoint of the

@@ -103,6 +103,21 @@ def other_tenant(db: None) -> Tenant:
 
 
 @pytest.fixture
+def acme_user(tenant):  # type: ignore[no-untyped-def]
+    """A staff member of acme only (the default role: an operator)."""
+    from .factories import MembershipFactory
+
+    return MembershipFactory(org=tenant.org, user__is_staff=True).user
+
+
+@pytest.fixture
+def operator(client, acme_user):  # type: ignore[no-untyped-def]
+    """The test client, signed in as ``acme_user`` (modules may define their own)."""
+    client.force_login(acme_user)
+    return client
+
+
+@pytest.fixture
 def api_client() -> APIClient:
     return APIClient()
 

@@ -24,17 +24,6 @@ RECORDS = "/admin/memoryhub/memoryrecord/"
 
 
 @pytest.fixture
-def acme_user(tenant):  # type: ignore[no-untyped-def]
-    return MembershipFactory(org=tenant.org, user__is_staff=True).user
-
-
-@pytest.fixture
-def operator(client, acme_user):  # type: ignore[no-untyped-def]
-    client.force_login(acme_user)
-    return client
-
-
-@pytest.fixture
 def kbs(tenant, other_tenant):  # type: ignore[no-untyped-def]
     handbook = write.ensure_knowledge_base(tenant.scope, "handbook")
     write.write(tenant.scope, [{"content": "refunds take five days"}], sources=["handbook"])

@@ -26,18 +26,6 @@ RECORDS = "/admin/memoryhub/memoryrecord/"
 
 
 @pytest.fixture
-def acme_user(tenant):  # type: ignore[no-untyped-def]
-    """A staff member of acme only (the default role: an operator)."""
-    return MembershipFactory(org=tenant.org, user__is_staff=True).user
-
-
-@pytest.fixture
-def operator(client, acme_user):  # type: ignore[no-untyped-def]
-    client.force_login(acme_user)
-    return client
-
-
-@pytest.fixture
 def two_orgs(tenant, other_tenant):  # type: ignore[no-untyped-def]
     """acme/support/handbook with records in three namespaces; globex/support/vault with
     a namespace and knowledge base whose names must never reach an acme user."""

@@ -36,7 +36,7 @@ test: $(TEST_STAMP)
 	$(PY) -m pytest -n $(TEST_JOBS) --dist loadgroup
 
 # The documentation site (mkdocs.yml, docs/), rebuilt on every change; DOCS_PORT so it
-# can run beside make run. make test builds it strictly (tests/test_docs.py).
+# can run beside make run. make test builds it strictly (tests/project/test_docs.py).
 DOCS_PORT ?= 8001
 docs: install
 	$(VENV)/bin/mkdocs serve --dev-addr $(HOST):$(DOCS_PORT)

@@ -9,7 +9,7 @@ A filter is a JSON object:
 * ``{"$and": [...]}`` and ``{"$or": [...]}`` — lists of filters; several keys in one
   object all apply (an implicit ``$and``).
 
-Semantics (``tests/test_filters.py`` writes out what each kind of filter matches):
+Semantics (``tests/models/test_filters.py`` writes out what each kind of filter matches):
 
 * equality is JSON equality: ``5`` equals ``5.0`` but not ``"5"``; ``true`` is not ``1``;
   ``null`` matches an explicit null, not a missing key;

@@ -525,7 +525,7 @@ def _record_receipt(
 
 
 #: Every store that can hold a data subject's data, and how an erasure reaches it (or
-#: why it need not). ``tests/test_erasure_registry.py`` fails on a model with a field
+#: why it need not). ``tests/erasure/test_erasure_registry.py`` fails on a model with a field
 #: that may hold subject data and no entry here: a new store must say how it is erased.
 ERASURE_REGISTRY: dict[str, str] = {
     "memoryhub.MemoryRecord": "hard-deleted (every knowledge base, read-only ones included)",

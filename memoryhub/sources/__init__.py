@@ -22,7 +22,7 @@ of :class:`StoredRecord` values): :class:`DjangoMemoryStore` in process,
 under other names: seed 000, the memory contract (``MemorySource``, the compositions
 and the decorators); seed 003, grounding (``as_grounder``, the "Relevant context:"
 block); seed 004, the key/value ``MemoryStore``. What their examples print is
-memoryhub's behaviour spec: ``tests/test_sources_seeds.py`` reproduces every printed
+memoryhub's behaviour spec: ``tests/sources/test_sources_seeds.py`` reproduces every printed
 output under memoryhub's names.
 """
 

@@ -4,7 +4,7 @@
 A store keeps :class:`StoredRecord` values under ``(scope, key)``: ``scope`` is a
 namespace of the store's domain (``user:alice``), and one store reads and writes one
 knowledge base (``source``, default ``memory``). Three implementations share the
-contract (``tests/test_store_contract.py``):
+contract (``tests/sources/test_store_contract.py``):
 
 * :class:`~memoryhub.sources.DjangoMemoryStore`, in process, over the services;
 * :class:`HttpMemoryStore` (async) and :class:`SyncHttpMemoryStore` (blocking), over

@@ -77,7 +77,7 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "tests.host_project.accounts.exceptions.host_exception_handler",
 }
 
-if os.environ.get("HOST_PROJECT_CELERY") == "unconfigured":  # tests/test_host_checks.py
+if os.environ.get("HOST_PROJECT_CELERY") == "unconfigured":  # tests/host/test_host_checks.py
     CELERY_TASK_ALWAYS_EAGER = False
 elif os.environ.get("HOST_PROJECT_CELERY") in ("broker", "broker+beat"):
     CELERY_TASK_ALWAYS_EAGER = False

@@ -1,0 +1,571 @@
+"""The MCP door, through the official Python MCP client over HTTP to a live server.
+
+Every tool, the resources, the transport's refusals, and the cross-tenant matrix: the
+same keys get the same answers (codes, and no content of anyone else's) as through the
+REST API, and nothing changes that should not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from rest_framework.test import APIClient
+
+from memoryhub.conf import memoryhub_settings
+from memoryhub.models import KnowledgeBase, MemoryRecord, Observation
+from memoryhub.scope import Scope
+from memoryhub.services import write
+from tests.factories import DomainFactory, OrgFactory, create_api_key
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SECRET = "globex-secret"
+EVERYTHING = {"can_read": True, "can_write": True, "can_forget": True}
+
+
+def session(
+    live_server: Any, key: str, work: Callable[[ClientSession], Awaitable[Any]], scheme="Bearer"
+) -> Any:
+    """Run ``work`` in an initialized MCP session of ``key`` (as an agent would)."""
+
+    async def main() -> Any:
+        headers = {"Authorization": f"{scheme} {key}"}
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=30) as http,
+            streamable_http_client(f"{live_server.url}/mcp/", http_client=http) as (read, send),
+            ClientSession(read, send) as client,
+        ):
+            await client.initialize()
+            return await work(client)
+
+    return asyncio.run(main())
+
+
+def calls(live_server: Any, key: str, *steps: tuple[str, dict], scheme="Bearer") -> list[Any]:
+    """Call the tools in order in one session; each result as ``(is_error, body)``."""
+
+    async def work(client: ClientSession) -> list[Any]:
+        results = []
+        for name, arguments in steps:
+            result = await client.call_tool(name, arguments)
+            body = json.loads(result.content[0].text)
+            assert body == result.structured_content  # the text and the structure agree
+            results.append((result.is_error, body))
+        return results
+
+    return session(live_server, key, work, scheme)
+
+
+def call(live_server: Any, key: str, name: str, **arguments: Any) -> tuple[bool, dict]:
+    return calls(live_server, key, (name, arguments))[0]
+
+
+@pytest.fixture
+def world():  # type: ignore[no-untyped-def]
+    """acme (support, sales) and globex (support, legal), a record in each, and a
+    read-only handbook in each; acme's keys of every kind."""
+    orgs = {slug: OrgFactory(slug=slug) for slug in ("acme", "globex")}
+    domains = {
+        (org, slug): DomainFactory(org=orgs[org], slug=slug)
+        for org, slugs in {"acme": ("support", "sales"), "globex": ("support", "legal")}.items()
+        for slug in slugs
+    }
+    records = {}
+    for (org, slug), domain in domains.items():
+        scope = Scope.for_domain(domain)
+        write.ensure_knowledge_base(scope, "handbook")
+        write.write(scope, [{"content": f"{org} handbook page"}], sources=["handbook"])
+        content = f"{SECRET}-{slug}" if org == "globex" else f"acme-{slug} notes"
+        [record] = write.write(
+            scope, [{"content": content, "key": "shared-key", "namespace": "user:alice"}]
+        ).records
+        records[(org, slug)] = record.id
+    KnowledgeBase.unscoped.filter(name="handbook").update(read_only=True)
+    support = domains[("acme", "support")]
+    keys = {
+        "unbound": create_api_key(org=orgs["acme"], **EVERYTHING),
+        "support": create_api_key(org=orgs["acme"], domain=support, **EVERYTHING),
+        "read-only": create_api_key(org=orgs["acme"], domain=support, can_read=True),
+        "write-only": create_api_key(
+            org=orgs["acme"], domain=support, can_read=False, can_write=True
+        ),
+        "no-forget": create_api_key(
+            org=orgs["acme"], domain=support, can_read=True, can_write=True
+        ),
+        "globex": create_api_key(org=orgs["globex"], **EVERYTHING),
+    }
+    return domains, records, {name: plaintext for name, (_, plaintext) in keys.items()}, keys
+
+
+def snapshot() -> list[tuple]:
+    return sorted(
+        MemoryRecord.unscoped.values_list("id", "content", "key", "status", "updated_at")
+    ) + sorted(KnowledgeBase.unscoped.values_list("id", "name", "refused_writes"))
+
+
+def org_snapshot(org: str) -> list[tuple]:
+    return sorted(
+        MemoryRecord.unscoped.filter(org__slug=org).values_list("id", "content", "updated_at")
+    )
+
+
+def rest(key: str, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Api-Key {key}")
+    response = getattr(client, method)(f"/api/v1/domains/{path}", body, format="json")
+    return response.status_code, response.json()
+
+
+# --- the tools ----------------------------------------------------------------------------
+
+
+def test_tools_are_listed_with_the_bounds_of_the_settings(live_server, world):
+    _, _, keys, _ = world
+
+    async def listing(client: ClientSession) -> dict[str, Any]:
+        return {tool.name: tool for tool in (await client.list_tools()).tools}
+
+    bound = session(live_server, keys["support"], listing)
+    assert sorted(bound) == sorted(
+        [
+            "memory_query",
+            "memory_write",
+            "memory_get",
+            "memory_update",
+            "memory_history",
+            "memory_forget",
+            "memory_sources",
+        ]
+    )
+    query = bound["memory_query"].input_schema
+    assert query["properties"]["k"]["maximum"] == memoryhub_settings.MAX_K
+    assert query["properties"]["query"]["maxLength"] == memoryhub_settings.MAX_QUERY_LENGTH
+    assert query["required"] == ["query"]  # a bound key's domain is implied
+    assert query["additionalProperties"] is False
+    items = bound["memory_write"].input_schema["properties"]["items"]
+    assert items["maxItems"] == memoryhub_settings.MAX_WRITE_ITEMS
+    assert bound["memory_forget"].annotations.destructive_hint is True
+    assert bound["memory_query"].annotations.read_only_hint is True
+
+    unbound = session(live_server, keys["unbound"], listing)
+    domain = unbound["memory_query"].input_schema["properties"]["domain"]
+    assert domain["enum"] == ["sales", "support"]  # its own org's, never globex's legal
+    assert "domain" in unbound["memory_query"].input_schema["required"]
+
+
+def test_an_agent_writes_queries_reads_updates_and_forgets(live_server, world):
+    _, _, keys, api_keys = world
+    key = keys["support"]
+    [(error, written)] = calls(
+        live_server,
+        key,
+        (
+            "memory_write",
+            {
+                "items": [
+                    {"content": "Alice prefers EUR.", "key": "currency", "namespace": "user:bob"},
+                    {"content": "Refunds take five days.", "metadata": {"team": "billing"}},
+                ]
+            },
+        ),
+    )
+    assert not error
+    assert written["accepted"] == ["memory"]
+    assert written["refused"] == [] and written["failed"] == {}
+    currency = written["records"][0]["id"]
+
+    (_, found), (_, explained), (_, record), (_, updated), (_, history), (_, sources) = calls(
+        live_server,
+        key,
+        ("memory_query", {"query": "refunds", "k": 3, "where": {"team": "billing"}}),
+        ("memory_query", {"query": "refunds", "k": 3, "explain": True}),
+        ("memory_get", {"id": currency}),
+        ("memory_update", {"id": currency, "fields": {"content": "Alice prefers GBP."}}),
+        ("memory_history", {"id": currency}),
+        ("memory_sources", {}),
+    )
+    assert [item["content"] for item in found["items"]] == ["Refunds take five days."]
+    assert found["grounding"] == "Relevant context:\n[memory] Refunds take five days."
+    assert "legs" not in found["items"][0]
+    assert explained["items"][0]["legs"]["keyword"]["rank"] == 1
+    assert record["content"] == "Alice prefers EUR."
+    assert record["namespace"] == "user:bob"
+    assert updated["content"] == "Alice prefers GBP."
+    assert updated["key"] == "currency"  # PATCH: the fields not named keep their values
+    assert [v["content"] for v in history["versions"]] == [
+        "Alice prefers GBP.",
+        "Alice prefers EUR.",
+    ]
+    prefix = api_keys["support"][0].prefix
+    assert history["versions"][0]["actor"] == f"mcp:{prefix}"
+    assert {(s["name"], s["read_only"]) for s in sources["sources"]} == {
+        ("handbook", True),
+        ("memory", False),
+    }
+
+    error, forgotten = call(live_server, key, "memory_forget", namespace="user:bob")
+    assert not error
+    assert forgotten["deleted"] == 1 and forgotten["by_source"] == {"memory": 1}
+    assert forgotten["receipt"]
+    assert not MemoryRecord.unscoped.filter(namespace="user:bob").exists()
+    error, gone = call(live_server, key, "memory_get", id=currency)
+    assert error and gone["code"] == "record_not_found"
+
+
+def test_the_api_key_scheme_works_too_and_writes_are_observed_as_mcp(live_server, world):
+    _, _, keys, api_keys = world
+    error, body = calls(
+        live_server,
+        keys["support"],
+        ("memory_write", {"source": "handbook", "items": [{"content": "no"}]}),
+        scheme="Api-Key",
+    )[0]
+    assert error and body["code"] == "write_refused"
+    refusal = Observation.unscoped.get(kind=Observation.Kind.MEMORY_WRITE_REFUSED)
+    assert refusal.actor == f"mcp:{api_keys['support'][0].prefix}"
+
+
+def test_an_org_wide_key_names_the_domain_in_each_call(live_server, world):
+    _, _, keys, _ = world
+    (e1, nameless), (e2, sales), (e3, support) = calls(
+        live_server,
+        keys["unbound"],
+        ("memory_query", {"query": "notes", "namespaces": ["user:alice"]}),
+        ("memory_query", {"domain": "sales", "query": "notes", "namespaces": ["user:alice"]}),
+        ("memory_query", {"domain": "support", "query": "notes", "namespaces": ["user:alice"]}),
+    )
+    assert e1 and nameless["code"] == "invalid" and "domain" in nameless["errors"]
+    assert not e2 and [i["content"] for i in sales["items"]] == ["acme-sales notes"]
+    assert not e3 and [i["content"] for i in support["items"]] == ["acme-support notes"]
+
+
+# --- the cross-tenant matrix --------------------------------------------------------------
+
+
+def probes(record_id: str) -> list[tuple[str, dict, str, str, dict | None]]:
+    """(tool, arguments, REST method, REST path under the domain, REST body)."""
+    item = {"content": "intruder", "key": "shared-key", "namespace": "user:alice"}
+    return [
+        (
+            "memory_query",
+            {"query": "secret", "namespaces": ["user:alice"]},
+            "post",
+            "query",
+            {
+                "query": "secret",
+                "namespaces": ["user:alice"],
+            },
+        ),
+        ("memory_write", {"items": [item]}, "post", "records", {"items": [item]}),
+        ("memory_get", {"id": record_id}, "get", f"records/{record_id}", None),
+        (
+            "memory_update",
+            {"id": record_id, "fields": {"content": "hijacked"}},
+            "patch",
+            f"records/{record_id}",
+            {"content": "hijacked"},
+        ),
+        ("memory_history", {"id": record_id}, "get", f"records/{record_id}/history", None),
+        ("memory_forget", {"key": "shared-key"}, "post", "forget", {"key": "shared-key"}),
+        ("memory_sources", {}, "get", "sources", None),
+    ]
+
+
+def mcp_and_rest(live_server, key: str, domain: str, record_id: str) -> list[tuple]:
+    """Each probe through MCP and through REST: (tool, MCP error, MCP body, REST status,
+    REST body)."""
+    steps = [(tool, {"domain": domain, **args}) for tool, args, *_ in probes(record_id)]
+    answers = calls(live_server, key, *steps)
+    return [
+        (tool, error, body, *rest(key, method, f"{domain}/{path}", rest_body))
+        for (tool, _, method, path, rest_body), (error, body) in zip(
+            probes(record_id), answers, strict=True
+        )
+    ]
+
+
+def test_other_orgs_domains_and_records_do_not_exist_through_mcp(live_server, world):
+    _, records, keys, _ = world
+    before = snapshot()
+    seen = 0
+    for name, domain, foreign in [
+        ("unbound", "legal", ("globex", "legal")),  # another org's own slug
+        ("support", "sales", ("acme", "sales")),  # a bound key, its org's other domain
+        ("support", "legal", ("globex", "legal")),
+    ]:
+        for tool, error, body, status, rest_body in mcp_and_rest(
+            live_server, keys[name], domain, str(records[foreign])
+        ):
+            seen += 1
+            assert error, (name, domain, tool)
+            assert body["code"] == "domain_not_found" == rest_body["code"], (name, tool)
+            assert status == 404
+            assert SECRET not in json.dumps(body) and "acme-sales" not in json.dumps(body)
+    assert seen == 3 * 7
+    assert snapshot() == before
+    refused = Observation.unscoped.filter(kind=Observation.Kind.SCOPE_REFUSED)
+    assert refused.count() == 2 * seen  # once for MCP, once for REST
+    assert {o.actor.split(":")[0] for o in refused} == {"mcp", "api-key"}
+
+
+def test_another_orgs_record_ids_are_not_found_through_the_keys_own_domain(live_server, world):
+    _, records, keys, _ = world
+    for key, other in (("unbound", "globex"), ("globex", "acme")):
+        untouched = org_snapshot(other)
+        foreign = str(records[(other, "support")])  # both orgs have a domain "support"
+        for tool, error, body, status, rest_body in mcp_and_rest(
+            live_server, keys[key], "support", foreign
+        ):
+            if tool in ("memory_get", "memory_update", "memory_history"):
+                assert error and body["code"] == "record_not_found" == rest_body["code"], tool
+                assert status == 404
+            assert (SECRET if other == "globex" else "acme-") not in json.dumps(body), tool
+        # the probes' writes and forgets acted in the key's own domain only
+        assert org_snapshot(other) == untouched, key
+
+
+@pytest.mark.parametrize(
+    ("key_name", "allowed"),
+    [
+        ("read-only", {"memory_query", "memory_get", "memory_history", "memory_sources"}),
+        ("write-only", {"memory_write", "memory_update"}),
+        (
+            "no-forget",
+            {
+                "memory_query",
+                "memory_get",
+                "memory_history",
+                "memory_sources",
+                "memory_write",
+                "memory_update",
+            },
+        ),
+    ],
+)
+def test_permissions_refuse_as_the_rest_api_does(live_server, world, key_name, allowed):
+    _, records, keys, _ = world
+    record_id = str(records[("acme", "support")])
+    for tool, error, body, status, rest_body in mcp_and_rest(
+        live_server, keys[key_name], "support", record_id
+    ):
+        if tool in allowed:
+            assert not error, (key_name, tool, body)
+            assert status < 300
+        else:
+            assert error, (key_name, tool)
+            assert body["code"] == "permission_denied" == rest_body["code"]
+            assert status == 403
+        if key_name == "write-only":  # never content without read
+            assert "acme-support notes" not in json.dumps(body), tool
+
+
+def test_a_read_only_knowledge_base_refuses_agents_as_over_rest(live_server, world):
+    _, _, keys, _ = world
+    before = org_snapshot("acme")
+    (e1, written), (e2, forgotten) = calls(
+        live_server,
+        keys["support"],
+        ("memory_write", {"source": "handbook", "items": [{"content": "wrong"}]}),
+        ("memory_forget", {"source": "handbook"}),
+    )
+    refused = {"source": "handbook", "items": [{"content": "wrong"}]}
+    status, rest_body = rest(keys["support"], "post", "support/records", refused)
+    assert e1 and written == rest_body
+    assert written["code"] == "write_refused" and written["source"] == "handbook"
+    assert status == 403
+    assert e2 and forgotten["code"] == "write_refused"
+    handbook = KnowledgeBase.unscoped.get(name="handbook", domain__slug="support", org__slug="acme")
+    assert MemoryRecord.unscoped.filter(knowledge_base=handbook).count() == 1
+    assert handbook.refused_writes == 3
+    assert org_snapshot("acme") == before
+
+
+def test_a_key_without_forget_cannot_erase_a_subject(live_server, world):
+    _, _, keys, _ = world
+    error, body = call(live_server, keys["no-forget"], "memory_forget", namespace="user:alice")
+    assert error and body["code"] == "permission_denied"
+    assert MemoryRecord.unscoped.filter(namespace="user:alice").count() == 4
+
+
+# --- bad input ------------------------------------------------------------------------------
+
+
+def test_bad_input_is_a_tool_error_naming_the_field_never_a_crash(live_server, world):
+    _, _, keys, _ = world
+    too_long = "x" * (memoryhub_settings.MAX_QUERY_LENGTH + 1)
+    too_many = [{"content": f"n{i}"} for i in range(memoryhub_settings.MAX_WRITE_ITEMS + 1)]
+    answers = calls(
+        live_server,
+        keys["support"],
+        ("memory_query", {"query": "x", "k": 0}),
+        ("memory_query", {"query": "x", "format": "grounding"}),
+        ("memory_query", {"query": too_long}),
+        ("memory_query", {"query": "x", "where": {"price": {"$gte": [1]}}}),
+        ("memory_write", {"items": too_many}),
+        ("memory_write", {"items": [{"content": "x", "colour": "red"}]}),
+        ("memory_write", {"items": "not a list"}),
+        ("memory_get", {"id": "not-a-uuid"}),
+        ("memory_get", {}),
+        ("memory_update", {"id": 7, "fields": {}}),
+        ("memory_forget", {}),
+        ("memory_forget", {"source": "nope"}),
+        ("memory_sources", {"domain": ["support"]}),
+    )
+    codes = [(body["code"], sorted(body.get("errors", {}))) for _, body in answers]
+    assert all(error for error, _ in answers)
+    assert codes == [
+        ("invalid", ["k"]),
+        ("invalid", ["format"]),
+        ("invalid", ["query"]),
+        ("invalid", ["where.price.$gte"]),
+        ("invalid", ["items"]),
+        ("invalid", ["items[0].colour"]),
+        ("invalid", ["items"]),
+        ("record_not_found", []),
+        ("invalid", ["id"]),
+        ("invalid", ["id"]),
+        ("invalid", ["non_field_errors"]),
+        ("unknown_source", ["sources"]),
+        ("invalid", ["domain"]),
+    ]
+    status, rest_body = rest(keys["support"], "post", "support/query", {"query": "x", "k": 0})
+    assert status == 400 and rest_body == answers[0][1]  # the REST answer, word for word
+
+
+def test_an_unknown_tool_is_a_protocol_error(live_server, world):
+    _, _, keys, _ = world
+
+    async def work(client: ClientSession) -> int:
+        try:
+            await client.call_tool("memory_delete_everything", {})
+        except MCPError as exc:
+            return exc.error.code
+        return 0
+
+    assert session(live_server, keys["support"], work) == -32602
+
+
+# --- resources --------------------------------------------------------------------------
+
+
+def test_resources_are_the_knowledge_bases_and_records(live_server, world):
+    _, records, keys, _ = world
+    own = str(records[("acme", "support")])
+    foreign = str(records[("globex", "support")])
+
+    async def work(client: ClientSession) -> tuple:
+        listed = await client.list_resources()
+        handbook = await client.read_resource("memoryhub://support/handbook")
+        record = await client.read_resource(f"memoryhub://support/memory/{own}")
+        failures = []
+        for uri in (
+            f"memoryhub://support/memory/{foreign}",
+            f"memoryhub://support/handbook/{own}",  # the id, under the wrong knowledge base
+            f"memoryhub://legal/memory/{foreign}",
+            "https://example.com/",
+        ):
+            try:
+                await client.read_resource(uri)
+            except MCPError as exc:
+                failures.append((exc.error.code, exc.error.data["code"]))
+        return listed, handbook, record, failures
+
+    listed, handbook, record, failures = session(live_server, keys["support"], work)
+    assert sorted(str(r.uri) for r in listed.resources) == [
+        "memoryhub://support/handbook",
+        "memoryhub://support/memory",
+    ]
+    assert json.loads(handbook.contents[0].text)["read_only"] is True
+    assert json.loads(record.contents[0].text)["content"] == "acme-support notes"
+    assert failures == [
+        (-32002, "record_not_found"),
+        (-32002, "record_not_found"),
+        (-32002, "domain_not_found"),
+        (-32602, "invalid"),
+    ]
+
+
+# --- the transport ------------------------------------------------------------------------
+
+
+def post(live_server, key: str | None, body: Any, **headers: str) -> httpx2.Response:
+    if key is not None:
+        headers["Authorization"] = f"Bearer {key}"
+    return httpx2.post(
+        f"{live_server.url}/mcp/",
+        content=body if isinstance(body, bytes) else json.dumps(body),
+        headers={"Content-Type": "application/json", **headers},
+    )
+
+
+PING = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+
+
+def test_the_transport_refuses_as_the_rest_api_does(live_server, world, settings):
+    _, _, keys, _ = world
+    assert httpx2.get(f"{live_server.url}/mcp/").status_code == 405
+    assert post(live_server, keys["support"], PING).json() == {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "result": {},
+    }
+    missing = post(live_server, None, PING)
+    assert missing.status_code == 401
+    assert missing.json()["error"]["data"]["code"] == "not_authenticated"
+    unknown = post(live_server, "nope.nope", PING)
+    assert unknown.status_code == 401
+    assert unknown.json()["error"]["data"]["code"] == "invalid_key"
+    assert post(live_server, keys["support"], b"{not json").json()["error"]["code"] == -32700
+    notified = post(
+        live_server, keys["support"], {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    )
+    assert notified.status_code == 202
+    settings.MEMORYHUB = {"THROTTLE_RATE": "2/min"}
+    answers = [post(live_server, keys["read-only"], PING) for _ in range(3)]
+    assert [a.status_code for a in answers] == [200, 200, 429]
+    assert answers[2].json()["error"]["data"]["code"] == "throttled"
+    assert int(answers[2].headers["Retry-After"]) >= 1
+
+
+def test_calls_are_in_the_access_log_with_the_keys_prefix(live_server, world, json_log):
+    _, _, keys, api_keys = world
+    call(live_server, keys["support"], "memory_get", id="not-a-uuid")
+    lines = [json.loads(line) for line in json_log.getvalue().splitlines()]
+    prefix = api_keys["support"][0].prefix
+    access = [line for line in lines if line["logger"] == "memoryhub.access"]
+    assert {line["path"] for line in access} == {"/mcp/"}
+    assert all(line.get("key_prefix") == prefix and line["org"] == "acme" for line in access)
+    [tool_line] = [line for line in lines if line.get("tool") == "memory_get"]
+    assert tool_line["outcome"] == "record_not_found" and tool_line["key_prefix"] == prefix
+    assert "not-a-uuid" not in json_log.getvalue()
+
+
+def test_the_example_agent_runs_against_the_site(live_server, world):
+    domains, _, keys, _ = world
+    completed = subprocess.run(
+        [sys.executable, "examples/mcp_agent.py", "--url", live_server.url],
+        cwd=Path(__file__).resolve().parents[2],
+        env={**os.environ, "MEMORYHUB_API_KEY": keys["support"]},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert "wrote 3 memories to memory" in completed.stdout
+    assert "[memory] Alice prefers to be paid in EUR." in completed.stdout
+    assert "forgot user:alice: 3 records" in completed.stdout  # and the fixture's own
+    assert not MemoryRecord.unscoped.filter(
+        namespace="user:alice", org__slug="acme", domain__slug="support"
+    ).exists()

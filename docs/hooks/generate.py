@@ -304,7 +304,7 @@ def _written_defaults() -> dict[str, str]:
     written = {}
     for key, value in zip(declarations.keys, declarations.values, strict=True):
         assert isinstance(key, ast.Constant) and isinstance(value, ast.Call)
-        written[key.value] = ast.get_source_segment(source, value.args[0]) or ""
+        written[str(key.value)] = ast.get_source_segment(source, value.args[0]) or ""
     return written
 
 

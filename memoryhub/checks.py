@@ -22,7 +22,7 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning
 from django.utils.module_loading import import_string
 
-from .conf import DEFAULTS, SETTINGS, memoryhub_settings, parse_rate
+from .conf import DEFAULTS, MAX_INDEXED_METADATA_KEYS, SETTINGS, memoryhub_settings, parse_rate
 
 
 @dataclass(frozen=True)
@@ -271,9 +271,6 @@ PROBLEMS: tuple[Problem, ...] = (
 
 _PROBLEMS_BY_ID = {problem.id: problem for problem in PROBLEMS}
 
-#: The most metadata keys ``INDEXED_METADATA_KEYS`` may name (an index each).
-MAX_INDEXED_METADATA_KEYS = 16
-
 
 def report(problem_id: str, /, **fields: Any) -> CheckMessage:
     """The check message of the declared problem ``problem_id``, its message and hint
@@ -333,7 +330,10 @@ def _check_numbers() -> list[CheckMessage]:
 
 
 def _check_search() -> list[CheckMessage]:
-    """``DEFAULT_K`` within ``MAX_K``, and ``HYBRID_VECTOR_WEIGHT``."""
+    """``DEFAULT_K`` within ``MAX_K``, ``HYBRID_VECTOR_WEIGHT`` and
+    ``INDEXED_METADATA_KEYS``."""
+    from .filters import MAX_KEY_LENGTH
+
     messages: list[CheckMessage] = []
     default_k, max_k = memoryhub_settings.DEFAULT_K, memoryhub_settings.MAX_K
     if _is_integer(default_k) and _is_integer(max_k) and default_k > max_k:
@@ -343,22 +343,6 @@ def _check_search() -> list[CheckMessage]:
         isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 <= weight <= 1
     ):
         messages.append(report("memoryhub.E015", value=weight))
-    return messages
-
-
-def _check_erasure_settings() -> list[CheckMessage]:
-    """``SUBJECT_NAMESPACE_PREFIXES``, ``INDEXED_METADATA_KEYS`` and
-    ``ERASURE_RECEIPT_KEY``."""
-    from .filters import MAX_KEY_LENGTH
-
-    messages: list[CheckMessage] = []
-    prefixes = memoryhub_settings.SUBJECT_NAMESPACE_PREFIXES
-    if prefixes is not None and (
-        isinstance(prefixes, str)
-        or not isinstance(prefixes, list | tuple)
-        or not all(isinstance(prefix, str) and prefix for prefix in prefixes)
-    ):
-        messages.append(report("memoryhub.E006", value=prefixes))
     keys = memoryhub_settings.INDEXED_METADATA_KEYS
     if (
         isinstance(keys, str)
@@ -380,6 +364,19 @@ def _check_erasure_settings() -> list[CheckMessage]:
                 value=keys,
             )
         )
+    return messages
+
+
+def _check_erasure_settings() -> list[CheckMessage]:
+    """``SUBJECT_NAMESPACE_PREFIXES`` and ``ERASURE_RECEIPT_KEY``."""
+    messages: list[CheckMessage] = []
+    prefixes = memoryhub_settings.SUBJECT_NAMESPACE_PREFIXES
+    if prefixes is not None and (
+        isinstance(prefixes, str)
+        or not isinstance(prefixes, list | tuple)
+        or not all(isinstance(prefix, str) and prefix for prefix in prefixes)
+    ):
+        messages.append(report("memoryhub.E006", value=prefixes))
     receipt_key = memoryhub_settings.ERASURE_RECEIPT_KEY
     if receipt_key is not None and (not isinstance(receipt_key, str) or len(receipt_key) < 32):
         messages.append(report("memoryhub.E007"))

@@ -9,7 +9,7 @@ are built from those declarations.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -29,13 +29,16 @@ class Setting:
 
     default: Any
     doc: str
-    minimum: int | None = None
-    maximum: int | None = None
+    minimum: int | None = field(default=None, kw_only=True)
+    maximum: int | None = field(default=None, kw_only=True)
 
     @property
     def integer(self) -> bool:
         return self.minimum is not None
 
+
+#: The most metadata keys ``INDEXED_METADATA_KEYS`` may name (an index each).
+MAX_INDEXED_METADATA_KEYS = 16
 
 SETTINGS: dict[str, Setting] = {
     "EMBEDDER": Setting(
@@ -50,7 +53,7 @@ SETTINGS: dict[str, Setting] = {
         " done (the default HashingEmbedder family is recognised by its name without this).",
     ),
     "HISTORY_VERSIONS": Setting(
-        50, "Previous states kept per record (the oldest dropped); 0 keeps none.", 0
+        50, "Previous states kept per record (the oldest dropped); 0 keeps none.", minimum=0
     ),
     "CONSOLIDATION_EXTRACTOR": Setting(
         None,
@@ -58,8 +61,8 @@ SETTINGS: dict[str, Setting] = {
         " a class or factory; None: from MEMORYHUB_LLM_* in the environment, else the"
         " built-in one.",
     ),
-    "CONSOLIDATION_BATCH": Setting(50, "Episodic turns consolidated per run.", 1),
-    "CONSOLIDATION_FACTS": Setting(20, "Similar facts shown to the extractor per run.", 1),
+    "CONSOLIDATION_BATCH": Setting(50, "Episodic turns consolidated per run.", minimum=1),
+    "CONSOLIDATION_FACTS": Setting(20, "Similar facts shown to the extractor per run.", minimum=1),
     "RERANKER": Setting(
         None,
         "Reranking the fused candidates of a query with a model (a cross-encoder): an"
@@ -71,26 +74,32 @@ SETTINGS: dict[str, Setting] = {
         50,
         "How many of the best fused candidates the reranker reorders: each is a document"
         " in the reranker's request and a model pass, paid by every query.",
-        1,
-        1_000,
+        minimum=1,
+        maximum=1_000,
     ),
-    "MAX_WRITE_ITEMS": Setting(100, "The most items in one write request.", 1),
-    "MAX_CONTENT_LENGTH": Setting(20_000, "The longest content of one item (characters).", 1),
-    "MAX_METADATA_BYTES": Setting(16_384, "The largest metadata of one item (JSON bytes).", 2),
-    "MAX_TAGS": Setting(32, "The most tags on one item.", 0),
-    "MAX_TAG_LENGTH": Setting(64, "The longest tag (at most its column's width).", 1),
-    "MAX_KEY_LENGTH": Setting(255, "The longest key (at most its column's width).", 1),
-    "MAX_NAMESPACE_LENGTH": Setting(200, "The longest namespace (at most its column's width).", 1),
-    "DEFAULT_K": Setting(5, "Results of a query that does not say (at most MAX_K).", 1),
-    "MAX_K": Setting(100, "The most results one query may ask for.", 1),
-    "MAX_QUERY_LENGTH": Setting(4_000, "The longest query text (characters).", 1),
+    "MAX_WRITE_ITEMS": Setting(100, "The most items in one write request.", minimum=1),
+    "MAX_CONTENT_LENGTH": Setting(
+        20_000, "The longest content of one item (characters).", minimum=1
+    ),
+    "MAX_METADATA_BYTES": Setting(
+        16_384, "The largest metadata of one item (JSON bytes).", minimum=2
+    ),
+    "MAX_TAGS": Setting(32, "The most tags on one item.", minimum=0),
+    "MAX_TAG_LENGTH": Setting(64, "The longest tag (at most its column's width).", minimum=1),
+    "MAX_KEY_LENGTH": Setting(255, "The longest key (at most its column's width).", minimum=1),
+    "MAX_NAMESPACE_LENGTH": Setting(
+        200, "The longest namespace (at most its column's width).", minimum=1
+    ),
+    "DEFAULT_K": Setting(5, "Results of a query that does not say (at most MAX_K).", minimum=1),
+    "MAX_K": Setting(100, "The most results one query may ask for.", minimum=1),
+    "MAX_QUERY_LENGTH": Setting(4_000, "The longest query text (characters).", minimum=1),
     "MAX_CONTEXT_TURNS": Setting(
         3,
         "The most neighbouring turns a query's context_turns may ask for on each side of a"
         ' hit (turns of one session: metadata["session"]); each is a row read per hit and'
         " side.",
-        0,
-        20,
+        minimum=0,
+        maximum=20,
     ),
     "RECENCY_HALF_LIFE": Setting(
         None,
@@ -108,7 +117,7 @@ SETTINGS: dict[str, Setting] = {
         2_000,
         "Vector search scans filtered scopes up to this many rows exactly; larger ones go"
         " through the model's HNSW index with iterative scans.",
-        0,
+        minimum=0,
     ),
     "INDEXED_METADATA_KEYS": Setting(
         [],
@@ -116,11 +125,12 @@ SETTINGS: dict[str, Setting] = {
         " index of (domain, metadata -> key), built by the sweeper and paid by every write,"
         " and a query filtered on one is scanned exactly up to five times"
         " EXACT_SCAN_THRESHOLD rows (recall 1.0) instead of searching the HNSW graph for"
-        " neighbours the filter throws away.",
+        " neighbours the filter throws away. At most"
+        f" {MAX_INDEXED_METADATA_KEYS} keys.",
     ),
-    "HNSW_EF_SEARCH": Setting(200, "pgvector's hnsw.ef_search for vector queries.", 1),
+    "HNSW_EF_SEARCH": Setting(200, "pgvector's hnsw.ef_search for vector queries.", minimum=1),
     "HNSW_MAX_SCAN_TUPLES": Setting(
-        40_000, "pgvector's hnsw.max_scan_tuples for iterative scans.", 1
+        40_000, "pgvector's hnsw.max_scan_tuples for iterative scans.", minimum=1
     ),
     "HYBRID_VECTOR_WEIGHT": Setting(
         None,
@@ -134,7 +144,7 @@ SETTINGS: dict[str, Setting] = {
         "A domain with at least this many records gets its own (partial) HNSW index, built"
         " by the sweeper; its queries search that index with the same effort per record"
         " as the shared one (0 disables).",
-        0,
+        minimum=0,
     ),
     "KEYWORD_STATISTICS_MIN_RECORDS": Setting(
         5_000,
@@ -142,31 +152,33 @@ SETTINGS: dict[str, Setting] = {
         " its keyword leg then ranks the records holding a query's rarest words, about"
         " KEYWORD_RANK_BUDGET of them, instead of every record holding any of its words"
         " (0 disables).",
-        0,
+        minimum=0,
     ),
     "KEYWORD_RANK_BUDGET": Setting(
         200,
         "About how many records the keyword leg ranks in a domain whose words are"
         " counted (never more than ten times this).",
-        1,
+        minimum=1,
     ),
     "CACHE_ALIAS": Setting(
         "default",
         "The cache (a name in CACHES) holding query results, domain generations and"
         " throttle counters; several web processes need a shared one.",
     ),
-    "CACHE_TTL": Setting(60, "Seconds a query result stays in the cache (0 disables it).", 0),
-    "INDEX_BATCH_SIZE": Setting(64, "Records embedded per indexing task.", 1),
+    "CACHE_TTL": Setting(
+        60, "Seconds a query result stays in the cache (0 disables it).", minimum=0
+    ),
+    "INDEX_BATCH_SIZE": Setting(64, "Records embedded per indexing task.", minimum=1),
     "BULK_MIN_RECORDS": Setting(
         10,
         "A write creating at least this many records copies them in with one binary COPY,"
         " and an indexing batch of at least this many records stores its vectors the same"
         " way, outside the shared HNSW index where an exact scan or a bulk-built index"
         " serves them; smaller ones (an agent's turn) go row by row.",
-        1,
+        minimum=1,
     ),
     "BULK_INDEX_BATCH_SIZE": Setting(
-        500, "Records embedded per task for a bulk write, an import or a re-embed.", 1
+        500, "Records embedded per task for a bulk write, an import or a re-embed.", minimum=1
     ),
     "BULK_DELTA_MAX": Setting(
         20_000,
@@ -175,24 +187,24 @@ SETTINGS: dict[str, Setting] = {
         " it is once the delta outgrows the index) stays within this many records, or"
         " twice what its index covers if that is more; past it (a load outrunning the"
         " rebuilds), bulk-stored vectors go into the domain's own index row by row.",
-        0,
+        minimum=0,
     ),
     "INDEX_MAX_ATTEMPTS": Setting(
-        5, "Attempts at embedding a record before it is marked failed.", 1
+        5, "Attempts at embedding a record before it is marked failed.", minimum=1
     ),
     "SWEEP_PENDING_AFTER": Setting(
-        300, "The sweeper re-enqueues records pending for longer than this (seconds).", 1
+        300, "The sweeper re-enqueues records pending for longer than this (seconds).", minimum=1
     ),
     "SWEEP_INTERVAL": Setting(
         60,
         "Seconds between two sweeps: CELERY_BEAT_SCHEDULE = beat_schedule(MEMORYHUB)"
         " (memoryhub.schedule) schedules them (memoryhub.W004 and W005 warn otherwise).",
-        1,
+        minimum=1,
     ),
     "OBSERVATION_RETENTION_DAYS": Setting(
-        90, "Observations older than this many days are purged by the sweeper.", 1
+        90, "Observations older than this many days are purged by the sweeper.", minimum=1
     ),
-    "MAX_WAIT_SECONDS": Setting(30, "Upper bound of ?wait= on writes, in seconds.", 0),
+    "MAX_WAIT_SECONDS": Setting(30, "Upper bound of ?wait= on writes, in seconds.", minimum=0),
     "THROTTLE_RATE": Setting(
         "1200/min",
         "Requests per API key (DRF rate syntax); None disables throttling. The counter is"
@@ -230,13 +242,15 @@ SETTINGS: dict[str, Setting] = {
         60,
         "Health reports degraded when records have waited longer than this many seconds"
         " and no worker has sent a heartbeat for as long (broker mode only).",
-        1,
+        minimum=1,
     ),
     "WORKER_HEARTBEAT_INTERVAL": Setting(
-        15, "How often a worker writes its heartbeat, in seconds.", 1
+        15, "How often a worker writes its heartbeat, in seconds.", minimum=1
     ),
     "MAX_BODY_BYTES": Setting(
-        4 * 1024 * 1024, "Largest JSON body the API reads (bytes); larger ones get a 413.", 1024
+        4 * 1024 * 1024,
+        "Largest JSON body the API reads (bytes); larger ones get a 413.",
+        minimum=1024,
     ),
     "USER_NAMESPACE": Setting(
         "user:{pk}",
@@ -252,7 +266,7 @@ SETTINGS: dict[str, Setting] = {
         1024**3,
         "Largest file the admin imports (bytes); it is streamed into the database in 1 MB"
         " chunks and read back one chunk at a time, never held whole in memory.",
-        1,
+        minimum=1,
     ),
 }
 

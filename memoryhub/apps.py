@@ -28,7 +28,7 @@ class MemoryhubConfig(AppConfig):
         from celery.signals import before_task_publish, worker_ready, worker_shutdown
 
         from .cache import domain_saved
-        from .conf import check_broker, check_database, check_deploy_settings, check_settings
+        from .checks import check_broker, check_database, check_deploy_settings, check_settings
         from .log import stamp_task_headers
         from .worker import start_heartbeat, stop_heartbeat
 

@@ -6,8 +6,8 @@
     CELERY_BEAT_SCHEDULE = {**beat_schedule(MEMORYHUB)}
 
 Settings modules cannot read ``memoryhub_settings`` (they are being loaded), so the
-project's ``MEMORYHUB`` dict is passed in; the system check memoryhub.W004 warns when a
-broker is configured and the sweep is not scheduled.
+project's ``MEMORYHUB`` dict is passed in; the system checks memoryhub.W004 and W005 warn
+when a broker is configured and the sweep is not scheduled every ``SWEEP_INTERVAL``.
 """
 
 from __future__ import annotations

@@ -9,9 +9,9 @@ from what runs:
   bodies and responses; the document itself is published as ``reference/openapi.json``;
 * ``mcp-tools``: ``memoryhub.mcp.tools.TOOLS``, each tool's JSON Schema as ``tools/list``
   gives it to a domain-bound key;
-* ``settings``: the ``DEFAULTS`` dict of ``memoryhub/conf.py``, with the comment that
-  declares each group of settings and the minimum its check enforces;
-* ``checks``: every ``Error``/``Warning`` with an ``id`` in ``memoryhub/`` and ``tenants/``;
+* ``settings``: ``memoryhub.conf.SETTINGS``, each setting's default, meaning and bounds;
+* ``checks``: ``memoryhub.checks.PROBLEMS``, each system check id with its level, the
+  problem it names, its message and hint;
 * ``commands``: the management commands' ``--help``, as argparse prints it;
 * ``error-codes``: every error code the API's code can answer with; a code missing from
   the page's hand-written table is a warning, which fails the strict build;
@@ -289,56 +289,41 @@ def render_mcp_tools() -> str:
 # --- settings -----------------------------------------------------------------------
 
 
+def _written_defaults() -> dict[str, str]:
+    """Each setting's default as ``SETTINGS`` in ``memoryhub/conf.py`` spells it
+    (``4 * 1024 * 1024``, not 4194304)."""
+    source = (ROOT / "memoryhub" / "conf.py").read_text()
+    declarations = next(
+        node.value
+        for node in ast.parse(source).body
+        if isinstance(node, ast.AnnAssign)
+        and isinstance(node.target, ast.Name)
+        and node.target.id == "SETTINGS"
+    )
+    assert isinstance(declarations, ast.Dict)
+    written = {}
+    for key, value in zip(declarations.keys, declarations.values, strict=True):
+        assert isinstance(key, ast.Constant) and isinstance(value, ast.Call)
+        written[str(key.value)] = ast.get_source_segment(source, value.args[0]) or ""
+    return written
+
+
 def render_settings() -> str:
     _django()
-    from memoryhub.conf import DEFAULTS as values
+    from memoryhub.conf import SETTINGS
 
-    path = ROOT / "memoryhub" / "conf.py"
-    source = path.read_text()
-    lines = source.splitlines()
-    tree = ast.parse(source)
-    defaults = next(
-        node.value
-        for node in tree.body
-        if isinstance(node, ast.AnnAssign | ast.Assign)
-        and any(
-            isinstance(target, ast.Name) and target.id == "DEFAULTS"
-            for target in ([node.target] if isinstance(node, ast.AnnAssign) else node.targets)
-        )
-    )
-    assert isinstance(defaults, ast.Dict)
-    minimums: dict[str, int] = {}
-    for node in tree.body:
-        if (
-            isinstance(node, ast.Assign)
-            and isinstance(node.targets[0], ast.Name)
-            and node.targets[0].id == "INTEGER_SETTINGS"
-        ):
-            minimums = ast.literal_eval(node.value)
+    written = _written_defaults()
     rows = []
-    group_head = ""
-    for key_node, value_node in zip(defaults.keys, defaults.values, strict=True):
-        assert isinstance(key_node, ast.Constant)
-        name = key_node.value
-        comment: list[str] = []
-        line = key_node.lineno - 2
-        while line >= 0 and lines[line].strip().startswith("#"):
-            comment.insert(0, lines[line].strip().lstrip("#").strip())
-            line -= 1
-        if comment:
-            meaning = " ".join(comment)
-            group_head = name
-        elif group_head:
-            meaning = f"See `{group_head}`."
-        else:
-            meaning = ""
-        written = ast.get_source_segment(source, value_node) or ""
-        value = values[name]
-        default = f"`{written}`"
-        if isinstance(value, int) and not isinstance(value, bool) and written != str(value):
+    for name, setting in SETTINGS.items():
+        default = f"`{written[name]}`"
+        value = setting.default
+        if isinstance(value, int) and not isinstance(value, bool) and written[name] != str(value):
             default += f" ({value:,})"
-        if name in minimums:
-            meaning += f" An integer, at least {minimums[name]}."
+        meaning = setting.doc
+        if setting.maximum is not None:
+            meaning += f" An integer from {setting.minimum} to {setting.maximum:,}."
+        elif setting.integer:
+            meaning += f" An integer, at least {setting.minimum}."
         rows.append([f"`{name}`", default, meaning])
     return _table(["setting", "default", "meaning"], rows)
 
@@ -372,73 +357,23 @@ def render_commands() -> str:
 # --- system checks ------------------------------------------------------------------
 
 
-def _message(node: ast.expr) -> str:
-    if isinstance(node, ast.Constant):
-        return str(node.value)
-    if isinstance(node, ast.JoinedStr):
-        parts = []
-        for value in node.values:
-            if isinstance(value, ast.Constant):
-                parts.append(str(value.value))
-            elif isinstance(value, ast.FormattedValue):
-                parts.append("{" + ast.unparse(value.value) + "}")
-        return "".join(parts)
-    if isinstance(node, ast.Name):
-        return f"{{{node.id}}}"
-    return ast.unparse(node)
-
-
-def collect_checks() -> dict[str, dict[str, Any]]:
-    found: dict[str, dict[str, Any]] = {}
-    for package in ("memoryhub", "tenants"):
-        for path in sorted((ROOT / package).rglob("*.py")):
-            if "migrations" in path.parts:
-                continue
-            tree = ast.parse(path.read_text())
-            for function in ast.walk(tree):
-                if not isinstance(function, ast.FunctionDef):
-                    continue
-                doc = " ".join((ast.get_docstring(function) or "").split())
-                for call in ast.walk(function):
-                    if not (
-                        isinstance(call, ast.Call)
-                        and isinstance(call.func, ast.Name)
-                        and call.func.id in {"Error", "Warning", "Critical", "Info"}
-                    ):
-                        continue
-                    ident = next(
-                        (
-                            kw.value.value
-                            for kw in call.keywords
-                            if kw.arg == "id" and isinstance(kw.value, ast.Constant)
-                        ),
-                        None,
-                    )
-                    if not ident:
-                        continue
-                    entry = found.setdefault(
-                        ident, {"level": call.func.id, "messages": [], "where": set(), "docs": []}
-                    )
-                    if call.args:
-                        message = _message(call.args[0])
-                        if message not in entry["messages"]:
-                            entry["messages"].append(message)
-                    entry["where"].add(f"{path.relative_to(ROOT)}: {function.name}")
-                    if doc and doc not in entry["docs"]:
-                        entry["docs"].append(doc)
-    return dict(sorted(found.items()))
+def _template(text: str) -> str:
+    """A message template as the reader sees it: ``{name}`` is filled in, ``{{`` is a
+    brace."""
+    return text.replace("{{", "{").replace("}}", "}")
 
 
 def render_checks() -> str:
+    _django()
+    from memoryhub.checks import PROBLEMS
+
     out = []
-    for ident, entry in collect_checks().items():
-        out.append(f"### `{ident}` {{#{ident.replace('.', '-').lower()}}}\n")
-        out.append(f"*{entry['level']}*, from {', '.join(sorted(entry['where']))}.\n")
-        if entry["docs"]:
-            out.append(" ".join(entry["docs"]) + "\n")
-        out.append("Messages (`{…}` is filled in):\n")
-        out.extend(f"- {message}" for message in entry["messages"])
-        out.append("")
+    for problem in sorted(PROBLEMS, key=lambda problem: problem.id):
+        out.append(f"### `{problem.id}` {{#{problem.id.replace('.', '-').lower()}}}\n")
+        out.append(f"*{problem.level.__name__}*: {problem.summary}\n")
+        out.append(f"Message: `{_template(problem.message)}`\n")
+        if problem.hint:
+            out.append(f"Hint: `{_template(problem.hint)}`\n")
     return "\n".join(out)
 
 

@@ -59,10 +59,10 @@ def test_default_settings_pass_checks(settings):
             },
             "memoryhub.E004",
         ),
-        ({"EMBEDDER": "memoryhub.models.MemoryRecord"}, "memoryhub.E004"),
+        ({"EMBEDDER": "memoryhub.models.MemoryRecord"}, "memoryhub.E021"),
         ({"MAX_K": 0}, "memoryhub.E002"),
         ({"MAX_WRITE_ITEMS": "100"}, "memoryhub.E002"),
-        ({"DEFAULT_K": 50, "MAX_K": 10}, "memoryhub.E002"),
+        ({"DEFAULT_K": 50, "MAX_K": 10}, "memoryhub.E019"),
         ({"MAX_KAY": 10}, "memoryhub.W001"),
     ],
 )

@@ -616,7 +616,7 @@ def test_subject_prefixes_are_a_setting(settings, curated, agent):
         operator=True,
     )
     assert forget(agent, {"namespace": "faq"}).status_code == 200
-    from memoryhub.conf import check_settings
+    from memoryhub.checks import check_settings
 
     settings.MEMORYHUB = {"SUBJECT_NAMESPACE_PREFIXES": "user:"}
     assert [m.id for m in check_settings()] == ["memoryhub.E006"]

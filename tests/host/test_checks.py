@@ -19,7 +19,7 @@ from django.core.checks import Error, Warning
 from memoryhub.checks import PROBLEMS, check_broker, check_settings
 from memoryhub.conf import SETTINGS
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CHECK_CLASSES = {"Error", "Warning", "Critical", "Info", "Debug", "CheckMessage"}
 
 

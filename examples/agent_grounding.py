@@ -29,10 +29,11 @@ django.setup()
 
 from asgiref.sync import sync_to_async  # noqa: E402
 
+from memoryhub.items import MemoryItem  # noqa: E402
 from memoryhub.scope import Scope  # noqa: E402
 from memoryhub.services import write  # noqa: E402
 from memoryhub.services.forget import forget_org  # noqa: E402
-from memoryhub.sources import DjangoMemory, MemoryContext, MemoryItem, as_grounder  # noqa: E402
+from memoryhub.sources import DjangoMemory, MemoryContext, as_grounder  # noqa: E402
 from tenants.models import Domain, Org  # noqa: E402
 
 HANDBOOK = [

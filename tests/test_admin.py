@@ -9,9 +9,9 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.core.files.uploadedfile import SimpleUploadedFile
 
+from memoryhub.exceptions import UnknownSource
 from memoryhub.models import ImportJob, KnowledgeBase, MemoryRecord, Observation
 from memoryhub.services import query, write
-from memoryhub.services.errors import UnknownSource
 from memoryhub.services.imports import ImportFailed, chunk_markdown, parse
 
 from .factories import MembershipFactory, create_api_key
@@ -536,7 +536,7 @@ def test_playground_refuses_a_foreign_domain(operator, data, other_tenant):
 
 
 def test_observation_summary_counts_refusals_and_dedupes(operator, data, tenant):
-    from memoryhub.services.errors import WriteRefused
+    from memoryhub.exceptions import WriteRefused
 
     for _ in range(2):
         with pytest.raises(WriteRefused):

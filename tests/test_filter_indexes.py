@@ -14,7 +14,7 @@ from django.core.management import call_command
 from django.db import connection, transaction
 from pgvector import Vector
 
-from memoryhub.embedders.hashing import HashingEmbedder
+from memoryhub.embedders import HashingEmbedder
 from memoryhub.services import filter_indexes, indexing, query, write
 from memoryhub.services.query import QueryRequest
 from tests.test_time_aware import errors_of

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from memoryhub import cache
+from memoryhub.exceptions import UnknownSource
 from memoryhub.models import MemoryRecord, Observation
 from memoryhub.scope import tenant_scope
 from memoryhub.services import write
-from memoryhub.services.errors import UnknownSource
 from memoryhub.services.forget import (
     ForgetRequest,
     NothingToForget,

@@ -9,10 +9,10 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.db import connection, connections
 
+from memoryhub.exceptions import RecordNotFound
 from memoryhub.models import MemoryRecord, RecordVersion
 from memoryhub.scope import Scope
 from memoryhub.services import forget, history, imports, indexing, write
-from memoryhub.services.records import RecordNotFound
 from memoryhub.sources import DjangoMemoryStore, HttpMemoryStore, SyncHttpMemoryStore
 from memoryhub.sources.stores import StoredRecord
 

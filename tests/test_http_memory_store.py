@@ -14,9 +14,9 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 
 from memoryhub import policy
+from memoryhub.exceptions import UnknownSource, ValidationFailed
 from memoryhub.models import MemoryRecord
 from memoryhub.services import write
-from memoryhub.services.errors import UnknownSource, ValidationFailed
 from memoryhub.sources import (
     DjangoMemoryStore,
     HttpMemoryError,

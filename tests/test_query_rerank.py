@@ -9,10 +9,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from memoryhub.exceptions import ValidationFailed
 from memoryhub.models import Observation
 from memoryhub.scope import tenant_scope
 from memoryhub.services import query, write
-from memoryhub.services.errors import ValidationFailed
 
 from .factories import key_client
 from .rerank_api import FakeRerankAPI, serving

@@ -13,10 +13,10 @@ from django.utils import timezone
 from memoryhub import cache
 from memoryhub.embedders import HashingEmbedder
 from memoryhub.embedders.base import DEFAULT_HYBRID_VECTOR_WEIGHT
+from memoryhub.exceptions import UnknownSource, ValidationFailed
 from memoryhub.models import MemoryRecord, Observation
 from memoryhub.scope import Scope, tenant_scope
 from memoryhub.services import query, write
-from memoryhub.services.errors import UnknownSource, ValidationFailed
 from memoryhub.services.query import QueryRequest, fusion, plans, render_grounding
 
 from .factories import DomainFactory, OrgFactory

@@ -28,6 +28,7 @@ from memoryhub.items import MemoryItem
 from memoryhub.models import Observation
 from memoryhub.scope import Scope, tenant_scope
 from memoryhub.services import write
+from memoryhub.services.query import render_grounding
 from memoryhub.sources import (
     CachedMemory,
     CompactedMemory,
@@ -44,7 +45,6 @@ from memoryhub.sources import (
     StoredRecord,
     ToolMemory,
     as_grounder,
-    render_grounding,
 )
 
 from .fakes import FakeMemory

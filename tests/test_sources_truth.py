@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
+from memoryhub.exceptions import UnknownSource
 from memoryhub.items import MemoryItem
 from memoryhub.models import KnowledgeBase, Observation
 from memoryhub.scope import tenant_scope
 from memoryhub.services import write
-from memoryhub.services.errors import UnknownSource
 from memoryhub.sources import (
     CachedMemory,
     CompositeMemory,

@@ -14,11 +14,11 @@ from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from memoryhub.exceptions import ValidationFailed
 from memoryhub.items import MemoryItem, grounding_lines
 from memoryhub.models import MemoryRecord, RecordVersion
 from memoryhub.scope import tenant_scope
 from memoryhub.services import history, imports, query, records, write
-from memoryhub.services.errors import ValidationFailed
 from memoryhub.services.query import execution, render_grounding
 from memoryhub.sources import DjangoMemory, MemoryContext, as_grounder
 

@@ -9,10 +9,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from memoryhub.exceptions import UnknownSource, ValidationFailed, WriteRefused
 from memoryhub.models import KnowledgeBase, MemoryRecord, Observation
 from memoryhub.scope import operator_access, tenant_scope
 from memoryhub.services import write
-from memoryhub.services.errors import UnknownSource, ValidationFailed, WriteRefused
 
 pytestmark = pytest.mark.django_db
 

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from memoryhub.exceptions import WriteRefused
 from memoryhub.items import MemoryItem
 from memoryhub.services import write
 from memoryhub.sources import (
@@ -16,7 +17,6 @@ from memoryhub.sources import (
     HttpMemoryError,
     MemoryContext,
     MemorySource,
-    MemoryWriteRefused,
     as_grounder,
 )
 
@@ -77,7 +77,7 @@ def test_http_memory_maps_errors(remote):
     url, key = remote
     ctx = MemoryContext()
     read_only = HttpMemory(url, api_key=key, domain="support", write_to="handbook")
-    with pytest.raises(MemoryWriteRefused) as refused:
+    with pytest.raises(WriteRefused) as refused:
         asyncio.run(read_only.write([MemoryItem("guess", "agent")], ctx=ctx))
     assert (refused.value.source, refused.value.n) == ("handbook", 1)
     elsewhere = HttpMemory(url, api_key=key, domain="no-such-domain")

@@ -14,7 +14,7 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 
 from memoryhub import policy
-from memoryhub.exceptions import UnknownSource, ValidationFailed
+from memoryhub.exceptions import UnknownSource, ValidationFailed, WriteRefused
 from memoryhub.models import MemoryRecord
 from memoryhub.services import write
 from memoryhub.sources import (
@@ -22,7 +22,6 @@ from memoryhub.sources import (
     HttpMemoryError,
     HttpMemoryStore,
     MemoryKind,
-    MemoryWriteRefused,
     StoredRecord,
     SyncHttpMemoryStore,
 )
@@ -81,7 +80,7 @@ def alice(key: str = "currency", value: Any = "EUR") -> StoredRecord:
 
 
 def test_a_read_only_knowledge_base_refuses_a_put(curated, make_store):
-    with pytest.raises(MemoryWriteRefused) as refused:
+    with pytest.raises(WriteRefused) as refused:
         run(make_store("handbook").put(alice()))
     assert (refused.value.source, refused.value.n) == ("handbook", 1)
     run(make_store("digest").put(alice()))  # ignore: accepted and dropped, as the API does
@@ -143,7 +142,7 @@ def test_forget_of_a_key_in_all_sources_is_refused_by_a_read_only_knowledge_base
 ):
     store = make_store()
     run(store.put(alice("profile", "memory about Alice")))
-    with pytest.raises(MemoryWriteRefused) as refused:
+    with pytest.raises(WriteRefused) as refused:
         run(store.forget(scope="user:alice", key="profile", all_sources=True))
     assert refused.value.source == "handbook"
     assert MemoryRecord.unscoped.filter(key="profile").count() == 3  # nothing deleted

@@ -24,6 +24,7 @@ import dataclasses
 
 import pytest
 
+from memoryhub.exceptions import WriteRefused
 from memoryhub.items import MemoryItem
 from memoryhub.models import Observation
 from memoryhub.scope import Scope, tenant_scope
@@ -38,7 +39,6 @@ from memoryhub.sources import (
     DjangoMemoryStore,
     MemoryContext,
     MemorySource,
-    MemoryWriteRefused,
     ReadOnlyMemory,
     ScopedMemory,
     SequentialMemory,
@@ -280,7 +280,7 @@ def test_read_only_memory_seed_example():
         lines.append(f"recall: {[(i.source, i.content) for i in recall]}")
         try:
             await curated.write(guess, ctx=ctx)
-        except MemoryWriteRefused as exc:
+        except WriteRefused as exc:
             lines.append(f"refused: {exc.source} | items: {exc.n}")
         strict = CompositeMemory(sources=[FakeMemory(name="notes"), curated])
         try:
@@ -312,7 +312,7 @@ def test_read_only_details():
     with pytest.raises(ValueError, match="on_write"):
         ReadOnlyMemory(FakeMemory("x"), on_write="drop")
     kb = ReadOnlyMemory(FakeMemory("kb"))
-    with pytest.raises(MemoryWriteRefused) as raised:
+    with pytest.raises(WriteRefused) as raised:
         run(kb.write([], ctx=MemoryContext()))
     assert raised.value.n == 0
     assert not isinstance(raised.value, PermissionError)
@@ -337,7 +337,7 @@ def test_read_only_kb_through_django_memory_honours_the_policy(tenant):
     write.ensure_knowledge_base(tenant.scope, "lenient", read_only=True, on_write="ignore")
     ctx = MemoryContext(tenant.scope)
     item = [MemoryItem(content="guess", source="agent")]
-    with pytest.raises(MemoryWriteRefused):
+    with pytest.raises(WriteRefused):
         run(DjangoMemory(write_to="handbook").write(item, ctx=ctx))
     notes = FakeMemory("notes")
     run(

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..items import MemoryItem, grounding_lines
-from .base import MemoryContext, MemorySource, MemoryWriteRefused, Reranker, accepts_writes
+from .base import MemoryContext, MemorySource, Reranker, accepts_writes
 from .compositions import (
     CompositeMemory,
     CompositeWriteError,
@@ -92,7 +92,6 @@ __all__ = [
     "MemoryKind",
     "MemorySource",
     "MemoryStore",
-    "MemoryWriteRefused",
     "ReadOnlyMemory",
     "Reranker",
     "ScopedMemory",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -209,3 +210,157 @@ def test_no_module_takes_a_private_name_from_another():
         for offence in private_imports(path)
     ]
     assert offences == [], "a name shared across modules is public: drop its underscore"
+
+
+def resolve_from(module: str, is_package: bool, node: ast.ImportFrom) -> str:
+    """The absolute module a ``from ... import`` statement of ``module`` reads."""
+    if not node.level:
+        return node.module or ""
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def path_of(module: str) -> Path:
+    path = PACKAGE.parent.joinpath(*module.split("."))
+    return path / "__init__.py" if (path / "__init__.py").is_file() else path.with_suffix(".py")
+
+
+def borrowed_names(module: str) -> dict[str, str]:
+    """``{name: where from}`` of the names ``module`` imports at its top level: they are
+    its own to use, not a second place to import them from."""
+    path = path_of(module)
+    borrowed: dict[str, str] = {}
+    for node in ast.parse(path.read_text(), str(path)).body:
+        if isinstance(node, ast.ImportFrom):
+            source = resolve_from(module, path.name == "__init__.py", node)
+            for alias in node.names:
+                borrowed[alias.asname or alias.name] = source
+    return borrowed
+
+
+def second_paths(path: Path, module: str = "") -> list[str]:
+    """The names ``path`` takes from a memoryhub or tenants module other than the one
+    that defines them. A package's ``__init__`` that re-exports a name of its own
+    submodule is the name's one path (``memoryhub.embedders.HashingEmbedder``): from
+    outside the package, the submodule is not."""
+    module = module or module_of(path)
+    is_package = path.name == "__init__.py"
+    found: list[str] = []
+    used: list[tuple[int, str, str]] = []  # (line, module, name)
+    modules: dict[str, str] = {}
+    tree = ast.parse(path.read_text(), str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            source = resolve_from(module, is_package, node)
+            if not source.startswith(("memoryhub", "tenants")) or not is_module(source):
+                continue
+            for alias in node.names:
+                if is_module(f"{source}.{alias.name}"):
+                    modules[alias.asname or alias.name] = f"{source}.{alias.name}"
+                else:
+                    used.append((node.lineno, source, alias.name))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname and alias.name.startswith(("memoryhub", "tenants")):
+                    modules[alias.asname] = alias.name
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in modules
+        ):
+            used.append((node.lineno, modules[node.value.id], node.attr))
+    for line, source, name in used:
+        origin = borrowed_names(source).get(name)
+        reexport = path_of(source).name == "__init__.py" and (origin or "").startswith(f"{source}.")
+        if origin is not None and not reexport and source != module:
+            found.append(f"{module}:{line} takes {source}.{name} (from {origin})")
+        package = source.rsplit(".", 1)[0]
+        outside = module != package and not module.startswith(f"{package}.")
+        if outside and borrowed_names(package).get(name, "").startswith(f"{package}."):
+            found.append(f"{module}:{line} takes {source}.{name} (its path: {package}.{name})")
+    return found
+
+
+#: In modules being rewritten in parallel (the schema, the checks); merging removes them.
+SECOND_PATHS_PENDING = {
+    "memoryhub.conf takes memoryhub.embedders.hashing.HashingEmbedder",
+    "memoryhub.mcp.tools takes memoryhub.services.write.MAX_TTL_SECONDS",
+}
+
+
+def test_the_second_path_walker_sees_borrowed_and_package_names(tmp_path):
+    source = tmp_path / "probe.py"
+    source.write_text(
+        "from ..embedders.hashing import HashingEmbedder\n"
+        "from ..services import write\n"
+        "from ..exceptions import WriteRefused\n"
+        "from ..embedders import HashingEmbedder as Same\n"
+        "write.MAX_TTL_SECONDS, write.write\n"
+    )
+    assert second_paths(source, "memoryhub.admin.probe") == [
+        "memoryhub.admin.probe:1 takes memoryhub.embedders.hashing.HashingEmbedder"
+        " (its path: memoryhub.embedders.HashingEmbedder)",
+        "memoryhub.admin.probe:5 takes memoryhub.services.write.MAX_TTL_SECONDS"
+        " (from memoryhub.services.validation)",
+    ]
+
+
+def test_every_name_is_taken_from_its_one_path():
+    offences = [
+        offence
+        for root in (PACKAGE, TENANTS)
+        for path in sorted(root.rglob("*.py"))
+        if not path.is_relative_to(SERVICES) and "migrations" not in path.parts
+        for offence in second_paths(path)
+        if re.sub(r":\d+ ", " ", offence).split(" (")[0] not in SECOND_PATHS_PENDING
+    ]
+    assert offences == [], "import a name from the module that defines it (or its package)"
+
+
+def foreign_exports(path: Path, module: str = "") -> list[str]:
+    """The names ``path``'s ``__all__`` lists that it only imports from elsewhere (a
+    package may list its own submodules' names; another module's are not its to offer)."""
+    module = module or module_of(path)
+    tree = ast.parse(path.read_text(), str(path))
+    exported: list[str] = []
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(target, ast.Name) and target.id == "__all__" for target in node.targets
+        ):
+            exported = list(ast.literal_eval(node.value))
+    borrowed: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom):
+            source = resolve_from(module, path.name == "__init__.py", node)
+            for alias in node.names:
+                borrowed[alias.asname or alias.name] = source
+    own = f"{module}." if path.name == "__init__.py" else "\0"
+    return [
+        f"{module} offers {name} (from {borrowed[name]})"
+        for name in exported
+        if name in borrowed and not borrowed[name].startswith(own)
+    ]
+
+
+def test_the_export_walker_sees_a_foreign_name(tmp_path):
+    package = tmp_path / "__init__.py"
+    package.write_text(
+        "from ..items import MemoryItem\nfrom .base import MemorySource\n"
+        "__all__ = ['MemoryItem', 'MemorySource']\n"
+    )
+    assert foreign_exports(package, "memoryhub.sources") == [
+        "memoryhub.sources offers MemoryItem (from memoryhub.items)"
+    ]
+
+
+def test_public_name_lists_offer_only_their_own_names():
+    offences = [
+        offence
+        for root in (PACKAGE, TENANTS)
+        for path in sorted(root.rglob("*.py"))
+        if not path.is_relative_to(SERVICES)
+        for offence in foreign_exports(path)
+    ]
+    assert offences == [], "a name has one public path: the module that defines it"

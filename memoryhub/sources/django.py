@@ -30,7 +30,7 @@ from .stores import (
     stored_versions,
 )
 
-__all__ = ["DjangoMemory", "DjangoMemoryStore", "StoredRecord"]
+__all__ = ["DjangoMemory", "DjangoMemoryStore"]
 
 
 def _scope_for(fixed: Scope | None, ctx: MemoryContext | None) -> Scope:

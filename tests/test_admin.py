@@ -11,7 +11,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 
 from memoryhub.exceptions import UnknownSource
 from memoryhub.models import ImportJob, KnowledgeBase, MemoryRecord, Observation
-from memoryhub.services import query, write
+from memoryhub.services import knowledge_bases, query, write
 from memoryhub.services.imports import ImportFailed, chunk_markdown, parse
 
 from .factories import MembershipFactory, create_api_key
@@ -32,12 +32,12 @@ def operator(client, tenant):  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def data(tenant, other_tenant):  # type: ignore[no-untyped-def]
-    write.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
+    knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
     write.write(
         tenant.scope, [{"content": "acme handbook entry"}], sources=["handbook"], operator=True
     )
     write.write(tenant.scope, [{"content": "alice likes tea", "namespace": "user:alice"}])
-    write.ensure_knowledge_base(other_tenant.scope, "handbook", read_only=True)
+    knowledge_bases.ensure_knowledge_base(other_tenant.scope, "handbook", read_only=True)
     write.write(
         other_tenant.scope,
         [{"content": "globex secret entry"}],

@@ -10,7 +10,7 @@ import pytest
 
 from memoryhub.exceptions import WriteRefused
 from memoryhub.items import MemoryItem
-from memoryhub.services import write
+from memoryhub.services import knowledge_bases
 from memoryhub.sources import (
     CompositeMemory,
     HttpMemory,
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def remote(live_server, tenant):  # type: ignore[no-untyped-def]
-    write.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
+    knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
     _, key = create_api_key(org=tenant.org, can_read=True, can_write=True, can_forget=True)
     return live_server.url, key
 

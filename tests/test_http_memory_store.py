@@ -16,7 +16,7 @@ from django.db import connections
 from memoryhub import policy
 from memoryhub.exceptions import UnknownSource, ValidationFailed, WriteRefused
 from memoryhub.models import MemoryRecord
-from memoryhub.services import write
+from memoryhub.services import knowledge_bases, write
 from memoryhub.sources import (
     DjangoMemoryStore,
     HttpMemoryError,
@@ -49,7 +49,7 @@ def curated(tenant):  # type: ignore[no-untyped-def]
     """A read-only ``handbook`` (refuse) and ``digest`` (ignore), each holding a record
     of user:alice keyed ``profile``."""
     for name, on_write in (("handbook", "refuse"), ("digest", "ignore")):
-        write.ensure_knowledge_base(tenant.scope, name, read_only=True, on_write=on_write)
+        knowledge_bases.ensure_knowledge_base(tenant.scope, name, read_only=True, on_write=on_write)
         write.write(
             tenant.scope,
             [{"content": f"{name} about Alice", "key": "profile", "namespace": "user:alice"}],
@@ -200,7 +200,7 @@ def test_a_domain_the_key_cannot_see_is_a_plain_404(remote):
 
 def test_the_errors_a_store_shares_with_django_are_http_memory_errors_too(remote, tenant):
     url, key = remote
-    write.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
+    knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
     for source, status, code in (
         ("nope", 400, "unknown_source"),
         ("handbook", 403, "write_refused"),
@@ -250,7 +250,7 @@ def test_another_orgs_key_neither_reads_nor_forgets_the_first_orgs_keys(
 
 def test_the_sync_store_keeps_the_same_contract(remote, tenant):
     url, key = remote
-    write.ensure_knowledge_base(tenant.scope, "notes")
+    knowledge_bases.ensure_knowledge_base(tenant.scope, "notes")
     store = SyncHttpMemoryStore(url, api_key=key, domain="support")
     notes = SyncHttpMemoryStore(url, api_key=key, domain="support", source="notes")
     store.put(

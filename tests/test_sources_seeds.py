@@ -28,7 +28,7 @@ from memoryhub.exceptions import WriteRefused
 from memoryhub.items import MemoryItem
 from memoryhub.models import Observation
 from memoryhub.scope import Scope, tenant_scope
-from memoryhub.services import write
+from memoryhub.services import knowledge_bases
 from memoryhub.services.query import render_grounding
 from memoryhub.sources import (
     CachedMemory,
@@ -184,7 +184,7 @@ def test_memory_item_is_deeply_frozen_and_hashable():
 
 
 def test_composite_and_sequential(tenant):
-    write.ensure_knowledge_base(tenant.scope, "handbook")
+    knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook")
     vector = DjangoMemory(sources=["handbook"], write_to="handbook")
     assert vector.name == "handbook"
     cache = FakeMemory("cache", [MemoryItem(content="cached: refunds take 5 days", source="cache")])
@@ -333,8 +333,10 @@ def test_accepts_writes_survives_nesting():
 
 
 def test_read_only_kb_through_django_memory_honours_the_policy(tenant):
-    write.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
-    write.ensure_knowledge_base(tenant.scope, "lenient", read_only=True, on_write="ignore")
+    knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
+    knowledge_bases.ensure_knowledge_base(
+        tenant.scope, "lenient", read_only=True, on_write="ignore"
+    )
     ctx = MemoryContext(tenant.scope)
     item = [MemoryItem(content="guess", source="agent")]
     with pytest.raises(WriteRefused):
@@ -360,8 +362,8 @@ def test_read_only_kb_through_django_memory_honours_the_policy(tenant):
 
 def test_scoped_memory_seed_example(tenant, other_tenant):
     guarded = ScopedMemory(inner=DjangoMemory(sources=["handbook"], write_to="handbook"))
-    write.ensure_knowledge_base(tenant.scope, "handbook")
-    write.ensure_knowledge_base(other_tenant.scope, "handbook")
+    knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook")
+    knowledge_bases.ensure_knowledge_base(other_tenant.scope, "handbook")
     mine = MemoryContext(tenant.scope, actor="agent")
 
     async def main():  # type: ignore[no-untyped-def]
@@ -504,10 +506,10 @@ def test_seed_003_working_code(tenant, other_tenant):
             metadata={"id": "approvals", "team": "ops"},
         ),
     ]
-    write.ensure_knowledge_base(tenant.scope, "handbook")
+    knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook")
     # The other tenant runs the same product: its own (empty) handbook. A tenant without
     # one gets UnknownSource, as over the API (tests/test_sources_truth.py).
-    write.ensure_knowledge_base(other_tenant.scope, "handbook")
+    knowledge_bases.ensure_knowledge_base(other_tenant.scope, "handbook")
     memory = DjangoMemory(sources=["handbook"], write_to="handbook")
     ctx = MemoryContext(tenant.scope)
 

@@ -96,6 +96,7 @@ class AdminAccess:
 
 
 def is_active_superuser(user: Any) -> bool:
+    """Whether ``user`` is a signed-in, active superuser (the default access's rule)."""
     return bool(
         getattr(user, "is_superuser", False)
         and getattr(user, "is_active", False)
@@ -121,7 +122,7 @@ def admin_access() -> AdminAccess:
     return _access
 
 
-class PolicyAdminMixin:
+class AccessAdminMixin:
     """Admin permissions asked of the installed :class:`AdminAccess`.
 
     ``view_action`` is what seeing a row needs in its org; ``change_action`` what
@@ -162,7 +163,7 @@ class PolicyAdminMixin:
         return self.allows(request, self.delete_action or self.change_action, obj)
 
 
-class OrgRestrictedAdmin(PolicyAdminMixin, admin.ModelAdmin):
+class OrgRestrictedAdmin(AccessAdminMixin, admin.ModelAdmin):
     """Shows a staff user only rows of orgs they are a member of (all for superusers),
     and lets them act on a row as their role in its org allows."""
 
@@ -360,7 +361,7 @@ class ExtensibleAdmin:
         return super().response_delete(request, obj_display, obj_id)  # type: ignore[misc]
 
 
-class OrgInline(PolicyAdminMixin, admin.TabularInline):
+class OrgInline(AccessAdminMixin, admin.TabularInline):
     """An inline on the org page: permissions from the role in that org.
 
     Shown while the org has at most ``max_rows`` of them: an inline form holds every

@@ -288,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.pages_only:
         return pages_again()
     setup_django("memoryhub_bench_admin")
-    from memoryhub.services import write
+    from memoryhub.services import knowledge_bases
     from tenants.models import Domain, Org
 
     org = Org.objects.create(slug="bench", name="Bench")
@@ -296,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     from memoryhub.scope import Scope
 
     scope = Scope(org.pk, domain.pk)
-    handbook = write.ensure_knowledge_base(scope, "handbook", read_only=True)
+    handbook = knowledge_bases.ensure_knowledge_base(scope, "handbook", read_only=True)
     results: dict[str, Any] = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "cpus": os.cpu_count(),
@@ -304,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     results["load_seconds"] = round(load_records(handbook, args.records), 1)
     results["pages"] = measure_pages(handbook)
-    imported_into = write.ensure_knowledge_base(scope, "imports")
+    imported_into = knowledge_bases.ensure_knowledge_base(scope, "imports")
     results["import"] = measure_import(imported_into, args.lines)
     results["peak_rss_mb_this_process"] = round(
         resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -176,13 +176,13 @@ def main(argv: list[str] | None = None) -> int:
     setup_django("memoryhub_bench_consolidation")
     from memoryhub.conf import memoryhub_settings
     from memoryhub.scope import Scope
-    from memoryhub.services import write
+    from memoryhub.services import knowledge_bases
     from tenants.models import Domain, Org
 
     org = Org.objects.create(slug="bench", name="Bench")
     domain = Domain.objects.create(org=org, slug="support", name="Support")
     scope = Scope(org.pk, domain.pk)
-    knowledge_base = write.ensure_knowledge_base(scope, "memory")
+    knowledge_base = knowledge_bases.ensure_knowledge_base(scope, "memory")
     rng = random.Random(11)
     results: dict[str, Any] = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),

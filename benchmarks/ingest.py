@@ -96,7 +96,7 @@ def _write_all(scopes: list[Any], sizes: list[int], texts: list[str], label: str
 def settle() -> dict[str, Any]:
     """What the sweeper does once a load has settled; waits for a run in progress (a
     worker's) to end first."""
-    from memoryhub.services.indexing import ensure_tenant_indexes
+    from memoryhub.services.vector_indexes import ensure_tenant_indexes
 
     while True:
         changes = ensure_tenant_indexes(settle_after=timedelta(0))
@@ -117,7 +117,7 @@ def unindexed() -> int:
 
     from memoryhub.conf import memoryhub_settings
     from memoryhub.scope import Scope
-    from memoryhub.services.indexing import own_index
+    from memoryhub.services.vector_indexes import own_index
 
     model = memoryhub_settings.embedder().name
     with connection.cursor() as cursor:
@@ -231,7 +231,7 @@ def reset() -> None:
     """An empty records table again, as the next load finds it (no own indexes)."""
     from django.db import connection
 
-    from memoryhub.services.indexing import ensure_tenant_indexes
+    from memoryhub.services.vector_indexes import ensure_tenant_indexes
 
     with connection.cursor() as cursor:
         cursor.execute("TRUNCATE memoryhub_memoryrecord CASCADE")
@@ -260,14 +260,14 @@ def _rows(scopes: list[Any], sizes: list[int], texts: list[str], vectors: Any) -
 
     from memoryhub.conf import memoryhub_settings
     from memoryhub.models import content_hash
-    from memoryhub.services import write
+    from memoryhub.services import knowledge_bases
 
     model = memoryhub_settings.embedder().name
     rows = []
     now = datetime.now(UTC)
     offset = 0
     for scope, size in zip(scopes, sizes, strict=True):
-        kb = write.ensure_knowledge_base(scope, "copyfloor").pk
+        kb = knowledge_bases.ensure_knowledge_base(scope, "copyfloor").pk
         for i in range(offset, offset + size):
             rows.append(
                 (
@@ -466,7 +466,7 @@ def minilm(
         return {"skipped": f"{type(exc).__name__}: {exc}"}
     from django.conf import settings
 
-    from memoryhub.services.indexing import ensure_vector_index
+    from memoryhub.services.vector_indexes import ensure_vector_index
 
     scopes = scopes[:10]
     sizes = [total // len(scopes)] * len(scopes)

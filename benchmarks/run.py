@@ -131,7 +131,7 @@ def make_tenants(total: int, tenants: int = 100) -> tuple[list[Any], list[int]]:
     """``tenants`` tenants: one holds 30%, one 10%, the rest share 60% with a Zipf-like
     skew."""
     from memoryhub.scope import Scope
-    from memoryhub.services import write
+    from memoryhub.services import knowledge_bases
     from tenants.models import Domain, Org
 
     sizes = tenant_sizes(total, tenants)
@@ -140,7 +140,7 @@ def make_tenants(total: int, tenants: int = 100) -> tuple[list[Any], list[int]]:
         org = Org.objects.create(slug=f"tenant-{n}", name=f"Tenant {n}")
         domain = Domain.objects.create(org=org, slug="docs")
         scope = Scope.for_domain(domain)
-        write.ensure_knowledge_base(scope, "memory")
+        knowledge_bases.ensure_knowledge_base(scope, "memory")
         scopes.append(scope)
     return scopes, sizes
 
@@ -605,7 +605,7 @@ def tenant_latency(
 
     from memoryhub.conf import memoryhub_settings
     from memoryhub.services import query as query_service
-    from memoryhub.services.indexing import own_index
+    from memoryhub.services.vector_indexes import own_index
 
     embedder = memoryhub_settings.embedder()
     ids, matrix = tenant_matrix(scope)

@@ -29,10 +29,11 @@ django.setup()
 
 from asgiref.sync import sync_to_async  # noqa: E402
 
+from memoryhub.items import MemoryItem  # noqa: E402
 from memoryhub.scope import Scope  # noqa: E402
-from memoryhub.services import write  # noqa: E402
+from memoryhub.services import knowledge_bases  # noqa: E402
 from memoryhub.services.forget import forget_org  # noqa: E402
-from memoryhub.sources import DjangoMemory, MemoryContext, MemoryItem, as_grounder  # noqa: E402
+from memoryhub.sources import DjangoMemory, MemoryContext, as_grounder  # noqa: E402
 from tenants.models import Domain, Org  # noqa: E402
 
 HANDBOOK = [
@@ -83,7 +84,7 @@ def tenant(name: str) -> Scope:
     org = Org.objects.create(slug=f"example-{name}-{RUN}", name=f"Example {name} ({RUN})")
     domain = Domain.objects.create(org=org, slug="support")
     scope = Scope.for_domain(domain)
-    write.ensure_knowledge_base(scope, "handbook")
+    knowledge_bases.ensure_knowledge_base(scope, "handbook")
     return scope
 
 

@@ -11,7 +11,7 @@ def ensure_configured_vector_index(using: str = "default", **kwargs: Any) -> Non
     from django.db import connections
 
     from .conf import memoryhub_settings
-    from .services.indexing import ensure_vector_index
+    from .services.vector_indexes import ensure_vector_index
 
     if connections[using].vendor != "postgresql":
         return

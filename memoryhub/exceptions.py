@@ -43,8 +43,7 @@ class UnknownSource(MemoryhubError, LookupError):
 
 
 class WriteRefused(MemoryhubError):
-    """A read-only knowledge base refused a write (``MemoryWriteRefused``, the name the
-    seeds give it: see :mod:`memoryhub.sources`).
+    """A read-only knowledge base refused a write: ``source`` and ``n`` (items refused).
 
     Raised even for an empty write: the policy is about the attempt, not bytes moved.
     """

@@ -12,7 +12,7 @@ from celery import shared_task
 from .conf import memoryhub_settings
 from .consolidation import ExtractorUnavailable
 from .embedders import EmbedderError
-from .services import consolidation, indexing, maintenance
+from .services import consolidation, indexing, maintenance, vector_indexes
 
 RETRY_BACKOFF_MAX = 600
 
@@ -64,7 +64,7 @@ def consolidate_namespace(self: Any, knowledge_base_id: int, namespace: str) -> 
 def tenant_indexes() -> dict[str, Any]:
     """Build the HNSW indexes of domains that grew large, again over what was stored in
     bulk since; drop those of shrunk ones (``services.vector_indexes`` decides)."""
-    changes = indexing.ensure_tenant_indexes()
+    changes = vector_indexes.ensure_tenant_indexes()
     return {
         "created": changes.created,
         "dropped": changes.dropped,

@@ -4,8 +4,9 @@ factories and pytest fixtures for tests that use memoryhub for real.
 
 Unit tests (no PostgreSQL)::
 
+    from memoryhub.items import MemoryItem
     from memoryhub.scope import Scope
-    from memoryhub.sources import MemoryContext, MemoryItem
+    from memoryhub.sources import MemoryContext
     from memoryhub.testing import InMemoryMemory
 
     async def test_my_agent_grounds_its_answer():

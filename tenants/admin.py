@@ -1,10 +1,19 @@
 """Admin for orgs, domains, memberships and API keys, scoped to the operator's orgs.
 
-Every permission here is asked of memoryhub's policy core (``memoryhub.policy``): the
-membership role in a row's org is the permission, no hand-granted Django permissions.
+tenants stands alone: it imports no app built on it. Another app extends these admins
+in two ways rather than by registering them again:
 
-Another app adds to these admins through :class:`AdminExtension` and
-:func:`extend_admin` (memoryhub's erasure does) rather than by registering them again.
+* **Access** (:class:`AdminAccess`, installed with :func:`register_access`): who may do
+  an action (``view_action``, ``change_action``... of each admin) in which org. Every
+  permission, row list and choice here asks it. The default is Django's superuser rule:
+  an active superuser may do everything, anyone else nothing. memoryhub installs its
+  policy (``memoryhub.policy``: the membership role in a row's org is the permission).
+* **Extensions** (:class:`AdminExtension`, registered with :func:`extend_admin`): more
+  actions and hooks around deletion for the admin of one model (memoryhub erases an
+  org's or a domain's memory before deleting it).
+
+Both are registered from the other app's ``admin`` module, so a site without the admin
+never loads them.
 """
 
 from __future__ import annotations
@@ -29,13 +38,10 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 from rest_framework_api_key.models import APIKey
 
-from memoryhub import policy
-from memoryhub.policy import Action
-
 from .models import ApiKey, Domain, Membership, Org
 
 if admin.site.is_registered(APIKey):
-    # The library's concrete model is unused; memoryhub's keys are tenants.ApiKey.
+    # The library's concrete model is unused; the keys are tenants.ApiKey.
     admin.site.unregister(APIKey)
 
 
@@ -64,9 +70,60 @@ def preselect_single_choice(field: Any) -> Any:
     return field
 
 
-class PolicyAdminMixin:
-    """Admin permissions from memoryhub's policy core: the membership role is the
-    permission (``memoryhub.policy.ROLE_ACTIONS``); superusers may do everything.
+class AdminAccess:
+    """Who may do what in which org, as every admin built here asks it.
+
+    ``action`` is the name an admin declares: ``"read"`` (seeing rows), ``"manage_org"``,
+    ``"manage_members"``, ``"manage_keys"``, ``"create_org"``, ``"delete_org"``,
+    ``"delete_domain"``, and whatever names an app's own admins built on
+    :class:`OrgRestrictedAdmin` declare. This default is Django's superuser rule: an
+    active superuser may do everything, anyone else nothing. An app that decides access
+    subclasses it and installs it with :func:`register_access`.
+    """
+
+    def allows(self, user: Any, action: str, org_id: int) -> bool:
+        """Whether ``user`` may do ``action`` in org ``org_id``."""
+        return is_active_superuser(user)
+
+    def allows_anywhere(self, user: Any, action: str) -> bool:
+        """Whether ``user`` may do ``action`` in at least one org (the admin index, the
+        add button)."""
+        return is_active_superuser(user)
+
+    def orgs_allowing(self, user: Any, action: str) -> QuerySet[Org]:
+        """The orgs in which ``user`` may do ``action`` (row lists and form choices)."""
+        return Org.objects.all() if is_active_superuser(user) else Org.objects.none()
+
+
+def is_active_superuser(user: Any) -> bool:
+    """Whether ``user`` is a signed-in, active superuser (the default access's rule)."""
+    return bool(
+        getattr(user, "is_superuser", False)
+        and getattr(user, "is_active", False)
+        and getattr(user, "is_authenticated", False)
+    )
+
+
+_access = AdminAccess()
+
+AccessClass = TypeVar("AccessClass", bound=type[AdminAccess])
+
+
+def register_access(access_class: AccessClass) -> AccessClass:
+    """Install an :class:`AdminAccess` subclass as the one every admin here asks (a class
+    decorator, like ``@admin.register``). The last one installed decides."""
+    global _access
+    _access = access_class()
+    return access_class
+
+
+def admin_access() -> AdminAccess:
+    """The installed :class:`AdminAccess` (the default until an app installs its own)."""
+    return _access
+
+
+class AccessAdminMixin:
+    """Admin permissions asked of the installed :class:`AdminAccess`.
 
     ``view_action`` is what seeing a row needs in its org; ``change_action`` what
     adding, changing and deleting need (``add_action``/``delete_action`` override).
@@ -74,27 +131,24 @@ class PolicyAdminMixin:
     admin index and the add button); with one, in that object's org.
     """
 
-    view_action: Action = Action.READ
-    change_action: Action = Action.CURATE
-    add_action: Action | None = None
-    delete_action: Action | None = None
+    view_action: str = "read"
+    change_action: str = "manage_org"
+    add_action: str | None = None
+    delete_action: str | None = None
 
-    def principal(self, request: HttpRequest) -> policy.UserPrincipal:
-        return policy.principal_for_user(request.user)
-
-    def orgs_for(self, request: HttpRequest, action: Action) -> QuerySet[Org]:
+    def orgs_for(self, request: HttpRequest, action: str) -> QuerySet[Org]:
         """The orgs in which the user may do ``action``."""
-        return policy.orgs_allowing(self.principal(request), action)
+        return admin_access().orgs_allowing(request.user, action)
 
     def org_id_of(self, obj: Any) -> int | None:
         raise NotImplementedError
 
-    def allows(self, request: HttpRequest, action: Action, obj: Any = None) -> bool:
-        principal = self.principal(request)
+    def allows(self, request: HttpRequest, action: str, obj: Any = None) -> bool:
+        access = admin_access()
         if obj is None:
-            return policy.allows_anywhere(principal, action)
+            return access.allows_anywhere(request.user, action)
         org_id = self.org_id_of(obj)
-        return org_id is not None and policy.allows(principal, action, org_id=org_id)
+        return org_id is not None and access.allows(request.user, action, org_id)
 
     def has_module_permission(self, request: HttpRequest) -> bool:
         return self.allows(request, self.view_action)
@@ -109,7 +163,7 @@ class PolicyAdminMixin:
         return self.allows(request, self.delete_action or self.change_action, obj)
 
 
-class OrgRestrictedAdmin(PolicyAdminMixin, admin.ModelAdmin):
+class OrgRestrictedAdmin(AccessAdminMixin, admin.ModelAdmin):
     """Shows a staff user only rows of orgs they are a member of (all for superusers),
     and lets them act on a row as their role in its org allows."""
 
@@ -197,7 +251,7 @@ class OrgRestrictedAdmin(PolicyAdminMixin, admin.ModelAdmin):
         return super().get_search_results(request, queryset, search_term)
 
     def allowed_rows(
-        self, request: HttpRequest, queryset: QuerySet[Any], action: Action
+        self, request: HttpRequest, queryset: QuerySet[Any], action: str
     ) -> QuerySet[Any]:
         """The rows of ``queryset`` in orgs where the user may do ``action`` (actions)."""
         if request.user.is_superuser:
@@ -307,7 +361,7 @@ class ExtensibleAdmin:
         return super().response_delete(request, obj_display, obj_id)  # type: ignore[misc]
 
 
-class OrgInline(PolicyAdminMixin, admin.TabularInline):
+class OrgInline(AccessAdminMixin, admin.TabularInline):
     """An inline on the org page: permissions from the role in that org.
 
     Shown while the org has at most ``max_rows`` of them: an inline form holds every
@@ -329,7 +383,7 @@ class DomainInline(OrgInline):
     extra = 0
     fields = ["slug", "name", "created_at"]
     readonly_fields = ["created_at"]
-    change_action = Action.MANAGE_ORG
+    change_action = "manage_org"
     # A domain is deleted from its own page, through the erasure path, never here.
     can_delete = False
 
@@ -338,7 +392,7 @@ class MembershipInline(OrgInline):
     model = Membership
     extra = 0
     raw_id_fields = ["user"]
-    change_action = Action.MANAGE_MEMBERS
+    change_action = "manage_members"
 
 
 @admin.register(Org)
@@ -350,9 +404,9 @@ class OrgAdmin(ExtensibleAdmin, OrgRestrictedAdmin):
     prepopulated_fields = {"slug": ["name"]}
     inlines = [DomainInline, MembershipInline]
 
-    change_action = Action.MANAGE_ORG
-    add_action = Action.CREATE_ORG
-    delete_action = Action.DELETE_ORG
+    change_action = "manage_org"
+    add_action = "create_org"
+    delete_action = "delete_org"
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Org]:
         return self.visible_orgs(request)
@@ -381,7 +435,7 @@ class OrgAdmin(ExtensibleAdmin, OrgRestrictedAdmin):
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         fields = list(super().get_readonly_fields(request, obj))
-        if obj is not None and not self.allows(request, Action.CREATE_ORG):
+        if obj is not None and not self.allows(request, "create_org"):
             # Suspending an org and linking it to the host's customer id are the site's
             # decisions (superusers), not the org owner's.
             fields += ["is_active", "external_ref"]
@@ -394,8 +448,8 @@ class DomainAdmin(ExtensibleAdmin, OrgRestrictedAdmin):
     list_filter = [("org", admin.RelatedOnlyFieldListFilter)]
     list_select_related = ["org"]
     search_fields = ["slug", "name", "org__slug"]
-    change_action = Action.MANAGE_ORG
-    delete_action = Action.DELETE_DOMAIN
+    change_action = "manage_org"
+    delete_action = "delete_domain"
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         fields = list(super().get_readonly_fields(request, obj))
@@ -410,7 +464,7 @@ class MembershipAdmin(ExtensibleAdmin, OrgRestrictedAdmin):
     list_filter = ["role", ("org", admin.RelatedOnlyFieldListFilter)]
     list_select_related = ["user", "org"]
     raw_id_fields = ["user"]
-    change_action = Action.MANAGE_MEMBERS
+    change_action = "manage_members"
 
 
 class KeyStateFilter(admin.SimpleListFilter):
@@ -464,7 +518,7 @@ class ApiKeyAdmin(ExtensibleAdmin, OrgRestrictedAdmin):
         "last_used_at",
     )
     actions = ("revoke_keys",)
-    change_action = Action.MANAGE_KEYS
+    change_action = "manage_keys"
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
         fields: tuple[str, ...] = ("prefix", "last_used_at")
@@ -516,7 +570,7 @@ class ApiKeyAdmin(ExtensibleAdmin, OrgRestrictedAdmin):
 
     @admin.action(description=_("Revoke selected API keys"), permissions=["change"])
     def revoke_keys(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> None:
-        queryset = self.allowed_rows(request, queryset, Action.MANAGE_KEYS)
+        queryset = self.allowed_rows(request, queryset, "manage_keys")
         count = queryset.filter(revoked=False).update(revoked=True)
         self.message_user(
             request,

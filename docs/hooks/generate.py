@@ -382,7 +382,6 @@ def render_checks() -> str:
 #: Where the REST API and the MCP endpoint get their error codes from.
 ERROR_SOURCES = (
     "memoryhub/exceptions.py",
-    "memoryhub/services/errors.py",
     "memoryhub/api",
     "memoryhub/mcp",
     "memoryhub/boundary.py",

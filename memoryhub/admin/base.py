@@ -1,4 +1,6 @@
-"""The operator path into scoped models, shared by memoryhub's ModelAdmins."""
+"""The operator path into scoped models, shared by memoryhub's ModelAdmins, and the
+access every admin asks: memoryhub's policy, installed into tenants' admin seam
+(``tenants.admin.register_access``), decides for the tenants admins and memoryhub's."""
 
 from __future__ import annotations
 
@@ -18,13 +20,29 @@ from django.utils.text import capfirst
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from tenants.admin import OrgRestrictedAdmin
-from tenants.models import Domain
+from tenants.admin import AdminAccess, OrgRestrictedAdmin, register_access
+from tenants.models import Domain, Org
 
-from .. import boundary
+from .. import boundary, policy
 from ..models import KnowledgeBase
 from ..policy import Action
 from ..scope import Scope, operator_access
+
+
+@register_access
+class PolicyAccess(AdminAccess):
+    """The admins' permissions from memoryhub's policy core: the membership role in an
+    org is the permission (``memoryhub.policy.ROLE_ACTIONS``); superusers may do
+    everything. An action name no :class:`~memoryhub.policy.Action` carries is an error."""
+
+    def allows(self, user: Any, action: str, org_id: int) -> bool:
+        return policy.allows(policy.principal_for_user(user), Action(action), org_id=org_id)
+
+    def allows_anywhere(self, user: Any, action: str) -> bool:
+        return policy.allows_anywhere(policy.principal_for_user(user), Action(action))
+
+    def orgs_allowing(self, user: Any, action: str) -> QuerySet[Org]:
+        return policy.orgs_allowing(policy.principal_for_user(user), Action(action))
 
 
 def operator_view(view: Callable[..., Any]) -> Callable[..., Any]:
@@ -91,6 +109,8 @@ class BoundedJSONFormField(forms.JSONField):
 class OperatorAdmin(OrgRestrictedAdmin):
     """A ModelAdmin over a scoped model: views run unscoped, rows filtered by membership."""
 
+    view_action = Action.READ
+    change_action = Action.CURATE
     formfield_overrides = {models.JSONField: {"form_class": BoundedJSONFormField}}
 
     def get_urls(self) -> list[URLPattern]:
@@ -113,6 +133,9 @@ class OperatorAdmin(OrgRestrictedAdmin):
         if db_field.related_model is KnowledgeBase:
             kwargs["queryset"] = self.editable_knowledge_bases(request)
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def principal(self, request: HttpRequest) -> policy.UserPrincipal:
+        return policy.principal_for_user(request.user)
 
     def editable_knowledge_bases(self, request: HttpRequest) -> QuerySet[KnowledgeBase]:
         """Knowledge bases the user may curate (choices of forms that add records)."""

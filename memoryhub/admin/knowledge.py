@@ -35,16 +35,17 @@ from ..models import ImportJob, KnowledgeBase, MemoryRecord
 from ..policy import Action
 from ..scope import Scope
 from ..services import forget as forget_service
-from ..services import imports, knowledge_bases
+from ..services import imports, knowledge_bases, validation
 from ..services import records as record_service
-from ..services import write as write_service
 from .base import OperatorAdmin, actor, admin_context, deletion_summary, operator_view
 
 #: What the record form edits: a record's stored fields and its namespace.
 RECORD_FIELDS = (*STORED_FIELDS, "namespace")
 
 
-def _item_from(data: dict[str, Any]) -> dict[str, Any]:
+def item_from(data: dict[str, Any]) -> dict[str, Any]:
+    """A record form's cleaned data as the write service's item (the record forms of
+    knowledge bases and of records share it)."""
     item = {name: data.get(name) for name in RECORD_FIELDS if name in data}
     if not item.get("key"):
         item["key"] = None
@@ -73,7 +74,7 @@ class RecordForm(forms.ModelForm):
         if self.errors:
             return cleaned
         try:
-            write_service.validate_items([_item_from(cleaned)])
+            validation.validate_items([item_from(cleaned)])
         except ValidationFailed as exc:
             for path_, messages_ in exc.errors.items():
                 field = path_.removeprefix("items[0].").split(".")[0].split("[")[0]

@@ -27,6 +27,7 @@ from django.utils.translation import ngettext
 from tenants.admin import preselect_single_choice
 from tenants.models import Domain, Org
 
+from ..exceptions import RecordNotFound
 from ..models import MemoryRecord
 from ..namespaces import for_user
 from ..policy import Action
@@ -37,7 +38,6 @@ from ..services import history as history_service
 from ..services import indexing as indexing_service
 from ..services import write as write_service
 from ..services.history import HISTORY_FIELDS
-from ..services.records import RecordNotFound
 from ..templatetags.memoryhub_admin import when
 from .base import OperatorAdmin, actor, admin_context, operator_view
 from .erasure import erasure_batch, show_receipt
@@ -47,7 +47,7 @@ from .filters import (
     VisibleRelatedFilter,
     knowledge_base_label,
 )
-from .knowledge import RecordForm, _item_from
+from .knowledge import RecordForm, item_from
 
 #: How much of a record's content its change-list row shows (the rest on hover).
 CONTENT_PREVIEW_CHARS = 120
@@ -215,7 +215,7 @@ class MemoryRecordAdmin(OperatorAdmin):
 
     def save_model(self, request: HttpRequest, obj: MemoryRecord, form: Any, change: bool) -> None:
         """Through the write service with the operator flag: logged, read-only not binding."""
-        item = _item_from(form.cleaned_data)
+        item = item_from(form.cleaned_data)
         knowledge_base = obj.knowledge_base
         scope = Scope(knowledge_base.org_id, knowledge_base.domain_id)
         if change:

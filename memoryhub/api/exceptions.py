@@ -20,9 +20,8 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from ..exceptions import UnknownSource, ValidationFailed, WriteRefused
+from ..exceptions import RecordNotFound, UnknownSource, ValidationFailed, WriteRefused
 from ..scope import ScopeRequired
-from ..services.records import RecordNotFound
 from .parsers import RequestTooLarge
 
 logger = logging.getLogger(__name__)

@@ -27,6 +27,7 @@ from rest_framework.views import APIView
 
 from .. import log, policy, routing
 from ..conf import memoryhub_settings
+from ..exceptions import ReceiptNotFound, RecordNotFound
 from ..models import MemoryRecord
 from ..services import forget as forget_service
 from ..services import health as health_service
@@ -421,7 +422,7 @@ class RecordDetailView(MemoryAPIView):
         scope = resolve_domain(request, domain, Action.FORGET)
         try:
             result = forget_service.forget_record(scope, record_id, actor=actor(request))
-        except records_service.RecordNotFound:
+        except RecordNotFound:
             raise exceptions.NotFound("No such record.", code="record_not_found") from None
         return Response(_forget_response(result))
 
@@ -438,7 +439,7 @@ class RecordHistoryView(MemoryAPIView):
         scope = resolve_domain(request, domain, Action.READ)
         try:
             found = history_service.history(scope, record_id)
-        except records_service.RecordNotFound:
+        except RecordNotFound:
             raise exceptions.NotFound("No such record.", code="record_not_found") from None
         return Response(s.RecordHistorySerializer(found).data)
 
@@ -446,7 +447,7 @@ class RecordHistoryView(MemoryAPIView):
 def _get_or_404(scope: Any, record_id: str) -> MemoryRecord:
     try:
         return records_service.get_record(scope, record_id)
-    except records_service.RecordNotFound:
+    except RecordNotFound:
         raise exceptions.NotFound("No such record.", code="record_not_found") from None
 
 
@@ -516,7 +517,7 @@ class ErasureReceiptView(MemoryAPIView):
         scope = resolve_domain(request, domain, Action.FORGET)
         try:
             receipt = forget_service.get_receipt(scope, receipt_id)
-        except forget_service.ReceiptNotFound:
+        except ReceiptNotFound:
             raise exceptions.NotFound("No such receipt.", code="receipt_not_found") from None
         return Response(receipt.as_json())
 

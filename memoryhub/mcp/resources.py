@@ -17,9 +17,8 @@ from rest_framework.request import Request
 from .. import boundary, policy
 from ..api import serializers as s
 from ..api.permissions import resolve_domain
+from ..exceptions import RecordNotFound, UnknownSource, ValidationFailed
 from ..services import records as records_service
-from ..services.errors import UnknownSource, ValidationFailed
-from ..services.records import RecordNotFound
 from .tools import calling_key, jsonable
 
 __all__ = ["SCHEME", "list_resources", "read", "templates"]

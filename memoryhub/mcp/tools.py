@@ -28,6 +28,7 @@ from ..api import serializers as s
 from ..api.authentication import request_api_key
 from ..api.permissions import actor, request_principal, require, resolve_domain
 from ..conf import MAX_HALF_LIFE_SECONDS, memoryhub_settings
+from ..exceptions import ValidationFailed
 from ..models import MemoryRecord
 from ..scope import Scope
 from ..services import forget as forget_service
@@ -35,7 +36,6 @@ from ..services import history as history_service
 from ..services import query as query_service
 from ..services import records as records_service
 from ..services import write as write_service
-from ..services.errors import ValidationFailed
 
 __all__ = ["TOOLS", "Tool", "call", "calling_key", "describe", "jsonable", "scope_for"]
 

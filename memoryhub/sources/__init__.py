@@ -29,9 +29,8 @@ output under memoryhub's names.
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..items import MemoryItem, dedupe_items, deep_freeze, grounding_lines
-from ..services.query import render_grounding
-from .base import MemoryContext, MemorySource, MemoryWriteRefused, Reranker, accepts_writes
+from ..items import MemoryItem, grounding_lines
+from .base import MemoryContext, MemorySource, Reranker, accepts_writes
 from .compositions import (
     CompositeMemory,
     CompositeWriteError,
@@ -40,12 +39,13 @@ from .compositions import (
     score_sort_rerank,
 )
 from .decorators import CachedMemory, CompactedMemory, ReadOnlyMemory, ScopedMemory, require_scope
-from .django import DjangoMemory, DjangoMemoryStore, StoredRecord
+from .django import DjangoMemory, DjangoMemoryStore
 from .http import HttpMemory, HttpMemoryError
 from .stores import (
     HttpMemoryStore,
     MemoryKind,
     MemoryStore,
+    StoredRecord,
     StoredVersion,
     SyncHttpMemoryStore,
 )
@@ -63,7 +63,7 @@ def as_grounder(
 
     The default rendering is one ``[source] content`` line per item; ``""`` means
     nothing was found (a caller omits the "Relevant context:" block then, see
-    :func:`render_grounding`). The query is the task, verbatim.
+    :func:`memoryhub.services.query.render_grounding`). The query is the task, verbatim.
     """
 
     async def grounder(ctx: MemoryContext, task: str) -> str:
@@ -89,11 +89,9 @@ __all__ = [
     "HttpMemoryStore",
     "ItemReranker",
     "MemoryContext",
-    "MemoryItem",
     "MemoryKind",
     "MemorySource",
     "MemoryStore",
-    "MemoryWriteRefused",
     "ReadOnlyMemory",
     "Reranker",
     "ScopedMemory",
@@ -104,10 +102,7 @@ __all__ = [
     "ToolMemory",
     "accepts_writes",
     "as_grounder",
-    "dedupe_items",
-    "deep_freeze",
     "default_parse",
-    "render_grounding",
     "require_scope",
     "score_sort_rerank",
 ]

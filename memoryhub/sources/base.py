@@ -11,15 +11,10 @@ from typing import Any, Protocol, runtime_checkable
 
 from asgiref.sync import sync_to_async
 
-from ..exceptions import WriteRefused
 from ..items import MemoryItem
 from ..scope import Scope
 
 logger = logging.getLogger(__name__)
-
-#: The name the seeds (the prototype's spec texts: see :mod:`memoryhub.sources`) give a
-#: read-only refusal: ``source`` and ``n`` (items refused).
-MemoryWriteRefused = WriteRefused
 
 Observer = Callable[[str, Mapping[str, Any]], Any]
 

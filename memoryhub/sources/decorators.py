@@ -10,10 +10,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
+from ..exceptions import WriteRefused
 from ..items import MemoryItem
 from .base import (
     MemoryContext,
-    MemoryWriteRefused,
     accepts_writes,
     observes_writes,
     refused_by_outcome,
@@ -206,7 +206,7 @@ class ReadOnlyMemory:
     """Refuses (or deliberately drops) writes to a source that is read-only by policy.
 
     ``query`` is a total pass-through: same name, same items. ``on_write="refuse"``
-    (default) raises ``MemoryWriteRefused(source, n)``, even for an empty write;
+    (default) raises ``WriteRefused(source, n)``, even for an empty write;
     ``"ignore"`` returns having written nothing. Both count ``refused_writes`` and
     record a ``memory.write_refused`` observation with source, n and policy.
     """
@@ -242,4 +242,4 @@ class ReadOnlyMemory:
             {"source": self.name, "n": len(items), "policy": self.on_write},
         )
         if self.on_write == "refuse":
-            raise MemoryWriteRefused(self.name, len(items))
+            raise WriteRefused(self.name, len(items))

@@ -16,6 +16,7 @@ from ..items import MemoryItem, as_write_item, thaw
 from ..scope import Scope, ScopeRequired
 from ..services import forget as forget_service
 from ..services import history as history_service
+from ..services import knowledge_bases
 from ..services import query as query_service
 from ..services import records as records_service
 from ..services import write as write_service
@@ -29,7 +30,7 @@ from .stores import (
     stored_versions,
 )
 
-__all__ = ["DjangoMemory", "DjangoMemoryStore", "StoredRecord"]
+__all__ = ["DjangoMemory", "DjangoMemoryStore"]
 
 
 def _scope_for(fixed: Scope | None, ctx: MemoryContext | None) -> Scope:
@@ -124,7 +125,7 @@ class DjangoMemory:
         if scope is None:
             return True
         return self._policy.get(
-            lambda: _blocking(lambda: write_service.accepts_writes(scope, source))
+            lambda: _blocking(lambda: knowledge_bases.accepts_writes(scope, source))
         )
 
     async def query(

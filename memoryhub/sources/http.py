@@ -13,9 +13,10 @@ from typing import Any, ClassVar
 
 import httpx
 
+from ..exceptions import WriteRefused
 from ..items import MemoryItem, as_write_item, thaw
 from ..services.write import RecordResult, WriteResult
-from .base import MemoryContext, MemoryWriteRefused, WritePolicy
+from .base import MemoryContext, WritePolicy
 
 __all__ = ["HttpMemory", "HttpMemoryError"]
 
@@ -133,7 +134,7 @@ class HttpMemory:
         }
         try:
             payload = await self._post("records", body)
-        except MemoryWriteRefused:
+        except WriteRefused:
             self._policy.remember(False)
             raise
         result = WriteResult(
@@ -160,7 +161,7 @@ class HttpMemory:
 
 def _payload(response: httpx.Response) -> Any:
     """The JSON body; an error status raises (a read-only refusal as
-    :class:`MemoryWriteRefused`, as in process)."""
+    :class:`WriteRefused`, as in process)."""
     try:
         payload = response.json()
     except ValueError:
@@ -169,7 +170,7 @@ def _payload(response: httpx.Response) -> Any:
         if not isinstance(payload, dict):
             payload = {}
         if payload.get("code") == "write_refused":
-            raise MemoryWriteRefused(str(payload.get("source")), int(payload.get("n", 0)))
+            raise WriteRefused(str(payload.get("source")), int(payload.get("n", 0)))
         raise HttpMemoryError(
             response.status_code,
             str(payload.get("code", "error")),

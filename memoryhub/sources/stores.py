@@ -13,11 +13,10 @@ contract (``tests/sources/test_store_contract.py``):
 
 The HTTP stores raise what the Django store raises where the server says the same
 thing, as subclasses of both :class:`~memoryhub.sources.HttpMemoryError` and the domain
-error: a read-only knowledge base refusing a put is ``WriteRefused``
-(``MemoryWriteRefused``), a knowledge base the domain lacks ``UnknownSource``, invalid
-input ``ValidationFailed``, and a key without the permission (403
-``permission_denied``) ``PolicyDenied``. Anything else (401, a domain the key cannot
-see: 404, 429, 5xx) is a plain ``HttpMemoryError``.
+error: a read-only knowledge base refusing a put is ``WriteRefused``, a knowledge base
+the domain lacks ``UnknownSource``, invalid input ``ValidationFailed``, and a key without
+the permission (403 ``permission_denied``) ``PolicyDenied``. Anything else (401, a domain
+the key cannot see: 404, 429, 5xx) is a plain ``HttpMemoryError``.
 """
 
 from __future__ import annotations

@@ -9,9 +9,9 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.core.files.uploadedfile import SimpleUploadedFile
 
+from memoryhub.exceptions import UnknownSource
 from memoryhub.models import ImportJob, KnowledgeBase, MemoryRecord, Observation
-from memoryhub.services import query, write
-from memoryhub.services.errors import UnknownSource
+from memoryhub.services import knowledge_bases, query, write
 from memoryhub.services.imports import ImportFailed, chunk_markdown, parse
 from tests.factories import MembershipFactory, create_api_key
 
@@ -31,12 +31,12 @@ def operator(client, tenant):  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def data(tenant, other_tenant):  # type: ignore[no-untyped-def]
-    write.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
+    knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
     write.write(
         tenant.scope, [{"content": "acme handbook entry"}], sources=["handbook"], operator=True
     )
     write.write(tenant.scope, [{"content": "alice likes tea", "namespace": "user:alice"}])
-    write.ensure_knowledge_base(other_tenant.scope, "handbook", read_only=True)
+    knowledge_bases.ensure_knowledge_base(other_tenant.scope, "handbook", read_only=True)
     write.write(
         other_tenant.scope,
         [{"content": "globex secret entry"}],
@@ -535,7 +535,7 @@ def test_playground_refuses_a_foreign_domain(operator, data, other_tenant):
 
 
 def test_observation_summary_counts_refusals_and_dedupes(operator, data, tenant):
-    from memoryhub.services.errors import WriteRefused
+    from memoryhub.exceptions import WriteRefused
 
     for _ in range(2):
         with pytest.raises(WriteRefused):

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from memoryhub.models import KnowledgeBase, MemoryRecord
+from memoryhub.services import knowledge_bases
 from tests.factories import DomainFactory, OrgFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -212,7 +213,6 @@ def test_operator_home_a_large_kb_a_live_import_and_its_undo(
 
     from memoryhub.models import ImportJob, content_hash
     from memoryhub.scope import Scope
-    from memoryhub.services import write
     from tests.programs import celery_broker, redis_server, start_worker
 
     def wait(condition, timeout: float = 60):  # type: ignore[no-untyped-def]
@@ -220,7 +220,7 @@ def test_operator_home_a_large_kb_a_live_import_and_its_undo(
 
     domain = DomainFactory(org=OrgFactory(slug="acme", name="Acme"), slug="support")
     scope = Scope.for_domain(domain)
-    handbook = write.ensure_knowledge_base(scope, "handbook", read_only=True)
+    handbook = knowledge_bases.ensure_knowledge_base(scope, "handbook", read_only=True)
     MemoryRecord.unscoped.bulk_create(
         (
             MemoryRecord(
@@ -236,7 +236,7 @@ def test_operator_home_a_large_kb_a_live_import_and_its_undo(
         ),
         batch_size=10_000,
     )
-    imports_kb = write.ensure_knowledge_base(scope, "imports")
+    imports_kb = knowledge_bases.ensure_knowledge_base(scope, "imports")
     django_user_model.objects.create_superuser("operator", "op@example.com", "s3cret-pass")
     login(browser, live_server)
 
@@ -383,7 +383,7 @@ def test_lists_fit_the_page_and_give_the_content_room(browser, live_server, djan
 
     domain = DomainFactory(org=OrgFactory(slug="acme", name="Acme"), slug="customer-support")
     scope = Scope.for_domain(domain)
-    write.ensure_knowledge_base(scope, "customer-support-handbook")
+    knowledge_bases.ensure_knowledge_base(scope, "customer-support-handbook")
     write.write(
         scope,
         [
@@ -399,7 +399,9 @@ def test_lists_fit_the_page_and_give_the_content_room(browser, live_server, djan
         ],
         sources=["customer-support-handbook"],
     )
-    write.ensure_knowledge_base(scope, "incident-runbooks-and-postmortems", read_only=True)
+    knowledge_bases.ensure_knowledge_base(
+        scope, "incident-runbooks-and-postmortems", read_only=True
+    )
     for n in range(3):
         create_api_key(org=domain.org, domain=domain, name=f"support-bot-production-{n}")
     from memoryhub.services.forget import ForgetRequest, forget

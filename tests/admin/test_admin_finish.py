@@ -13,7 +13,7 @@ from django.utils import timezone
 from django.utils.formats import date_format
 
 from memoryhub.models import ImportJob, MemoryRecord, Observation
-from memoryhub.services import write
+from memoryhub.services import knowledge_bases, write
 from tests.factories import DomainFactory, MembershipFactory
 
 pytestmark = pytest.mark.django_db
@@ -24,9 +24,9 @@ RECORDS = "/admin/memoryhub/memoryrecord/"
 
 @pytest.fixture
 def kbs(tenant, other_tenant):  # type: ignore[no-untyped-def]
-    handbook = write.ensure_knowledge_base(tenant.scope, "handbook")
+    handbook = knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook")
     write.write(tenant.scope, [{"content": "refunds take five days"}], sources=["handbook"])
-    vault = write.ensure_knowledge_base(other_tenant.scope, "globex-vault")
+    vault = knowledge_bases.ensure_knowledge_base(other_tenant.scope, "globex-vault")
     write.write(other_tenant.scope, [{"content": "globex secret"}], sources=["globex-vault"])
     return {"handbook": handbook, "vault": vault}
 

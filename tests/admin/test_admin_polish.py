@@ -12,6 +12,7 @@ from django.test import RequestFactory
 from memoryhub import policy
 from memoryhub.admin.records import preview
 from memoryhub.models import MemoryRecord
+from memoryhub.services import knowledge_bases
 from tests.factories import (
     DomainFactory,
     KnowledgeBaseFactory,
@@ -205,14 +206,14 @@ def indexed(tenant, other_tenant):  # type: ignore[no-untyped-def]
     """Records written (and indexed) through the write service in both orgs."""
     from memoryhub.services import write
 
-    write.ensure_knowledge_base(tenant.scope, "handbook")
+    knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook")
     write.write(tenant.scope, [{"content": "refunds take five days"}], sources=["handbook"])
     write.write(
         tenant.scope,
         [{"content": "alice asked about refunds", "namespace": "user:alice"}],
         sources=["memory"],
     )
-    write.ensure_knowledge_base(other_tenant.scope, "globex-vault")
+    knowledge_bases.ensure_knowledge_base(other_tenant.scope, "globex-vault")
     write.write(
         other_tenant.scope,
         [{"content": "globex refunds secret", "namespace": "user:globex-ceo"}],

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from memoryhub.models import KnowledgeBase, MemoryRecord, content_hash
-from memoryhub.services import write
+from memoryhub.services import knowledge_bases
 
 pytestmark = pytest.mark.django_db
 
@@ -36,10 +36,10 @@ def _bulk(knowledge_base: KnowledgeBase, n: int, **fields: object) -> None:
 
 @pytest.fixture
 def big_kb(tenant, other_tenant) -> KnowledgeBase:  # type: ignore[no-untyped-def]
-    handbook = write.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
+    handbook = knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
     _bulk(handbook, RECORDS)
     # The same name in another org: none of it is counted on acme's page.
-    _bulk(write.ensure_knowledge_base(other_tenant.scope, "handbook"), 11)
+    _bulk(knowledge_bases.ensure_knowledge_base(other_tenant.scope, "handbook"), 11)
     _bulk(handbook, 3, status=MemoryRecord.Status.FAILED)
     return handbook
 
@@ -108,10 +108,10 @@ def test_the_operator_home_shows_their_domains_only_with_counts_and_buttons(
     from memoryhub.services.forget import ForgetRequest, forget
     from tests.factories import MembershipFactory
 
-    handbook = write.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
+    handbook = knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
     _bulk(handbook, 40)
     _bulk(handbook, 2, status=MemoryRecord.Status.PENDING)
-    _bulk(write.ensure_knowledge_base(other_tenant.scope, "handbook"), 5)
+    _bulk(knowledge_bases.ensure_knowledge_base(other_tenant.scope, "handbook"), 5)
     Observation.unscoped.create(
         org_id=tenant.org.pk,
         domain_id=tenant.domain.pk,
@@ -164,7 +164,7 @@ def test_a_big_knowledge_bases_namespaces_are_estimated_from_a_sample(
 ):
     from memoryhub.services import records
 
-    handbook = write.ensure_knowledge_base(tenant.scope, "big")
+    handbook = knowledge_bases.ensure_knowledge_base(tenant.scope, "big")
     MemoryRecord.unscoped.bulk_create(
         MemoryRecord(
             org_id=handbook.org_id,
@@ -178,7 +178,7 @@ def test_a_big_knowledge_bases_namespaces_are_estimated_from_a_sample(
         )
         for i in range(3000)
     )
-    _bulk(write.ensure_knowledge_base(other_tenant.scope, "big"), 500)  # not counted
+    _bulk(knowledge_bases.ensure_knowledge_base(other_tenant.scope, "big"), 500)  # not counted
     exact = records.knowledge_base_stats(handbook)
     assert (exact["total"], exact["pending"], exact["failed"]) == (3000, 0, 5)
     assert exact["namespaces"] == [("big", 1800), ("mid", 900), ("small", 300)]
@@ -203,9 +203,9 @@ def test_the_home_counts_a_big_backlog_only_up_to_its_cap(
 ):
     from memoryhub.services import overview
 
-    _bulk(write.ensure_knowledge_base(tenant.scope, "imports"), 8, status="pending")
-    _bulk(write.ensure_knowledge_base(other_tenant.scope, "imports"), 2, status="pending")
-    _bulk(write.ensure_knowledge_base(other_tenant.scope, "other"), 1, status="failed")
+    _bulk(knowledge_bases.ensure_knowledge_base(tenant.scope, "imports"), 8, status="pending")
+    _bulk(knowledge_bases.ensure_knowledge_base(other_tenant.scope, "imports"), 2, status="pending")
+    _bulk(knowledge_bases.ensure_knowledge_base(other_tenant.scope, "other"), 1, status="failed")
     html = admin_client.get("/admin/").content.decode()
     row = re.search(r'data-domain="acme/support">(.*?)</tr>', html, re.S).group(1)  # type: ignore[union-attr]
     assert re.findall(r'<td class="num">(?:<a[^>]*>)?([\d+]+)', row)[:3] == ["8", "8", "0"]

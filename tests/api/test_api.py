@@ -10,7 +10,7 @@ from rest_framework.test import APIClient
 
 from memoryhub.models import KnowledgeBase, MemoryRecord, Observation
 from memoryhub.scope import tenant_scope
-from memoryhub.services import write
+from memoryhub.services import knowledge_bases, write
 from tests.conftest import without_receipt
 from tests.factories import DomainFactory, MembershipFactory, UserFactory, create_api_key
 
@@ -123,7 +123,7 @@ def test_unsupported_media_type_is_415(api):
 
 
 def test_read_only_kb_refuses_with_403_body(api, tenant):
-    write.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
+    knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
     response = post(api, "records", {"source": "handbook", "items": [{"content": "guess"}]})
     assert response.status_code == 403
     assert response.json() == {
@@ -138,8 +138,10 @@ def test_read_only_kb_refuses_with_403_body(api, tenant):
 
 
 def test_multi_kb_write_reports_buckets(api, tenant):
-    write.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
-    write.ensure_knowledge_base(tenant.scope, "lenient", read_only=True, on_write="ignore")
+    knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
+    knowledge_bases.ensure_knowledge_base(
+        tenant.scope, "lenient", read_only=True, on_write="ignore"
+    )
     response = post(
         api, "records", {"sources": ["memory", "handbook", "lenient"], "items": [{"content": "x"}]}
     )
@@ -336,7 +338,7 @@ def test_update_key_collision_is_400(api, tenant):
 
 
 def test_records_of_read_only_kbs_cannot_be_edited_through_the_api(api, tenant):
-    write.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
+    knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
     [record] = write.write(
         tenant.scope, [{"content": "curated"}], sources=["handbook"], operator=True
     ).records
@@ -377,7 +379,9 @@ def test_forget(api, tenant):
 
 
 def test_sources_lists_kbs_with_policy_and_counts(api, tenant):
-    write.ensure_knowledge_base(tenant.scope, "handbook", read_only=True, description="Curated")
+    knowledge_bases.ensure_knowledge_base(
+        tenant.scope, "handbook", read_only=True, description="Curated"
+    )
     write.write(tenant.scope, [{"content": "a"}, {"content": "b"}])
     assert api.get(url("sources")).json() == [
         {
@@ -470,9 +474,8 @@ def test_staff_session_uses_memberships(tenant, other_tenant):
 
 
 def test_browsable_api_renders_for_staff(tenant):
-    from memoryhub.services import write
 
-    write.ensure_knowledge_base(tenant.scope, "handbook")
+    knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook")
     member = MembershipFactory(org=tenant.org, user__is_staff=True).user
     client = APIClient()
     client.force_login(member)

@@ -18,7 +18,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from config.wsgi import application
-from memoryhub.services import write
+from memoryhub.services import knowledge_bases, write
 from tests.factories import create_api_key
 
 CHECKS = [
@@ -48,7 +48,7 @@ def api_schema(tenant, settings):  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def credentials(tenant):  # type: ignore[no-untyped-def]
-    write.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
+    knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
     [record] = write.write(tenant.scope, [{"content": "Refunds take 5 days."}]).records
     _, key = create_api_key(org=tenant.org, can_read=True, can_write=True, can_forget=True)
     return {"Authorization": f"Api-Key {key}"}, record.id

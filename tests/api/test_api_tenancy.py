@@ -14,7 +14,7 @@ from rest_framework.test import APIClient
 
 from memoryhub.models import KnowledgeBase, MemoryRecord
 from memoryhub.scope import Scope
-from memoryhub.services import write
+from memoryhub.services import knowledge_bases, write
 from tests.factories import DomainFactory, OrgFactory, create_api_key
 
 pytestmark = pytest.mark.django_db
@@ -37,7 +37,7 @@ def world():  # type: ignore[no-untyped-def]
     records = {}
     for (org_slug, slug), domain in domains.items():
         scope = Scope.for_domain(domain)
-        write.ensure_knowledge_base(scope, "handbook")
+        knowledge_bases.ensure_knowledge_base(scope, "handbook")
         content = SECRET.format(domain=slug) if org_slug == "globex" else f"acme-{slug}"
         [record] = write.write(
             scope, [{"content": content, "key": "shared-key", "namespace": "user:alice"}]

@@ -27,7 +27,7 @@ from rest_framework.test import APIClient
 
 from memoryhub import cache as query_cache
 from memoryhub.models import ErasureReceipt, MemoryRecord, Observation
-from memoryhub.services import query, write
+from memoryhub.services import knowledge_bases, query, write
 from memoryhub.services.forget import ForgetRequest, forget, salted_hash
 from tests.conftest import without_receipt
 from tests.factories import create_api_key
@@ -186,7 +186,7 @@ def test_erasing_100_subjects_leaves_no_trace(tenant, admin_client, json_log, ca
     api_key, key = create_api_key(org=tenant.org, can_read=True, can_write=True, can_forget=True)
     api = APIClient()
     api.credentials(HTTP_AUTHORIZATION=f"Api-Key {key}")
-    write.ensure_knowledge_base(tenant.scope, "notes")
+    knowledge_bases.ensure_knowledge_base(tenant.scope, "notes")
     bystander = "Refunds are issued within 5 business days."
     shared = api.post(f"{API}/records", {"items": [{"content": bystander}]}, format="json")
     assert shared.status_code == 202

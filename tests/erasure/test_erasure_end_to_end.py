@@ -22,7 +22,7 @@ from django.db import connection, transaction
 from rest_framework.test import APIClient
 
 from memoryhub.models import ErasureReceipt, ImportJob, MemoryRecord
-from memoryhub.services import imports, write
+from memoryhub.services import imports, knowledge_bases, write
 from memoryhub.services.forget import vacuum_erased_tables
 from tests.erasure.test_erasure_audit import scan_database
 from tests.factories import create_api_key
@@ -94,8 +94,8 @@ def test_nothing_of_100_erased_subjects_survives_anywhere(
     api = APIClient()
     api.credentials(HTTP_AUTHORIZATION=f"Api-Key {key}")
     url = f"/api/v1/domains/{tenant.domain.slug}"
-    handbook = write.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
-    memory = write.ensure_knowledge_base(tenant.scope, "memory")
+    handbook = knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
+    memory = knowledge_bases.ensure_knowledge_base(tenant.scope, "memory")
     bystander = "Refunds are issued within 5 business days."
     write.write(tenant.scope, [{"content": bystander}], sources=["handbook"], operator=True)
 

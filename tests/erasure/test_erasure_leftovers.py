@@ -11,7 +11,7 @@ from django.contrib.contenttypes.models import ContentType
 from rest_framework.test import APIClient
 
 from memoryhub.models import ImportJob, KnowledgeBase, MemoryRecord
-from memoryhub.services import imports, write
+from memoryhub.services import imports, knowledge_bases, write
 from memoryhub.services.forget import ForgetRequest, forget
 from tests.factories import create_api_key
 
@@ -23,7 +23,7 @@ def jsonl(*items: dict) -> str:
 
 
 def queue(tenant, text: str, *, namespace: str = "", kb: str = "memory", filename="x.jsonl"):  # type: ignore[no-untyped-def]
-    knowledge_base = write.ensure_knowledge_base(tenant.scope, kb)
+    knowledge_base = knowledge_bases.ensure_knowledge_base(tenant.scope, kb)
     return imports.create_job(
         tenant.scope,
         knowledge_base,
@@ -139,7 +139,7 @@ def test_the_api_forget_cancels_the_import_too(tenant):
 
 
 def test_an_agent_cannot_cancel_a_curated_import(tenant):
-    write.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
+    knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
     job = queue(tenant, jsonl({"content": "FAQ answer"}), namespace="faq", kb="handbook")
     forget(tenant.scope, ForgetRequest(namespace="faq"))  # not a subject's namespace
     job.refresh_from_db()
@@ -158,7 +158,7 @@ def test_a_forget_by_key_cancels_only_imports_that_write_that_key(tenant):
 
 
 def test_the_admin_log_never_keeps_a_records_content(tenant, admin_client):
-    knowledge_base = write.ensure_knowledge_base(tenant.scope, "memory")
+    knowledge_base = knowledge_bases.ensure_knowledge_base(tenant.scope, "memory")
     response = admin_client.post(
         "/admin/memoryhub/memoryrecord/add/",
         {
@@ -257,7 +257,7 @@ def test_a_table_an_erasure_empties_keeps_no_statistics_of_it(tenant):
     from memoryhub.models import ImportChunk
     from memoryhub.services.forget import vacuum_erased_tables
 
-    kb = write.ensure_knowledge_base(tenant.scope, "handbook")
+    kb = knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook")
     job = imports.create_job(
         tenant.scope,
         kb,
@@ -322,7 +322,7 @@ def test_a_write_in_flight_is_erased_not_left_behind(tenant, selector):
 
     from tests.programs import wait_for
 
-    write.ensure_knowledge_base(tenant.scope, "memory")
+    knowledge_bases.ensure_knowledge_base(tenant.scope, "memory")
     writing, release = threading.Event(), threading.Event()
     erased: list[int] = []
 

@@ -10,7 +10,7 @@ from django.test import Client
 from django.utils import timezone
 
 from memoryhub.models import ErasureReceipt, Observation
-from memoryhub.services import indexing, write
+from memoryhub.services import indexing, knowledge_bases, write
 from memoryhub.services.forget import ForgetRequest, forget, salted_hash
 from tests.factories import MembershipFactory, key_client
 
@@ -72,7 +72,7 @@ def test_receipts_outlive_retention_and_the_org(tenant, erased, settings):
 def test_an_erasure_that_only_cancels_an_import_has_a_receipt(tenant):
     from memoryhub.services import imports
 
-    kb = write.ensure_knowledge_base(tenant.scope, "memory")
+    kb = knowledge_bases.ensure_knowledge_base(tenant.scope, "memory")
     imports.create_job(
         tenant.scope,
         kb,

@@ -26,7 +26,7 @@ from rest_framework.test import APIClient
 from memoryhub.conf import memoryhub_settings
 from memoryhub.models import KnowledgeBase, MemoryRecord, Observation
 from memoryhub.scope import Scope
-from memoryhub.services import write
+from memoryhub.services import knowledge_bases, write
 from tests.factories import DomainFactory, OrgFactory, create_api_key
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -85,7 +85,7 @@ def world():  # type: ignore[no-untyped-def]
     records = {}
     for (org, slug), domain in domains.items():
         scope = Scope.for_domain(domain)
-        write.ensure_knowledge_base(scope, "handbook")
+        knowledge_bases.ensure_knowledge_base(scope, "handbook")
         write.write(scope, [{"content": f"{org} handbook page"}], sources=["handbook"])
         content = f"{SECRET}-{slug}" if org == "globex" else f"acme-{slug} notes"
         [record] = write.write(

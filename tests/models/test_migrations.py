@@ -7,7 +7,7 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
 from memoryhub.models import WordStatistics
-from memoryhub.services import indexing, write
+from memoryhub.services import vector_indexes, write
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -48,7 +48,7 @@ def test_the_dotted_names_migration_rewrites_stored_vectors_both_ways(tenant, se
         tenant.scope,
         [{"content": "Flags subclass enum.IntEnum."}, {"content": "Plain words only."}],
     )
-    indexing.ensure_tenant_indexes()
+    vector_indexes.ensure_tenant_indexes()
     assert WordStatistics.unscoped.filter(domain_id=tenant.scope.domain_id).exists()
     record = result.record_ids[0]
     assert search_vector_state(record) == (True, 0, True)

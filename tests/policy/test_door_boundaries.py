@@ -23,7 +23,7 @@ from rest_framework.test import APIClient
 
 from memoryhub.api import throttling
 from memoryhub.models import MemoryRecord
-from memoryhub.services import write
+from memoryhub.services import knowledge_bases, write
 from tenants.models import ApiKey, Domain
 from tests.factories import MembershipFactory, create_api_key
 
@@ -284,7 +284,7 @@ def test_an_action_with_valid_and_invalid_ids_changes_nothing(operator, tenant):
 
 
 def test_deeply_nested_metadata_in_the_record_form_is_a_form_error(operator, tenant):
-    kb = write.ensure_knowledge_base(tenant.scope, "memory")
+    kb = knowledge_bases.ensure_knowledge_base(tenant.scope, "memory")
     metadata = "[" * 950 + "]" * 950
     response = operator.post(
         "/admin/memoryhub/memoryrecord/add/",
@@ -404,7 +404,7 @@ def test_a_search_of_32_words_is_served(operator, tenant):
 
 
 def test_metadata_typed_with_a_lone_surrogate_is_a_form_error_shown_as_typed(operator, tenant):
-    kb = write.ensure_knowledge_base(tenant.scope, "memory")
+    kb = knowledge_bases.ensure_knowledge_base(tenant.scope, "memory")
     response = operator.post(
         "/admin/memoryhub/memoryrecord/add/",
         {

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
 from memoryhub.models import KnowledgeBase, MemoryRecord
-from memoryhub.services import write
+from memoryhub.services import knowledge_bases, write
 from tenants.models import ApiKey, Domain, Org
 from tests.api.test_api_fuzz import assert_contract
 from tests.factories import MembershipFactory, create_api_key
@@ -51,7 +51,7 @@ HOSTILE = st.one_of(TEXT, ANY, DEEP)
 @pytest.fixture
 def world(tenant, other_tenant):  # type: ignore[no-untyped-def]
     """acme's support domain (records, a read-only handbook) and globex's secret."""
-    write.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
+    knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
     write.write(tenant.scope, [{"content": "acme handbook"}], sources=["handbook"], operator=True)
     write.write(
         tenant.scope,

@@ -17,7 +17,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from memoryhub.models import KnowledgeBase, MemoryRecord, Observation
-from memoryhub.services import write
+from memoryhub.services import knowledge_bases, write
 from memoryhub.sources import DjangoMemoryStore
 from tests.conftest import without_receipt
 from tests.factories import MembershipFactory, create_api_key, key_client
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def curated(tenant):  # type: ignore[no-untyped-def]
     """acme/support: a read-only handbook (one shared entry, one about Alice) and memory."""
-    write.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
+    knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
     write.write(
         tenant.scope,
         [

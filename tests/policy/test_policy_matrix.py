@@ -26,7 +26,7 @@ from rest_framework.test import APIClient
 
 from memoryhub.models import ImportJob, KnowledgeBase, MemoryRecord
 from memoryhub.scope import Scope
-from memoryhub.services import imports, write
+from memoryhub.services import imports, knowledge_bases, write
 from tenants.models import ApiKey, Domain, Membership, Org
 from tests.factories import (
     DomainFactory,
@@ -59,7 +59,7 @@ def _org(slug: str, domain_slug: str) -> OrgData:
     domain = DomainFactory(org=org, slug=domain_slug)
     spare = DomainFactory(org=org, slug="spare")
     scope_ = Scope.for_domain(domain)
-    handbook = write.ensure_knowledge_base(scope_, "handbook", read_only=True)
+    handbook = knowledge_bases.ensure_knowledge_base(scope_, "handbook", read_only=True)
     [hb] = write.write(
         scope_, [{"content": f"{slug} handbook entry"}], sources=["handbook"], operator=True
     ).records

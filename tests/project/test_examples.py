@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from memoryhub.scope import Scope
+from memoryhub.services import knowledge_bases
 from tests.programs import database_url
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,7 +26,7 @@ def test_agent_grounding_example_reproduces_seed_003():
 
     # The site already has an org called acme, with a handbook: the example leaves it be.
     theirs = Scope.for_domain(DomainFactory(org=OrgFactory(slug="acme"), slug="support"))
-    write.ensure_knowledge_base(theirs, "handbook")
+    knowledge_bases.ensure_knowledge_base(theirs, "handbook")
     write.write(theirs, [{"content": "acme's own handbook"}], sources=["handbook"])
     env = {**os.environ, "DATABASE_URL": database_url()}
     env["DJANGO_SETTINGS_MODULE"] = "config.settings"

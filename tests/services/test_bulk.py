@@ -121,7 +121,7 @@ def test_a_plan_compiled_before_a_bulk_store_finds_what_it_stored(
 ):
     settings.MEMORYHUB = {"TENANT_INDEX_MIN_RECORDS": 1, "EXACT_SCAN_THRESHOLD": 0}
     committed(write.write, tenant.scope, [{"content": "Acme keeps the parking rules."}])
-    indexing.ensure_tenant_indexes()
+    vector_indexes.ensure_tenant_indexes()
     first = query.query(tenant.scope, query="parking", k=3, mode="vector")
     assert first.strategy == "hnsw-tenant" and len(first.items) == 1
     # A bulk store the maintenance task has not caught up with yet.
@@ -154,12 +154,12 @@ def _explain(scope: Scope, text: str) -> str:
 def test_a_domains_own_index_is_built_again_over_its_delta_and_swapped_in(
     tenant, other_tenant, committed, settings
 ):
-    mine = indexing.tenant_index_name(MODEL, tenant.scope.org_id, tenant.scope.domain_id)
+    mine = vector_indexes.tenant_index_name(MODEL, tenant.scope.org_id, tenant.scope.domain_id)
     settings.MEMORYHUB = {"BULK_MIN_RECORDS": 100, "TENANT_INDEX_MIN_RECORDS": 8}
     committed(write.write, tenant.scope, [{"content": f"Acme memo {n}."} for n in range(8)])
     committed(write.write, other_tenant.scope, handbook("Globex"))
-    assert indexing.ensure_tenant_indexes(settle_after=timedelta(0)).created == [mine]
-    own = indexing.own_index(tenant.scope, MODEL)
+    assert vector_indexes.ensure_tenant_indexes(settle_after=timedelta(0)).created == [mine]
+    own = vector_indexes.own_index(tenant.scope, MODEL)
     assert own is not None and not own.outdated
 
     # Bulk-stored after the build: into the domain's delta, not its index nor the shared one.
@@ -172,9 +172,9 @@ def test_a_domains_own_index_is_built_again_over_its_delta_and_swapped_in(
 
     # Not due yet (the delta is recent and within the rebuild bound), then settled.
     settings.MEMORYHUB = {"TENANT_INDEX_MIN_RECORDS": 8}
-    assert indexing.ensure_tenant_indexes().rebuilt == []
-    assert indexing.ensure_tenant_indexes(settle_after=timedelta(0)).rebuilt == [mine]
-    rebuilt = indexing.own_index(tenant.scope, MODEL)
+    assert vector_indexes.ensure_tenant_indexes().rebuilt == []
+    assert vector_indexes.ensure_tenant_indexes(settle_after=timedelta(0)).rebuilt == [mine]
+    rebuilt = vector_indexes.own_index(tenant.scope, MODEL)
     assert rebuilt is not None and rebuilt.covers >= max(r.vector_batch for r in delta)
     settings.MEMORYHUB = {"TENANT_INDEX_MIN_RECORDS": 8, "EXACT_SCAN_THRESHOLD": 0}
     assert_found_by_its_org_only(tenant.scope, "Acme", strategy="hnsw-tenant")
@@ -184,7 +184,7 @@ def test_a_domains_own_index_is_built_again_over_its_delta_and_swapped_in(
 
 
 def test_a_large_bulk_store_asks_for_its_domains_own_index(tenant, committed, settings):
-    mine = indexing.tenant_index_name(MODEL, tenant.scope.org_id, tenant.scope.domain_id)
+    mine = vector_indexes.tenant_index_name(MODEL, tenant.scope.org_id, tenant.scope.domain_id)
     settings.MEMORYHUB = {
         "BULK_MIN_RECORDS": 5,
         "TENANT_INDEX_MIN_RECORDS": 5,
@@ -193,8 +193,8 @@ def test_a_large_bulk_store_asks_for_its_domains_own_index(tenant, committed, se
     # On commit the indexing task stores the batch and sends the maintenance task
     # (eager here): the domain qualifies, its index is built over the batch.
     committed(write.write, tenant.scope, handbook("Acme"))
-    assert indexing.has_tenant_indexes()
-    own = indexing.own_index(tenant.scope, MODEL)
+    assert vector_indexes.has_tenant_indexes()
+    own = vector_indexes.own_index(tenant.scope, MODEL)
     assert own is not None
     assert all(record.vector_batch <= own.covers for record in stored(tenant.scope))
     settings.MEMORYHUB = {"TENANT_INDEX_MIN_RECORDS": 5, "EXACT_SCAN_THRESHOLD": 0}
@@ -209,10 +209,10 @@ def test_a_delta_of_a_domain_without_its_own_index_is_folded_into_the_shared_ind
     committed(write.write, tenant.scope, handbook("Acme"))
     committed(write.write, other_tenant.scope, handbook("Globex"))
     # Small (within EXACT_SCAN_THRESHOLD): left out of every index.
-    assert indexing.ensure_tenant_indexes(settle_after=timedelta(0)).folded == {}
+    assert vector_indexes.ensure_tenant_indexes(settle_after=timedelta(0)).folded == {}
     # Too large for the exact scan, and no own index: the shared index takes them in.
     settings.MEMORYHUB = {"TENANT_INDEX_MIN_RECORDS": 0, "EXACT_SCAN_THRESHOLD": 3}
-    folded = indexing.ensure_tenant_indexes().folded
+    folded = vector_indexes.ensure_tenant_indexes().folded
     scopes = (tenant.scope, other_tenant.scope)
     assert folded == {f"{s.org_id}/{s.domain_id}": len(TOPICS) for s in scopes}
     assert all(record.vector_batch is None for record in stored(tenant.scope))
@@ -285,9 +285,9 @@ def test_an_agents_turn_goes_into_its_domains_own_index_only(
     settings.MEMORYHUB = {"TENANT_INDEX_MIN_RECORDS": 3, "EXACT_SCAN_THRESHOLD": 1}
     committed(write.write, tenant.scope, [{"content": f"Acme memo {n}."} for n in range(3)])
     committed(write.write, other_tenant.scope, [{"content": "Globex memo."}])
-    indexing.ensure_tenant_indexes(settle_after=timedelta(0))
-    assert indexing.own_index(tenant.scope, MODEL) is not None
-    assert indexing.own_index(other_tenant.scope, MODEL) is None
+    vector_indexes.ensure_tenant_indexes(settle_after=timedelta(0))
+    assert vector_indexes.own_index(tenant.scope, MODEL) is not None
+    assert vector_indexes.own_index(other_tenant.scope, MODEL) is None
     for scope, org in ((tenant.scope, "Acme"), (other_tenant.scope, "Globex")):
         committed(write.write, scope, [{"content": f"{org} keeps the parking rules."}])
     turns = {
@@ -322,7 +322,7 @@ def test_store_vectors_writes_what_it_was_given(tenant):
 
 
 def test_a_shared_index_built_before_bulk_stores_is_built_again_without_them(tenant, settings):
-    name = indexing.vector_index_name(MODEL)
+    name = vector_indexes.vector_index_name(MODEL)
     with connection.cursor() as cursor:
         cursor.execute(f'DROP INDEX "{name}"')
         cursor.execute(
@@ -330,7 +330,7 @@ def test_a_shared_index_built_before_bulk_stores_is_built_again_without_them(ten
             " ((embedding::vector(384)) vector_cosine_ops)"
             f" WHERE embedding_model = '{MODEL}'"
         )
-    indexing.ensure_tenant_indexes()
+    vector_indexes.ensure_tenant_indexes()
     assert "vector_batch IS NULL" in (vector_indexes._predicate(name) or "")
     assert vector_indexes._predicate(name + vector_indexes.NEXT_SUFFIX) is None
 
@@ -339,8 +339,8 @@ def _own_index_with_memos(tenant, committed, settings, memos: int) -> str:  # ty
     """``tenant``'s domain with ``memos`` records stored row by row and its own index."""
     settings.MEMORYHUB = {"BULK_MIN_RECORDS": 1000, "TENANT_INDEX_MIN_RECORDS": memos}
     committed(write.write, tenant.scope, [{"content": f"Acme memo {n}."} for n in range(memos)])
-    mine = indexing.tenant_index_name(MODEL, tenant.scope.org_id, tenant.scope.domain_id)
-    assert indexing.ensure_tenant_indexes().created == [mine]
+    mine = vector_indexes.tenant_index_name(MODEL, tenant.scope.org_id, tenant.scope.domain_id)
+    assert vector_indexes.ensure_tenant_indexes().created == [mine]
     return mine
 
 
@@ -362,7 +362,7 @@ def test_past_its_most_a_delta_takes_no_more_and_vectors_go_into_the_own_index_o
         committed(write.write, tenant.scope, handbook(org))
     batches = [record.vector_batch for record in stored(tenant.scope)]
     assert batches[:8] == [None] * 8  # row by row, before
-    own = indexing.own_index(tenant.scope, MODEL)
+    own = vector_indexes.own_index(tenant.scope, MODEL)
     assert own is not None
     assert all(batch > own.covers for batch in batches[8:29])  # the delta: 21 >= 16
     assert batches[29:] == [vector_indexes.OWN_INDEX_ONLY] * len(TOPICS)
@@ -390,7 +390,7 @@ def test_a_load_into_a_domain_with_its_own_index_rebuilds_it_in_bulk_as_it_doubl
     rebuilt = []
     for org in ("Initech", "Hooli", "Globex", "Umbrella", "Acme"):
         committed(write.write, tenant.scope, handbook(org))
-        rebuilt.append(indexing.own_index(tenant.scope, MODEL).covered)  # type: ignore[union-attr]
+        rebuilt.append(vector_indexes.own_index(tenant.scope, MODEL).covered)  # type: ignore[union-attr]
     committed(write.write, other_tenant.scope, handbook("Globex"))
     batches = [record.vector_batch for record in stored(tenant.scope)]
     assert vector_indexes.OWN_INDEX_ONLY not in batches
@@ -465,7 +465,7 @@ def test_a_settled_delta_small_beside_its_index_is_inserted_into_it_row_by_row(
     mine = _own_index_with_memos(tenant, committed, settings, 60)
     settings.MEMORYHUB = {"BULK_MIN_RECORDS": 5, "TENANT_INDEX_MIN_RECORDS": 60}
     committed(write.write, tenant.scope, handbook("Acme"))  # 7: less than 60 / 6
-    changes = indexing.ensure_tenant_indexes(settle_after=timedelta(0))
+    changes = vector_indexes.ensure_tenant_indexes(settle_after=timedelta(0))
     assert changes.rebuilt == []
     assert changes.folded == {f"{tenant.scope.org_id}/{tenant.scope.domain_id}": len(TOPICS)}
     batches = {record.vector_batch for record in stored(tenant.scope)}
@@ -498,7 +498,7 @@ def test_ensure_indexes_after_a_bulk_load_settles_it_at_once(tenant, committed, 
 
     from django.core.management import call_command
 
-    mine = indexing.tenant_index_name(MODEL, tenant.scope.org_id, tenant.scope.domain_id)
+    mine = vector_indexes.tenant_index_name(MODEL, tenant.scope.org_id, tenant.scope.domain_id)
     settings.MEMORYHUB = {
         "BULK_MIN_RECORDS": 5,
         "TENANT_INDEX_MIN_RECORDS": 5,
@@ -506,11 +506,11 @@ def test_ensure_indexes_after_a_bulk_load_settles_it_at_once(tenant, committed, 
     }
     committed(write.write, tenant.scope, handbook("Acme"))  # its own index, built over it
     committed(write.write, tenant.scope, handbook("Initech"))  # its delta
-    assert indexing.own_index(tenant.scope, MODEL) is not None
+    assert vector_indexes.own_index(tenant.scope, MODEL) is not None
     out = StringIO()
     call_command("memoryhub_ensure_indexes", stdout=out)
     assert f"Tenant HNSW index {mine}: rebuilt." in out.getvalue()
-    own = indexing.own_index(tenant.scope, MODEL)
+    own = vector_indexes.own_index(tenant.scope, MODEL)
     assert own is not None
     assert all(record.vector_batch <= own.covers for record in stored(tenant.scope))
 
@@ -521,9 +521,9 @@ def test_an_own_index_kept_below_the_bound_still_takes_its_delta_in(tenant, comm
     # (at least half the bound), and its bulk stores still go into its delta.
     settings.MEMORYHUB = {"BULK_MIN_RECORDS": 5, "TENANT_INDEX_MIN_RECORDS": 20}
     committed(write.write, tenant.scope, handbook("Acme"))
-    changes = indexing.ensure_tenant_indexes(settle_after=timedelta(0))
+    changes = vector_indexes.ensure_tenant_indexes(settle_after=timedelta(0))
     assert (changes.dropped, changes.rebuilt) == ([], [mine])
-    own = indexing.own_index(tenant.scope, MODEL)
+    own = vector_indexes.own_index(tenant.scope, MODEL)
     assert own is not None
     assert all(r.vector_batch is None or r.vector_batch <= own.covers for r in stored(tenant.scope))
 
@@ -539,7 +539,7 @@ def test_a_vector_query_searches_a_domains_own_index_harder_than_a_hybrid_leg(
     committed(
         write.write, other_tenant.scope, [{"content": f"Globex memo {n}."} for n in range(40)]
     )
-    indexing.ensure_tenant_indexes(settle_after=timedelta(0))
+    vector_indexes.ensure_tenant_indexes(settle_after=timedelta(0))
     query.clear_plans()
     ef = {
         mode: query._plan(tenant.scope, query.QueryRequest.build(query="x", k=3, mode=mode))
@@ -565,7 +565,7 @@ def test_a_vector_query_searches_a_large_own_index_harder_still(
     committed(
         write.write, other_tenant.scope, [{"content": f"Globex memo {n}."} for n in range(10)]
     )
-    indexing.ensure_tenant_indexes(settle_after=timedelta(0))
+    vector_indexes.ensure_tenant_indexes(settle_after=timedelta(0))
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE memoryhub_memoryrecord")
     monkeypatch.setattr(plans, "LARGE_OWN_INDEX_RECORDS", 20)

@@ -14,8 +14,8 @@ from django.core.management import call_command
 from django.db import connection, transaction
 from pgvector import Vector
 
-from memoryhub.embedders.hashing import HashingEmbedder
-from memoryhub.services import filter_indexes, indexing, query, write
+from memoryhub.embedders import HashingEmbedder
+from memoryhub.services import filter_indexes, query, vector_indexes, write
 from memoryhub.services.query import QueryRequest
 from tests.services.test_time_aware import errors_of
 
@@ -98,10 +98,10 @@ def test_a_vector_query_filtered_on_an_indexed_key_is_scanned_exactly(
 def test_a_key_leaving_the_setting_takes_its_index_with_it(tenant, committed, settings):
     settings.MEMORYHUB = {**SETTINGS, "INDEXED_METADATA_KEYS": [KEY]}
     load(committed, tenant.scope, "Acme")
-    assert indexing.ensure_tenant_indexes().filter_keys_indexed == [KEY]
-    assert indexing.ensure_tenant_indexes().filter_keys_indexed == []  # there already
+    assert vector_indexes.ensure_tenant_indexes().filter_keys_indexed == [KEY]
+    assert vector_indexes.ensure_tenant_indexes().filter_keys_indexed == []  # there already
     settings.MEMORYHUB = SETTINGS
-    changes = indexing.ensure_tenant_indexes()
+    changes = vector_indexes.ensure_tenant_indexes()
     assert changes.filter_indexes_dropped == [filter_indexes.index_name(KEY)]
     settings.MEMORYHUB = {**SETTINGS, "INDEXED_METADATA_KEYS": [KEY]}
     assert filter_indexes.indexed_keys() == frozenset()
@@ -110,7 +110,7 @@ def test_a_key_leaving_the_setting_takes_its_index_with_it(tenant, committed, se
 
 def test_an_index_left_invalid_is_built_again(tenant, committed, settings):
     settings.MEMORYHUB = {**SETTINGS, "INDEXED_METADATA_KEYS": [KEY]}
-    indexing.ensure_tenant_indexes()
+    vector_indexes.ensure_tenant_indexes()
     with connection.cursor() as cursor:
         # What a failed CREATE INDEX CONCURRENTLY leaves.
         cursor.execute(
@@ -118,7 +118,7 @@ def test_an_index_left_invalid_is_built_again(tenant, committed, settings):
             [filter_indexes.index_name(KEY)],
         )
     assert filter_indexes.indexed_keys() == frozenset()
-    changes = indexing.ensure_tenant_indexes()
+    changes = vector_indexes.ensure_tenant_indexes()
     assert changes.filter_indexes_dropped == [filter_indexes.index_name(KEY)]
     assert changes.filter_keys_indexed == [KEY]
     assert filter_indexes.indexed_keys() == {KEY}
@@ -134,7 +134,7 @@ def test_a_range_on_an_indexed_number_is_found_by_its_index(
             scope,
             [{"content": f"{org} note {n}.", "metadata": {"bucket": n % 10}} for n in range(60)],
         )
-    indexing.ensure_tenant_indexes()
+    vector_indexes.ensure_tenant_indexes()
     low = {"bucket": {"$lt": 2}}  # 12 of each org's 60
     result = fresh(tenant.scope, low)
     assert result.strategy == "exact" and len(result.items) == 5
@@ -173,35 +173,35 @@ def test_a_failed_build_is_logged_and_not_retried_at_once(tenant, committed, set
     committed(write.write, tenant.scope, [{"content": "x", "metadata": {KEY: value}}])
     settings.MEMORYHUB = {**SETTINGS, "INDEXED_METADATA_KEYS": [KEY, "other"]}
     with caplog.at_level("ERROR"):
-        changes = indexing.ensure_tenant_indexes()
+        changes = vector_indexes.ensure_tenant_indexes()
     assert changes.filter_keys_indexed == ["other"]  # the other key's index is built
     assert "could not be built" in caplog.text
     assert filter_indexes.indexed_keys() == {"other"}
-    assert indexing.ensure_tenant_indexes().filter_keys_indexed == []  # not tried again yet
+    assert vector_indexes.ensure_tenant_indexes().filter_keys_indexed == []  # not tried again yet
 
 
 def test_an_index_whose_values_reached_the_statistics_is_built_again(tenant, committed, settings):
     settings.MEMORYHUB = {**SETTINGS, "INDEXED_METADATA_KEYS": [KEY]}
     load(committed, tenant.scope, "Acme")
-    indexing.ensure_tenant_indexes()
+    vector_indexes.ensure_tenant_indexes()
     name = filter_indexes.index_name(KEY)
     with connection.cursor() as cursor:
         # A build interrupted before its statistics target was set, then an ANALYZE.
         cursor.execute(f"ALTER INDEX {name} ALTER COLUMN 2 SET STATISTICS -1")
         cursor.execute("ANALYZE memoryhub_memoryrecord")
-    changes = indexing.ensure_tenant_indexes()
+    changes = vector_indexes.ensure_tenant_indexes()
     assert (changes.filter_indexes_dropped, changes.filter_keys_indexed) == ([name], [KEY])
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM pg_stats WHERE tablename = %s", [name])
         assert cursor.fetchone()[0] == 0
-    assert indexing.ensure_tenant_indexes().filter_indexes_dropped == []
+    assert vector_indexes.ensure_tenant_indexes().filter_indexes_dropped == []
 
 
 def test_an_index_not_named_as_ours_is_left_alone(tenant, settings):
     settings.MEMORYHUB = SETTINGS
     with connection.cursor() as cursor:
         cursor.execute("CREATE INDEX memoryhub_metadata_host ON memoryhub_memoryrecord (kind)")
-    assert indexing.ensure_tenant_indexes().filter_indexes_dropped == []
+    assert vector_indexes.ensure_tenant_indexes().filter_indexes_dropped == []
     with connection.cursor() as cursor:
         cursor.execute("SELECT to_regclass('memoryhub_metadata_host') IS NOT NULL")
         assert cursor.fetchone()[0]
@@ -212,7 +212,7 @@ def test_any_key_is_indexed_and_found_by_its_index(tenant, other_tenant, committ
     settings.MEMORYHUB = {**SETTINGS, "INDEXED_METADATA_KEYS": [key]}
     load(committed, tenant.scope, "Acme", key)
     load(committed, other_tenant.scope, "Globex", key)
-    assert indexing.ensure_tenant_indexes().filter_keys_indexed == [key]
+    assert vector_indexes.ensure_tenant_indexes().filter_keys_indexed == [key]
     result = fresh(tenant.scope, {key: "gold"})
     assert result.strategy == "exact" and len(result.items) == 5
     assert all(item.content.startswith("Acme") for item in result.items)
@@ -228,7 +228,7 @@ def test_no_planner_statistics_hold_the_indexed_values(tenant, committed, settin
         tenant.scope,
         [{"content": f"Note {n}.", "metadata": {"owner": "zoltan.kovacs"}} for n in range(15)],
     )
-    indexing.ensure_tenant_indexes()
+    vector_indexes.ensure_tenant_indexes()
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE memoryhub_memoryrecord")
         cursor.execute(

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from memoryhub import cache
+from memoryhub.exceptions import UnknownSource
 from memoryhub.models import MemoryRecord, Observation
 from memoryhub.scope import tenant_scope
-from memoryhub.services import write
-from memoryhub.services.errors import UnknownSource
+from memoryhub.services import knowledge_bases, write
 from memoryhub.services.forget import (
     ForgetRequest,
     NothingToForget,
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def memory(tenant, other_tenant):  # type: ignore[no-untyped-def]
-    write.ensure_knowledge_base(tenant.scope, "notes")
+    knowledge_bases.ensure_knowledge_base(tenant.scope, "notes")
     write.write(
         tenant.scope,
         [

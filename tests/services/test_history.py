@@ -9,10 +9,10 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.db import connection, connections
 
+from memoryhub.exceptions import RecordNotFound
 from memoryhub.models import MemoryRecord, RecordVersion
 from memoryhub.scope import Scope
-from memoryhub.services import forget, history, imports, indexing, write
-from memoryhub.services.records import RecordNotFound
+from memoryhub.services import forget, history, imports, indexing, knowledge_bases, write
 from memoryhub.sources import DjangoMemoryStore, HttpMemoryStore, SyncHttpMemoryStore
 from memoryhub.sources.stores import StoredRecord
 from tests.factories import MembershipFactory, create_api_key, key_client
@@ -122,7 +122,7 @@ def test_restore_makes_an_old_state_current_as_a_new_version(tenant):
 
 
 def test_imports_and_operator_edits_are_named_in_history(tenant, committed):
-    kb = write.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
+    kb = knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
     job = imports.create_job(
         tenant.scope,
         kb,

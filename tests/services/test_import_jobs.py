@@ -11,7 +11,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 
 from memoryhub.models import ErasureReceipt, ImportChunk, ImportJob, MemoryRecord
 from memoryhub.scope import Scope
-from memoryhub.services import imports, write
+from memoryhub.services import imports, knowledge_bases, write
 from memoryhub.services.forget import ForgetRequest, forget
 from tests.factories import MembershipFactory
 
@@ -23,7 +23,7 @@ def jsonl(n: int, start: int = 0, **extra: object) -> str:
 
 
 def queue(scope: Scope, text: str, *, kb: str = "handbook", fmt: str = "jsonl", **kwargs):  # type: ignore[no-untyped-def]
-    knowledge_base = write.ensure_knowledge_base(scope, kb)
+    knowledge_base = knowledge_bases.ensure_knowledge_base(scope, kb)
     return imports.create_job(
         scope, knowledge_base, text=text, format=fmt, filename=f"f.{fmt}", **kwargs
     )
@@ -73,7 +73,7 @@ def test_a_resumed_job_writes_only_what_its_committed_batches_did_not(tenant):
 def test_cancel_stops_at_the_next_batch_and_undo_erases_exactly_what_the_job_created(
     tenant, other_tenant
 ):
-    write.ensure_knowledge_base(tenant.scope, "handbook")
+    knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook")
     write.write(
         tenant.scope,
         [{"content": "fact 2"}, {"content": "old text", "key": "kept"}],
@@ -162,7 +162,7 @@ def test_the_admin_import_never_runs_in_the_request_and_can_be_undone(
 ):
     from celery import current_app
 
-    handbook = write.ensure_knowledge_base(tenant.scope, "handbook")
+    handbook = knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook")
     operator = _member(client, tenant.org, "operator")
     url = f"/admin/memoryhub/knowledgebase/{handbook.pk}/import/"
     current_app.conf.task_always_eager = False  # a broker with no worker yet
@@ -196,7 +196,7 @@ def test_the_admin_import_never_runs_in_the_request_and_can_be_undone(
 
 @pytest.mark.parametrize("role", ["viewer", "stranger"])
 def test_viewers_and_other_orgs_cannot_cancel_or_undo(client, tenant, other_tenant, role):
-    handbook = write.ensure_knowledge_base(tenant.scope, "handbook")
+    handbook = knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook")
     job = queue(tenant.scope, jsonl(3))
     imports.run_job(job.pk)
     org = tenant.org if role == "viewer" else other_tenant.org

@@ -13,7 +13,7 @@ from memoryhub import tasks
 from memoryhub.embedders import EmbedderError, HashingEmbedder
 from memoryhub.models import MemoryRecord, Observation
 from memoryhub.scope import tenant_scope
-from memoryhub.services import indexing, write
+from memoryhub.services import indexing, knowledge_bases, vector_indexes, write
 from tests.factories import KnowledgeBaseFactory, MemoryRecordFactory
 
 pytestmark = pytest.mark.django_db
@@ -132,9 +132,9 @@ def test_sweep_purges_expired_records_and_old_observations(tenant, other_tenant)
 
 
 def test_vector_index_is_an_expression_index_per_model():
-    name, created = indexing.ensure_vector_index("test-model/v1", 8)
+    name, created = vector_indexes.ensure_vector_index("test-model/v1", 8)
     assert created
-    assert indexing.ensure_vector_index("test-model/v1", 8) == (name, False)
+    assert vector_indexes.ensure_vector_index("test-model/v1", 8) == (name, False)
     with connection.cursor() as cursor:
         cursor.execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s", [name])
         [definition] = cursor.fetchone()
@@ -151,13 +151,13 @@ def test_configured_model_index_exists_after_migrate():
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT 1 FROM pg_indexes WHERE indexname = %s",
-            [indexing.vector_index_name(embedder.name)],
+            [vector_indexes.vector_index_name(embedder.name)],
         )
         assert cursor.fetchone() == (1,)
 
 
 def test_a_model_name_cannot_inject_sql():
-    name, _ = indexing.ensure_vector_index("x'; DROP TABLE memoryhub_memoryrecord; --", 4)
+    name, _ = vector_indexes.ensure_vector_index("x'; DROP TABLE memoryhub_memoryrecord; --", 4)
     assert MemoryRecord.unscoped.count() == 0  # the table is still there
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", [name])
@@ -190,9 +190,9 @@ def test_an_import_job_never_runs_twice_at_once(tenant):
     from django.db import connections
 
     from memoryhub.models import ImportJob, MemoryRecord
-    from memoryhub.services import imports, write
+    from memoryhub.services import imports
 
-    knowledge_base = write.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
+    knowledge_base = knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
     text = "\n".join(f'{{"content": "Imported line {n}."}}' for n in range(3))
     current_app.conf.task_always_eager = False  # queued on the in-memory broker, not run
     try:

@@ -9,10 +9,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from memoryhub.exceptions import ValidationFailed
 from memoryhub.models import Observation
 from memoryhub.scope import tenant_scope
-from memoryhub.services import query, write
-from memoryhub.services.errors import ValidationFailed
+from memoryhub.services import knowledge_bases, query, write
 from tests.factories import key_client
 from tests.rerank_api import FakeRerankAPI, serving
 
@@ -209,7 +209,7 @@ def test_a_cached_answer_keeps_the_rerankers_order_without_asking_again(tenant, 
 
 
 def test_duplicates_merge_before_reranking(tenant, notes, api, committed):
-    write.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
+    knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
     committed(
         write.write, tenant.scope, [{"content": NOTES[4]}], sources=["handbook"], operator=True
     )

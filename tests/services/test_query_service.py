@@ -13,10 +13,10 @@ from django.utils import timezone
 from memoryhub import cache
 from memoryhub.embedders import HashingEmbedder
 from memoryhub.embedders.base import DEFAULT_HYBRID_VECTOR_WEIGHT
+from memoryhub.exceptions import UnknownSource, ValidationFailed
 from memoryhub.models import MemoryRecord, Observation
 from memoryhub.scope import Scope, tenant_scope
-from memoryhub.services import query, write
-from memoryhub.services.errors import UnknownSource, ValidationFailed
+from memoryhub.services import knowledge_bases, query, vector_indexes, write
 from memoryhub.services.query import QueryRequest, fusion, plans, render_grounding
 from tests.factories import DomainFactory, OrgFactory
 
@@ -32,7 +32,7 @@ HANDBOOK = [
 
 @pytest.fixture
 def handbook(tenant, committed):  # type: ignore[no-untyped-def]
-    write.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
+    knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
     committed(
         write.write,
         tenant.scope,
@@ -185,7 +185,7 @@ def test_expired_records_never_return(tenant, committed):
 
 
 def test_filters_namespaces_kinds_tags_sources_and_where(tenant, committed):
-    write.ensure_knowledge_base(tenant.scope, "notes")
+    knowledge_bases.ensure_knowledge_base(tenant.scope, "notes")
     committed(
         write.write,
         tenant.scope,
@@ -240,13 +240,13 @@ def test_invalid_requests_name_the_field(tenant, raw, field):
 
 
 def test_unknown_source_is_an_error(tenant, other_tenant, handbook):
-    write.ensure_knowledge_base(other_tenant.scope, "secrets")
+    knowledge_bases.ensure_knowledge_base(other_tenant.scope, "secrets")
     with pytest.raises(UnknownSource):
         query.query(tenant.scope, query="x", sources=["secrets"])
 
 
 def test_duplicates_across_sources_merge_with_stamps_and_one_observation(tenant, committed):
-    write.ensure_knowledge_base(tenant.scope, "faq")
+    knowledge_bases.ensure_knowledge_base(tenant.scope, "faq")
     text = "Store credit never expires."
     committed(write.write, tenant.scope, [{"content": text}])
     committed(
@@ -434,19 +434,18 @@ def _explain_vector_leg(scope: Scope, text: str) -> str:
 def test_a_large_domain_gets_its_own_hnsw_index_and_only_its_queries_use_it(
     tenant, other_tenant, handbook, committed, settings
 ):
-    from memoryhub.services import indexing
 
-    def maintain(min_records: int) -> indexing.TenantIndexChanges:
+    def maintain(min_records: int) -> vector_indexes.TenantIndexChanges:
         # EXACT_SCAN_THRESHOLD 100 while maintaining: the share rule stays out of it.
         settings.MEMORYHUB = {"TENANT_INDEX_MIN_RECORDS": min_records, "EXACT_SCAN_THRESHOLD": 100}
-        changes = indexing.ensure_tenant_indexes()
+        changes = vector_indexes.ensure_tenant_indexes()
         settings.MEMORYHUB = {"TENANT_INDEX_MIN_RECORDS": min_records, "EXACT_SCAN_THRESHOLD": 0}
         return changes
 
     settings.MEMORYHUB = {"TENANT_INDEX_MIN_RECORDS": 4, "EXACT_SCAN_THRESHOLD": 0}
     committed(write.write, other_tenant.scope, [{"content": "Globex refunds take a month."}])
     model = HashingEmbedder().name
-    mine = indexing.tenant_index_name(model, tenant.scope.org_id, tenant.scope.domain_id)
+    mine = vector_indexes.tenant_index_name(model, tenant.scope.org_id, tenant.scope.domain_id)
     assert query.query(tenant.scope, query="refunds", k=2, mode="vector").strategy == "hnsw"
 
     assert maintain(4).created == [mine]  # four records: the other tenant's one is not enough
@@ -474,62 +473,59 @@ def test_a_large_domain_gets_its_own_hnsw_index_and_only_its_queries_use_it(
 def test_a_domain_with_a_large_share_of_a_small_table_gets_its_own_index(
     tenant, other_tenant, handbook, committed, settings
 ):
-    from memoryhub.services import indexing
 
     committed(write.write, other_tenant.scope, [{"content": "Globex refunds take a month."}])
     model = HashingEmbedder().name
-    mine = indexing.tenant_index_name(model, tenant.scope.org_id, tenant.scope.domain_id)
+    mine = vector_indexes.tenant_index_name(model, tenant.scope.org_id, tenant.scope.domain_id)
     # 4 of 5 records, more than EXACT_SCAN_THRESHOLD: far from the minimum, but its share
     # makes a filtered search of the shared index costly. The other tenant's one record
     # is scanned exactly: no index.
     settings.MEMORYHUB = {"TENANT_INDEX_MIN_RECORDS": 100, "EXACT_SCAN_THRESHOLD": 2}
-    assert indexing.ensure_tenant_indexes().created == [mine]
+    assert vector_indexes.ensure_tenant_indexes().created == [mine]
     settings.MEMORYHUB = {"TENANT_INDEX_MIN_RECORDS": 100, "EXACT_SCAN_THRESHOLD": 4}
-    assert indexing.ensure_tenant_indexes().dropped == []  # 4 >= half of 5: kept
+    assert vector_indexes.ensure_tenant_indexes().dropped == []  # 4 >= half of 5: kept
 
 
 def test_tenant_index_maintenance_never_touches_a_shared_index_and_runs_once_at_a_time(
     tenant, handbook, settings
 ):
-    from memoryhub.services import indexing
     from tests.programs import second_connection
 
     # Another process maintaining them: this run does nothing and says so.
     with second_connection(autocommit=True) as other:
         # (First: inside the test's transaction a run holds the lock until its end.)
         other.execute("SELECT pg_advisory_lock(hashtext('memoryhub tenant indexes'))")
-        busy = indexing.ensure_tenant_indexes(min_records=4)
+        busy = vector_indexes.ensure_tenant_indexes(min_records=4)
     assert busy.busy and busy.created == []
 
     # A model whose shared index name starts like a tenant index's once did.
     model = "text-embedding-3-small"
-    shared, _ = indexing.ensure_vector_index(model, 384)
+    shared, _ = vector_indexes.ensure_vector_index(model, 384)
     settings.MEMORYHUB = {"TENANT_INDEX_MIN_RECORDS": 0}
-    assert indexing.ensure_tenant_indexes(model, 384).dropped == []
-    assert not indexing.has_tenant_indexes()
+    assert vector_indexes.ensure_tenant_indexes(model, 384).dropped == []
+    assert not vector_indexes.has_tenant_indexes()
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1 FROM pg_class WHERE relname = %s", [shared])
         assert cursor.fetchone() == (1,)
 
-    assert indexing.ensure_tenant_indexes(min_records=4).created
+    assert vector_indexes.ensure_tenant_indexes(min_records=4).created
 
 
 def test_the_sweeper_builds_tenant_indexes_and_disabling_drops_them(
     tenant, handbook, committed, settings
 ):
     from memoryhub import tasks
-    from memoryhub.services import indexing
 
     settings.MEMORYHUB = {"TENANT_INDEX_MIN_RECORDS": 4, "EXACT_SCAN_THRESHOLD": 0}
-    mine = indexing.tenant_index_name(
+    mine = vector_indexes.tenant_index_name(
         HashingEmbedder().name, tenant.scope.org_id, tenant.scope.domain_id
     )
     committed(tasks.sweep)
-    assert indexing.has_tenant_indexes()
+    assert vector_indexes.has_tenant_indexes()
     assert mine in _explain_vector_leg(tenant.scope, "refunds")
     settings.MEMORYHUB = {"TENANT_INDEX_MIN_RECORDS": 0}
     committed(tasks.sweep)
-    assert not indexing.has_tenant_indexes()
+    assert not vector_indexes.has_tenant_indexes()
 
 
 def _insert_corpus(
@@ -552,7 +548,7 @@ def _insert_corpus(
         "lambda",
         "sigma",
     ]
-    kbs = {scope: write.ensure_knowledge_base(scope, "memory") for scope in tenants}
+    kbs = {scope: knowledge_bases.ensure_knowledge_base(scope, "memory") for scope in tenants}
     chosen = rng.choices(tenants, weights=weights, k=total)
     texts = [" ".join(rng.choices(words, k=6)) + f" #{n}" for n in range(total)]
     vectors = embedder.embed_documents(texts)
@@ -573,7 +569,7 @@ def _insert_corpus(
     ]
     # Load first, build the HNSW index after (much faster than 20,000 index inserts).
     # DDL is transactional: the test's rollback restores the original index.
-    from memoryhub.services.indexing import ensure_vector_index, vector_index_name
+    from memoryhub.services.vector_indexes import ensure_vector_index, vector_index_name
 
     with connection.cursor() as cursor:
         cursor.execute(f'DROP INDEX "{vector_index_name(embedder.name)}"')
@@ -647,7 +643,7 @@ def test_outside_a_transaction_a_query_is_one_round_trip_and_leaves_no_settings(
 ):
     from django.test.utils import CaptureQueriesContext
 
-    write.ensure_knowledge_base(tenant.scope, "handbook")
+    knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook")
     write.write(tenant.scope, [{"content": text} for text in HANDBOOK], sources=["handbook"])
     settings.MEMORYHUB = {"EXACT_SCAN_THRESHOLD": 0, "CACHE_TTL": 0}
     before = _session_settings()

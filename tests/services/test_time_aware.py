@@ -14,11 +14,11 @@ from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from memoryhub.exceptions import ValidationFailed
 from memoryhub.items import MemoryItem, grounding_lines
 from memoryhub.models import MemoryRecord, RecordVersion
 from memoryhub.scope import tenant_scope
-from memoryhub.services import history, imports, query, records, write
-from memoryhub.services.errors import ValidationFailed
+from memoryhub.services import history, imports, knowledge_bases, query, records, write
 from memoryhub.services.query import execution, render_grounding
 from memoryhub.sources import DjangoMemory, MemoryContext, as_grounder
 from tests.factories import MembershipFactory, create_api_key
@@ -124,7 +124,7 @@ def test_a_session_names_a_conversation_with_a_short_string_or_an_integer(tenant
 
 
 def test_imports_take_occurred_at_from_jsonl_and_csv(tenant):
-    kb = write.ensure_knowledge_base(tenant.scope, "chats")
+    kb = knowledge_bases.ensure_knowledge_base(tenant.scope, "chats")
     for name, format_, text in [
         ("a.jsonl", "jsonl", '{"content": "from jsonl", "occurred_at": "2025-03-01T09:30:00Z"}\n'),
         ("b.csv", "csv", "content,occurred_at,team\nfrom csv,2025-03-01,ops\n"),
@@ -142,7 +142,7 @@ def test_imports_take_occurred_at_from_jsonl_and_csv(tenant):
 
 
 def test_an_export_keeps_when_each_record_occurred(tenant):
-    kb = write.ensure_knowledge_base(tenant.scope, "chats")
+    kb = knowledge_bases.ensure_knowledge_base(tenant.scope, "chats")
     write.write(
         tenant.scope,
         [{"content": "said in March", "occurred_at": MARCH}, {"content": "said now"}],
@@ -157,7 +157,7 @@ def test_an_export_keeps_when_each_record_occurred(tenant):
 def test_the_admin_record_form_sets_occurred_at(client, tenant):
     user = MembershipFactory(org=tenant.org, user__is_staff=True, role="operator").user
     client.force_login(user)
-    kb = write.ensure_knowledge_base(tenant.scope, "handbook")
+    kb = knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook")
     assert "occurred_at" in client.get("/admin/memoryhub/memoryrecord/add/").content.decode()
     response = client.post(
         "/admin/memoryhub/memoryrecord/add/",
@@ -540,7 +540,7 @@ def conversation(tenant, other_tenant, committed):  # type: ignore[no-untyped-de
     committed(write.write, tenant.scope, turns)
     committed(write.write, tenant.scope, [turn(3, "chat-2", content="chat two turn 3")])
     committed(write.write, tenant.scope, [turn(3, namespace="user:bob", content="bob turn 3")])
-    write.ensure_knowledge_base(tenant.scope, "other")
+    knowledge_bases.ensure_knowledge_base(tenant.scope, "other")
     committed(write.write, tenant.scope, [turn(3, content="other kb turn 3")], sources=["other"])
     committed(write.write, other_tenant.scope, [turn(3, content="globex turn 3")])
 
@@ -665,7 +665,7 @@ def test_the_turns_statement_reads_the_turns_index(tenant, conversation):
     # A domain with more than one conversation (2,000 turns of 200 sessions, all before
     # the hit) and the planner's picture of it: what earlier tests left in the table
     # decides nothing.
-    kb = write.ensure_knowledge_base(tenant.scope, "memory")
+    kb = knowledge_bases.ensure_knowledge_base(tenant.scope, "memory")
     MemoryRecord.unscoped.bulk_create(
         MemoryRecord(
             org_id=tenant.scope.org_id,
@@ -705,7 +705,7 @@ def test_the_openapi_schema_states_the_new_fields(client):
 def test_a_narrow_time_window_reads_the_occurred_index(tenant):
     from memoryhub.services.query.plans import _base_queryset
 
-    kb = write.ensure_knowledge_base(tenant.scope, "memory")
+    kb = knowledge_bases.ensure_knowledge_base(tenant.scope, "memory")
     start = datetime(2024, 1, 1, tzinfo=UTC)
     MemoryRecord.unscoped.bulk_create(
         MemoryRecord(

@@ -15,7 +15,7 @@ from django.db import connection
 
 from memoryhub.models import WordFrequency, WordStatistics
 from memoryhub.scope import Scope, tenant_scope
-from memoryhub.services import indexing, query, word_statistics, write
+from memoryhub.services import query, vector_indexes, word_statistics, write
 from memoryhub.services.forget import ForgetRequest, forget
 from memoryhub.services.query.plans import WORDS, _keyword_words
 
@@ -33,7 +33,7 @@ def few_common_records(monkeypatch):
 
 
 def sweep() -> list[str]:
-    return indexing.ensure_tenant_indexes(settle_after=timedelta(0)).words
+    return vector_indexes.ensure_tenant_indexes(settle_after=timedelta(0)).words
 
 
 def counts(scope: Scope) -> dict[str, int]:
@@ -410,7 +410,7 @@ def test_a_large_domain_gets_a_full_text_index_of_its_own(
     assert f"Domain full-text index {mine}: created." in out.getvalue()
     assert word_statistics.has_keyword_index(tenant.scope)
     assert not word_statistics.has_keyword_index(other_tenant.scope)
-    assert indexing.ensure_tenant_indexes(settle_after=timedelta(0)).keyword_created == []
+    assert vector_indexes.ensure_tenant_indexes(settle_after=timedelta(0)).keyword_created == []
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE memoryhub_memoryrecord")
         cursor.execute("SET LOCAL enable_seqscan = off")
@@ -436,7 +436,7 @@ def test_a_large_domain_gets_a_full_text_index_of_its_own(
     assert word_statistics.has_keyword_index(tenant.scope)
     # Under half the minimum: dropped.
     settings.MEMORYHUB = {**LARGE, "KEYWORD_STATISTICS_MIN_RECORDS": 200}
-    assert indexing.ensure_tenant_indexes(settle_after=timedelta(0)).keyword_dropped == [mine]
+    assert vector_indexes.ensure_tenant_indexes(settle_after=timedelta(0)).keyword_dropped == [mine]
     assert not word_statistics.has_keyword_index(tenant.scope)
 
 
@@ -451,7 +451,7 @@ def test_a_full_text_index_left_invalid_is_built_again(tenant, committed, settin
             "UPDATE pg_index SET indisvalid = false WHERE indexrelid = %s::regclass", [mine]
         )
     assert not word_statistics.has_keyword_index(tenant.scope)
-    changes = indexing.ensure_tenant_indexes(settle_after=timedelta(0))
+    changes = vector_indexes.ensure_tenant_indexes(settle_after=timedelta(0))
     assert (changes.keyword_dropped, changes.keyword_created) == ([mine], [mine])
     assert word_statistics.has_keyword_index(tenant.scope)
 

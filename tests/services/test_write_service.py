@@ -9,10 +9,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from memoryhub.exceptions import UnknownSource, ValidationFailed, WriteRefused
 from memoryhub.models import KnowledgeBase, MemoryRecord, Observation
 from memoryhub.scope import operator_access, tenant_scope
-from memoryhub.services import write
-from memoryhub.services.errors import UnknownSource, ValidationFailed, WriteRefused
+from memoryhub.services import knowledge_bases, write
 
 pytestmark = pytest.mark.django_db
 
@@ -197,7 +197,7 @@ def test_ttl_and_expires_at_set_expiry(tenant):
 
 @pytest.fixture
 def registry(tenant):  # type: ignore[no-untyped-def]
-    return write.ensure_knowledge_base(tenant.scope, "registry", read_only=True)
+    return knowledge_bases.ensure_knowledge_base(tenant.scope, "registry", read_only=True)
 
 
 def test_read_only_refuse_raises_with_source_and_count(tenant, registry):
@@ -237,7 +237,7 @@ def test_strict_fanout_reports_accepted_and_failed(tenant, registry):
 
 
 def test_ignore_policy_reports_refused_and_writes_nothing_there(tenant):
-    lenient = write.ensure_knowledge_base(
+    lenient = knowledge_bases.ensure_knowledge_base(
         tenant.scope, "registry", read_only=True, on_write=KnowledgeBase.OnWrite.IGNORE
     )
     result = write.write(
@@ -260,7 +260,7 @@ def test_ignore_policy_reports_refused_and_writes_nothing_there(tenant):
 
 
 def test_ignore_alone_returns_normally(tenant):
-    write.ensure_knowledge_base(tenant.scope, "kb", read_only=True, on_write="ignore")
+    knowledge_bases.ensure_knowledge_base(tenant.scope, "kb", read_only=True, on_write="ignore")
     result = write.write(tenant.scope, [{"content": "dropped"}], sources=["kb"])
     assert (result.accepted, result.refused, result.failed) == ([], ["kb"], {})
     assert records(tenant) == []
@@ -295,7 +295,7 @@ def test_unknown_source_is_rejected_and_nothing_written(tenant):
 
 
 def test_a_kb_of_another_tenant_is_unknown(tenant, other_tenant):
-    write.ensure_knowledge_base(other_tenant.scope, "secrets")
+    knowledge_bases.ensure_knowledge_base(other_tenant.scope, "secrets")
     with pytest.raises(UnknownSource):
         write.write(tenant.scope, [{"content": "x"}], sources=["secrets"])
     with operator_access():

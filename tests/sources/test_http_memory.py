@@ -8,15 +8,15 @@ from datetime import UTC, datetime
 
 import pytest
 
+from memoryhub.exceptions import WriteRefused
 from memoryhub.items import MemoryItem
-from memoryhub.services import write
+from memoryhub.services import knowledge_bases
 from memoryhub.sources import (
     CompositeMemory,
     HttpMemory,
     HttpMemoryError,
     MemoryContext,
     MemorySource,
-    MemoryWriteRefused,
     as_grounder,
 )
 from tests.factories import create_api_key
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def remote(live_server, tenant):  # type: ignore[no-untyped-def]
-    write.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
+    knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
     _, key = create_api_key(org=tenant.org, can_read=True, can_write=True, can_forget=True)
     return live_server.url, key
 
@@ -76,7 +76,7 @@ def test_http_memory_maps_errors(remote):
     url, key = remote
     ctx = MemoryContext()
     read_only = HttpMemory(url, api_key=key, domain="support", write_to="handbook")
-    with pytest.raises(MemoryWriteRefused) as refused:
+    with pytest.raises(WriteRefused) as refused:
         asyncio.run(read_only.write([MemoryItem("guess", "agent")], ctx=ctx))
     assert (refused.value.source, refused.value.n) == ("handbook", 1)
     elsewhere = HttpMemory(url, api_key=key, domain="no-such-domain")

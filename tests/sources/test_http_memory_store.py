@@ -14,15 +14,14 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 
 from memoryhub import policy
+from memoryhub.exceptions import UnknownSource, ValidationFailed, WriteRefused
 from memoryhub.models import MemoryRecord
-from memoryhub.services import write
-from memoryhub.services.errors import UnknownSource, ValidationFailed
+from memoryhub.services import knowledge_bases, write
 from memoryhub.sources import (
     DjangoMemoryStore,
     HttpMemoryError,
     HttpMemoryStore,
     MemoryKind,
-    MemoryWriteRefused,
     StoredRecord,
     SyncHttpMemoryStore,
 )
@@ -49,7 +48,7 @@ def curated(tenant):  # type: ignore[no-untyped-def]
     """A read-only ``handbook`` (refuse) and ``digest`` (ignore), each holding a record
     of user:alice keyed ``profile``."""
     for name, on_write in (("handbook", "refuse"), ("digest", "ignore")):
-        write.ensure_knowledge_base(tenant.scope, name, read_only=True, on_write=on_write)
+        knowledge_bases.ensure_knowledge_base(tenant.scope, name, read_only=True, on_write=on_write)
         write.write(
             tenant.scope,
             [{"content": f"{name} about Alice", "key": "profile", "namespace": "user:alice"}],
@@ -80,7 +79,7 @@ def alice(key: str = "currency", value: Any = "EUR") -> StoredRecord:
 
 
 def test_a_read_only_knowledge_base_refuses_a_put(curated, make_store):
-    with pytest.raises(MemoryWriteRefused) as refused:
+    with pytest.raises(WriteRefused) as refused:
         run(make_store("handbook").put(alice()))
     assert (refused.value.source, refused.value.n) == ("handbook", 1)
     run(make_store("digest").put(alice()))  # ignore: accepted and dropped, as the API does
@@ -142,7 +141,7 @@ def test_forget_of_a_key_in_all_sources_is_refused_by_a_read_only_knowledge_base
 ):
     store = make_store()
     run(store.put(alice("profile", "memory about Alice")))
-    with pytest.raises(MemoryWriteRefused) as refused:
+    with pytest.raises(WriteRefused) as refused:
         run(store.forget(scope="user:alice", key="profile", all_sources=True))
     assert refused.value.source == "handbook"
     assert MemoryRecord.unscoped.filter(key="profile").count() == 3  # nothing deleted
@@ -200,7 +199,7 @@ def test_a_domain_the_key_cannot_see_is_a_plain_404(remote):
 
 def test_the_errors_a_store_shares_with_django_are_http_memory_errors_too(remote, tenant):
     url, key = remote
-    write.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
+    knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
     for source, status, code in (
         ("nope", 400, "unknown_source"),
         ("handbook", 403, "write_refused"),
@@ -250,7 +249,7 @@ def test_another_orgs_key_neither_reads_nor_forgets_the_first_orgs_keys(
 
 def test_the_sync_store_keeps_the_same_contract(remote, tenant):
     url, key = remote
-    write.ensure_knowledge_base(tenant.scope, "notes")
+    knowledge_bases.ensure_knowledge_base(tenant.scope, "notes")
     store = SyncHttpMemoryStore(url, api_key=key, domain="support")
     notes = SyncHttpMemoryStore(url, api_key=key, domain="support", source="notes")
     store.put(

@@ -12,6 +12,7 @@ import asyncio
 
 import pytest
 
+from memoryhub.exceptions import WriteRefused
 from memoryhub.items import MemoryItem
 from memoryhub.scope import Scope
 from memoryhub.sources import (
@@ -20,7 +21,6 @@ from memoryhub.sources import (
     CompositeMemory,
     CompositeWriteError,
     MemoryContext,
-    MemoryWriteRefused,
     ReadOnlyMemory,
     ScopedMemory,
     SequentialMemory,
@@ -220,7 +220,7 @@ def test_compacted_memory_takes_an_async_callable_or_a_compactor_object():
 def test_read_only_refusal_is_counted_and_observed():
     ro = ReadOnlyMemory(FakeMemory("registry"))
     ctx = context()
-    with pytest.raises(MemoryWriteRefused) as raised:
+    with pytest.raises(WriteRefused) as raised:
         run(ro.write(NOTE * 3, ctx=ctx))
     assert (raised.value.source, raised.value.n) == ("registry", 3)
     assert ro.refused_writes == 1

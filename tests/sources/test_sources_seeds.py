@@ -24,10 +24,12 @@ import dataclasses
 
 import pytest
 
+from memoryhub.exceptions import WriteRefused
 from memoryhub.items import MemoryItem
 from memoryhub.models import Observation
 from memoryhub.scope import Scope, tenant_scope
-from memoryhub.services import write
+from memoryhub.services import knowledge_bases
+from memoryhub.services.query import render_grounding
 from memoryhub.sources import (
     CachedMemory,
     CompactedMemory,
@@ -37,14 +39,12 @@ from memoryhub.sources import (
     DjangoMemoryStore,
     MemoryContext,
     MemorySource,
-    MemoryWriteRefused,
     ReadOnlyMemory,
     ScopedMemory,
     SequentialMemory,
     StoredRecord,
     ToolMemory,
     as_grounder,
-    render_grounding,
 )
 from tests.fakes import FakeMemory
 
@@ -183,7 +183,7 @@ def test_memory_item_is_deeply_frozen_and_hashable():
 
 
 def test_composite_and_sequential(tenant):
-    write.ensure_knowledge_base(tenant.scope, "handbook")
+    knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook")
     vector = DjangoMemory(sources=["handbook"], write_to="handbook")
     assert vector.name == "handbook"
     cache = FakeMemory("cache", [MemoryItem(content="cached: refunds take 5 days", source="cache")])
@@ -279,7 +279,7 @@ def test_read_only_memory_seed_example():
         lines.append(f"recall: {[(i.source, i.content) for i in recall]}")
         try:
             await curated.write(guess, ctx=ctx)
-        except MemoryWriteRefused as exc:
+        except WriteRefused as exc:
             lines.append(f"refused: {exc.source} | items: {exc.n}")
         strict = CompositeMemory(sources=[FakeMemory(name="notes"), curated])
         try:
@@ -311,7 +311,7 @@ def test_read_only_details():
     with pytest.raises(ValueError, match="on_write"):
         ReadOnlyMemory(FakeMemory("x"), on_write="drop")
     kb = ReadOnlyMemory(FakeMemory("kb"))
-    with pytest.raises(MemoryWriteRefused) as raised:
+    with pytest.raises(WriteRefused) as raised:
         run(kb.write([], ctx=MemoryContext()))
     assert raised.value.n == 0
     assert not isinstance(raised.value, PermissionError)
@@ -332,11 +332,13 @@ def test_accepts_writes_survives_nesting():
 
 
 def test_read_only_kb_through_django_memory_honours_the_policy(tenant):
-    write.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
-    write.ensure_knowledge_base(tenant.scope, "lenient", read_only=True, on_write="ignore")
+    knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
+    knowledge_bases.ensure_knowledge_base(
+        tenant.scope, "lenient", read_only=True, on_write="ignore"
+    )
     ctx = MemoryContext(tenant.scope)
     item = [MemoryItem(content="guess", source="agent")]
-    with pytest.raises(MemoryWriteRefused):
+    with pytest.raises(WriteRefused):
         run(DjangoMemory(write_to="handbook").write(item, ctx=ctx))
     notes = FakeMemory("notes")
     run(
@@ -359,8 +361,8 @@ def test_read_only_kb_through_django_memory_honours_the_policy(tenant):
 
 def test_scoped_memory_seed_example(tenant, other_tenant):
     guarded = ScopedMemory(inner=DjangoMemory(sources=["handbook"], write_to="handbook"))
-    write.ensure_knowledge_base(tenant.scope, "handbook")
-    write.ensure_knowledge_base(other_tenant.scope, "handbook")
+    knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook")
+    knowledge_bases.ensure_knowledge_base(other_tenant.scope, "handbook")
     mine = MemoryContext(tenant.scope, actor="agent")
 
     async def main():  # type: ignore[no-untyped-def]
@@ -503,10 +505,10 @@ def test_seed_003_working_code(tenant, other_tenant):
             metadata={"id": "approvals", "team": "ops"},
         ),
     ]
-    write.ensure_knowledge_base(tenant.scope, "handbook")
+    knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook")
     # The other tenant runs the same product: its own (empty) handbook. A tenant without
     # one gets UnknownSource, as over the API (tests/sources/test_sources_truth.py).
-    write.ensure_knowledge_base(other_tenant.scope, "handbook")
+    knowledge_bases.ensure_knowledge_base(other_tenant.scope, "handbook")
     memory = DjangoMemory(sources=["handbook"], write_to="handbook")
     ctx = MemoryContext(tenant.scope)
 

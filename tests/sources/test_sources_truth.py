@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
+from memoryhub.exceptions import UnknownSource
 from memoryhub.items import MemoryItem
 from memoryhub.models import KnowledgeBase, Observation
 from memoryhub.scope import tenant_scope
-from memoryhub.services import write
-from memoryhub.services.errors import UnknownSource
+from memoryhub.services import knowledge_bases, write
 from memoryhub.sources import (
     CachedMemory,
     CompositeMemory,
@@ -57,11 +57,11 @@ class Broken:
 
 @pytest.fixture
 def kbs(tenant):  # type: ignore[no-untyped-def]
-    write.ensure_knowledge_base(tenant.scope, "registry", read_only=True)
-    write.ensure_knowledge_base(
+    knowledge_bases.ensure_knowledge_base(tenant.scope, "registry", read_only=True)
+    knowledge_bases.ensure_knowledge_base(
         tenant.scope, "lenient", read_only=True, on_write=KnowledgeBase.OnWrite.IGNORE
     )
-    write.ensure_knowledge_base(tenant.scope, "notes")
+    knowledge_bases.ensure_knowledge_base(tenant.scope, "notes")
     return tenant
 
 
@@ -82,7 +82,7 @@ def test_django_memory_bound_to_a_read_only_kb_does_not_accept_writes(kbs, other
     assert DjangoMemory(scope).accepts_writes is True  # memory: created by the first write
     assert DjangoMemory(scope, write_to="no-such-kb").accepts_writes is False
     # Another tenant's policy is its own: its registry is writable.
-    write.ensure_knowledge_base(other_tenant.scope, "registry")
+    knowledge_bases.ensure_knowledge_base(other_tenant.scope, "registry")
     assert DjangoMemory(other_tenant.scope, write_to="registry").accepts_writes is True
     # Unbound: decided per call, so permissive (the write result tells).
     assert DjangoMemory(write_to="registry").accepts_writes is True
@@ -209,7 +209,7 @@ def test_django_memory_query_names_an_unknown_kb_like_the_api(kbs, other_tenant)
         run(DjangoMemory(sources=["handbok"]).query("refunds", k=3, ctx=ctx))
     assert raised.value.name == "handbok"
     # Another tenant's knowledge base is unknown here too: a 400, never its items.
-    write.ensure_knowledge_base(other_tenant.scope, "secret")
+    knowledge_bases.ensure_knowledge_base(other_tenant.scope, "secret")
     with pytest.raises(UnknownSource):
         run(DjangoMemory(sources=["secret"]).query("refunds", k=3, ctx=ctx))
 

@@ -18,7 +18,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.db import connections
 
-from memoryhub.services import write
+from memoryhub.services import knowledge_bases
 from memoryhub.sources import (
     DjangoMemoryStore,
     HttpMemoryStore,
@@ -53,7 +53,7 @@ def stores(request, tenant):  # type: ignore[no-untyped-def]
     if request.param == "in_memory":
         memory = InMemoryMemoryStore()
         return memory, memory.with_source("notes")
-    write.ensure_knowledge_base(tenant.scope, "notes")
+    knowledge_bases.ensure_knowledge_base(tenant.scope, "notes")
     if request.param == "django":
         return DjangoMemoryStore(tenant.scope), DjangoMemoryStore(tenant.scope, source="notes")
     url = request.getfixturevalue("live_server").url

@@ -26,7 +26,7 @@ from rest_framework.test import APIClient
 
 from memoryhub.embedders import HashingEmbedder
 from memoryhub.models import MemoryRecord
-from memoryhub.services import indexing, write
+from memoryhub.services import indexing, knowledge_bases, write
 from memoryhub.tasks import sweep
 from tests.factories import create_api_key
 from tests.programs import (
@@ -204,7 +204,7 @@ def test_an_import_job_enqueued_while_the_broker_is_down_runs_once_it_returns(
 
     settings.MEMORYHUB = SWEEP_AFTER
     caplog.set_level(logging.WARNING, logger="memoryhub.services.imports")
-    knowledge_base = write.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
+    knowledge_base = knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
     text = "\n".join(
         f'{{"content": "Imported while the broker was down, line {n}."}}' for n in range(5)
     )

@@ -15,7 +15,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from memoryhub.conf import memoryhub_settings
-from memoryhub.services.indexing import ensure_tenant_indexes, ensure_vector_index
+from memoryhub.services.vector_indexes import ensure_tenant_indexes, ensure_vector_index
 
 
 class Command(BaseCommand):

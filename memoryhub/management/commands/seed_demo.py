@@ -16,7 +16,7 @@ from django.db import transaction
 
 from memoryhub.models import KnowledgeBase
 from memoryhub.scope import Scope
-from memoryhub.services import write
+from memoryhub.services import knowledge_bases, write
 from tenants.models import ApiKey, Domain, Membership, Org
 
 HANDBOOK = [
@@ -48,8 +48,8 @@ class Command(BaseCommand):
                 org=org, slug="support", defaults={"name": "Customer support"}
             )
             scope = Scope.for_domain(domain)
-            write.ensure_knowledge_base(scope, KnowledgeBase.DEFAULT_NAME)
-            handbook = write.ensure_knowledge_base(
+            knowledge_bases.ensure_knowledge_base(scope, KnowledgeBase.DEFAULT_NAME)
+            handbook = knowledge_bases.ensure_knowledge_base(
                 scope,
                 "handbook",
                 read_only=True,

@@ -25,7 +25,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from .. import log, policy, routing
+from .. import log, policy, routing, vocabulary
 from ..conf import memoryhub_settings
 from ..models import MemoryRecord
 from ..services import forget as forget_service
@@ -260,7 +260,7 @@ class RecordsView(MemoryAPIView):
                 description="Seconds (bounded) to wait until the records are indexed.",
             ),
         ],
-        request=s.WriteRequestSerializer,
+        request=vocabulary.WriteRequestSerializer,
         responses={
             200: OpenApiResponse(
                 s.WriteResponseSerializer, description="Written and indexed (?wait)."
@@ -397,7 +397,7 @@ class RecordDetailView(MemoryAPIView):
     @extend_schema(
         summary="Replace a record's content and fields",
         parameters=[DOMAIN],
-        request=s.RecordUpdateSerializer,
+        request=vocabulary.RecordUpdateSerializer,
         responses={200: UPDATED, **errors_except()},
     )
     def put(self, request: Request, domain: str, record_id: str) -> Response:
@@ -406,7 +406,7 @@ class RecordDetailView(MemoryAPIView):
     @extend_schema(
         summary="Change some of a record's fields",
         parameters=[DOMAIN],
-        request=s.RecordUpdateSerializer,
+        request=vocabulary.RecordUpdateSerializer,
         responses={200: UPDATED, **errors_except()},
     )
     def patch(self, request: Request, domain: str, record_id: str) -> Response:
@@ -456,7 +456,7 @@ class QueryView(MemoryAPIView):
     @extend_schema(
         summary="Query memory",
         parameters=[DOMAIN],
-        request=s.QueryRequestSerializer,
+        request=vocabulary.QueryRequestSerializer,
         responses={200: s.QueryResponseSerializer, **errors_except()},
         examples=schema.QUERY_EXAMPLES,
     )
@@ -464,8 +464,10 @@ class QueryView(MemoryAPIView):
         scope = resolve_domain(request, domain, Action.READ)
         body = self.body(request)
         output = body.pop("format", "items")
-        if output not in ("items", "grounding"):
-            raise exceptions.ValidationError({"format": ["must be items or grounding."]})
+        if output not in vocabulary.FORMATS:
+            raise exceptions.ValidationError(
+                {"format": [f"must be {' or '.join(vocabulary.FORMATS)}."]}
+            )
         result = query_service.query(scope, **body)
         return Response(
             {
@@ -482,7 +484,7 @@ class ForgetView(MemoryAPIView):
     @extend_schema(
         summary="Forget memory",
         parameters=[DOMAIN],
-        request=s.ForgetRequestSerializer,
+        request=vocabulary.ForgetRequestSerializer,
         responses={200: s.ForgetResponseSerializer, **errors_except()},
         examples=schema.FORGET_EXAMPLES,
     )

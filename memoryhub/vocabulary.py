@@ -7,7 +7,7 @@ choices, help texts and bounds. Everything else is read from them:
 * the REST API's OpenAPI document (drf-spectacular describes the serializers);
 * the MCP tools' input schemas (``memoryhub.mcp.tools`` maps the fields to JSON Schema);
 * the fields the services accept (:func:`field_names`) and the bounds they enforce
-  (:func:`bounded_fields`).
+  (:func:`bounds`, which the serializers read too).
 
 Bounds that are ``MEMORYHUB`` settings are read each time a serializer's fields are
 built (``get_fields``), never at import, so every door states and enforces what the
@@ -17,6 +17,7 @@ the error contract: the serializers declare, they are not what validates a reque
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cache
 
 from rest_framework import serializers
@@ -30,13 +31,14 @@ __all__ = [
     "MAX_FILTER_VALUES",
     "MAX_TTL_SECONDS",
     "MODES",
+    "Bounds",
     "ForgetRequestSerializer",
     "ImportLineSerializer",
     "ItemInSerializer",
     "QueryRequestSerializer",
     "RecordUpdateSerializer",
     "WriteRequestSerializer",
-    "bounded_fields",
+    "bounds",
     "field_names",
 ]
 
@@ -77,23 +79,59 @@ class BoundedSerializer(serializers.Serializer):
         return {**super().get_fields(), **self.bounded_fields()}
 
 
-def _item_bounds(*, content_required: bool) -> dict[str, serializers.Field]:
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    """The bounds of the requests' fields that are ``MEMORYHUB`` settings, as they are
+    now: what the serializers state and the services enforce (:func:`bounds`)."""
+
+    write_items: int
+    content_length: int
+    key_length: int
+    namespace_length: int
+    metadata_bytes: int
+    tags: int
+    tag_length: int
+    query_length: int
+    k: int
+    default_k: int
+    context_turns: int
+
+
+def bounds() -> Bounds:
+    """The :class:`Bounds` the settings give now (read on each call, never cached)."""
     settings = memoryhub_settings
+    return Bounds(
+        write_items=settings.MAX_WRITE_ITEMS,
+        content_length=settings.MAX_CONTENT_LENGTH,
+        key_length=settings.MAX_KEY_LENGTH,
+        namespace_length=settings.MAX_NAMESPACE_LENGTH,
+        metadata_bytes=settings.MAX_METADATA_BYTES,
+        tags=settings.MAX_TAGS,
+        tag_length=settings.MAX_TAG_LENGTH,
+        query_length=settings.MAX_QUERY_LENGTH,
+        k=settings.MAX_K,
+        default_k=settings.DEFAULT_K,
+        context_turns=settings.MAX_CONTEXT_TURNS,
+    )
+
+
+def _item_bounds(*, content_required: bool) -> dict[str, serializers.Field]:
+    limits = bounds()
     return {
         "content": serializers.CharField(
-            max_length=settings.MAX_CONTENT_LENGTH, required=content_required
+            max_length=limits.content_length, required=content_required
         ),
         "key": serializers.CharField(
             required=False,
             allow_null=True,
-            max_length=settings.MAX_KEY_LENGTH,
+            max_length=limits.key_length,
             help_text="Upsert by key: a write with the same key (in the same knowledge base "
             "and namespace) replaces the record.",
         ),
         "tags": serializers.ListField(
-            child=serializers.CharField(max_length=settings.MAX_TAG_LENGTH),
+            child=serializers.CharField(max_length=limits.tag_length),
             required=False,
-            max_length=settings.MAX_TAGS,
+            max_length=limits.tags,
         ),
     }
 
@@ -119,7 +157,7 @@ class ItemInSerializer(ItemFieldsSerializer):
             "namespace": serializers.CharField(
                 required=False,
                 allow_blank=True,
-                max_length=memoryhub_settings.MAX_NAMESPACE_LENGTH,
+                max_length=bounds().namespace_length,
                 help_text='A data subject ("user:alice"); "" (the default) is shared.',
             ),
         }
@@ -140,7 +178,7 @@ class RecordUpdateSerializer(ItemFieldsSerializer):
 class WriteRequestSerializer(BoundedSerializer):
     """A write: items for one knowledge base (source) or several (sources)."""
 
-    source = serializers.CharField(required=False, help_text="One knowledge base (default memory).")
+    source = serializers.CharField(required=False, help_text="One knowledge base (default memory).")  # type: ignore[assignment]
     sources = serializers.ListField(
         child=serializers.CharField(),
         required=False,
@@ -154,7 +192,8 @@ class WriteRequestSerializer(BoundedSerializer):
     )
 
     def bounded_fields(self) -> dict[str, serializers.Field]:
-        return {"items": ItemInSerializer(many=True, max_length=memoryhub_settings.MAX_WRITE_ITEMS)}
+        items = ItemInSerializer(many=True, max_length=bounds().write_items)  # type: ignore[call-arg]
+        return {"items": items}
 
 
 def _filter(help_text: str) -> serializers.ListField:
@@ -227,16 +266,16 @@ class QueryRequestSerializer(BoundedSerializer):
     )
 
     def bounded_fields(self) -> dict[str, serializers.Field]:
-        settings = memoryhub_settings
+        limits = bounds()
         return {
-            "query": serializers.CharField(max_length=settings.MAX_QUERY_LENGTH),
+            "query": serializers.CharField(max_length=limits.query_length),
             "k": serializers.IntegerField(
-                required=False, min_value=1, max_value=settings.MAX_K, default=settings.DEFAULT_K
+                required=False, min_value=1, max_value=limits.k, default=limits.default_k
             ),
             "context_turns": serializers.IntegerField(
                 required=False,
                 min_value=0,
-                max_value=settings.MAX_CONTEXT_TURNS,
+                max_value=limits.context_turns,
                 help_text="Return each hit's neighbouring turns of its session "
                 '(metadata["session"]): up to this many before and after it (default 0).',
             ),
@@ -254,7 +293,7 @@ class ForgetRequestSerializer(serializers.Serializer):
         'shared namespace "" needs sources.',
     )
     key = serializers.CharField(required=False)
-    source = serializers.CharField(required=False, help_text="One knowledge base.")
+    source = serializers.CharField(required=False, help_text="One knowledge base.")  # type: ignore[assignment]
     sources = serializers.ListField(
         child=serializers.CharField(max_length=MAX_SOURCE_NAME_LENGTH),
         required=False,
@@ -267,8 +306,3 @@ class ForgetRequestSerializer(serializers.Serializer):
 def field_names(declaration: type[serializers.Serializer]) -> frozenset[str]:
     """The fields ``declaration`` names (the same whatever the settings bound)."""
     return frozenset(declaration().fields)
-
-
-def bounded_fields(declaration: type[serializers.Serializer]) -> dict[str, serializers.Field]:
-    """``declaration``'s fields with the bounds the settings give them now."""
-    return dict(declaration().fields)

@@ -14,7 +14,7 @@ from django.utils.translation import gettext_lazy as _
 from tenants.admin import preselect_single_choice
 from tenants.models import Domain
 
-from .. import boundary
+from .. import boundary, vocabulary
 from ..conf import memoryhub_settings
 from ..embedders.base import is_lexical
 from ..exceptions import UnknownSource, ValidationFailed
@@ -87,7 +87,7 @@ class PlaygroundForm(forms.Form):
     domain: forms.ModelChoiceField = forms.ModelChoiceField(queryset=Domain.objects.none())
     query = forms.CharField(max_length=4000, widget=forms.TextInput(attrs={"size": 80}))
     mode = forms.ChoiceField(
-        choices=[(m, m) for m in query_service.MODES],
+        choices=[(m, m) for m in vocabulary.MODES],
         initial="hybrid",
         help_text=_("What the score means in the chosen mode is said above the results."),
     )

@@ -87,6 +87,7 @@ def json_schema(field: serializers.Field) -> dict[str, Any]:
     choices, default and help text."""
     schema: dict[str, Any]
     if isinstance(field, serializers.ListSerializer):
+        assert isinstance(field.child, serializers.Serializer)
         schema = {"type": "array", "items": object_schema(field.child)}
     elif isinstance(field, serializers.Serializer):
         schema = object_schema(field)

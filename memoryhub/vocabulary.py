@@ -17,7 +17,7 @@ the error contract: the serializers declare, they are not what validates a reque
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import cache
 
 from rest_framework import serializers
@@ -81,57 +81,44 @@ class BoundedSerializer(serializers.Serializer):
 
 @dataclass(frozen=True, slots=True)
 class Bounds:
-    """The bounds of the requests' fields that are ``MEMORYHUB`` settings, as they are
-    now: what the serializers state and the services enforce (:func:`bounds`)."""
+    """The ``MEMORYHUB`` settings that bound the requests' fields, as they are now: what
+    the serializers state and the services enforce (:func:`bounds`)."""
 
-    write_items: int
-    content_length: int
-    key_length: int
-    namespace_length: int
-    metadata_bytes: int
-    tags: int
-    tag_length: int
-    query_length: int
-    k: int
-    default_k: int
-    context_turns: int
+    MAX_WRITE_ITEMS: int
+    MAX_CONTENT_LENGTH: int
+    MAX_KEY_LENGTH: int
+    MAX_NAMESPACE_LENGTH: int
+    MAX_METADATA_BYTES: int
+    MAX_TAGS: int
+    MAX_TAG_LENGTH: int
+    MAX_QUERY_LENGTH: int
+    MAX_K: int
+    DEFAULT_K: int
+    MAX_CONTEXT_TURNS: int
 
 
 def bounds() -> Bounds:
     """The :class:`Bounds` the settings give now (read on each call, never cached)."""
-    settings = memoryhub_settings
-    return Bounds(
-        write_items=settings.MAX_WRITE_ITEMS,
-        content_length=settings.MAX_CONTENT_LENGTH,
-        key_length=settings.MAX_KEY_LENGTH,
-        namespace_length=settings.MAX_NAMESPACE_LENGTH,
-        metadata_bytes=settings.MAX_METADATA_BYTES,
-        tags=settings.MAX_TAGS,
-        tag_length=settings.MAX_TAG_LENGTH,
-        query_length=settings.MAX_QUERY_LENGTH,
-        k=settings.MAX_K,
-        default_k=settings.DEFAULT_K,
-        context_turns=settings.MAX_CONTEXT_TURNS,
-    )
+    return Bounds(*(getattr(memoryhub_settings, bound.name) for bound in fields(Bounds)))
 
 
 def _item_bounds(*, content_required: bool) -> dict[str, serializers.Field]:
     limits = bounds()
     return {
         "content": serializers.CharField(
-            max_length=limits.content_length, required=content_required
+            max_length=limits.MAX_CONTENT_LENGTH, required=content_required
         ),
         "key": serializers.CharField(
             required=False,
             allow_null=True,
-            max_length=limits.key_length,
+            max_length=limits.MAX_KEY_LENGTH,
             help_text="Upsert by key: a write with the same key (in the same knowledge base "
             "and namespace) replaces the record.",
         ),
         "tags": serializers.ListField(
-            child=serializers.CharField(max_length=limits.tag_length),
+            child=serializers.CharField(max_length=limits.MAX_TAG_LENGTH),
             required=False,
-            max_length=limits.tags,
+            max_length=limits.MAX_TAGS,
         ),
     }
 
@@ -157,7 +144,7 @@ class ItemInSerializer(ItemFieldsSerializer):
             "namespace": serializers.CharField(
                 required=False,
                 allow_blank=True,
-                max_length=bounds().namespace_length,
+                max_length=bounds().MAX_NAMESPACE_LENGTH,
                 help_text='A data subject ("user:alice"); "" (the default) is shared.',
             ),
         }
@@ -192,7 +179,7 @@ class WriteRequestSerializer(BoundedSerializer):
     )
 
     def bounded_fields(self) -> dict[str, serializers.Field]:
-        items = ItemInSerializer(many=True, max_length=bounds().write_items)  # type: ignore[call-arg]
+        items = ItemInSerializer(many=True, max_length=bounds().MAX_WRITE_ITEMS)  # type: ignore[call-arg]
         return {"items": items}
 
 
@@ -268,14 +255,14 @@ class QueryRequestSerializer(BoundedSerializer):
     def bounded_fields(self) -> dict[str, serializers.Field]:
         limits = bounds()
         return {
-            "query": serializers.CharField(max_length=limits.query_length),
+            "query": serializers.CharField(max_length=limits.MAX_QUERY_LENGTH),
             "k": serializers.IntegerField(
-                required=False, min_value=1, max_value=limits.k, default=limits.default_k
+                required=False, min_value=1, max_value=limits.MAX_K, default=limits.DEFAULT_K
             ),
             "context_turns": serializers.IntegerField(
                 required=False,
                 min_value=0,
-                max_value=limits.context_turns,
+                max_value=limits.MAX_CONTEXT_TURNS,
                 help_text="Return each hit's neighbouring turns of its session "
                 '(metadata["session"]): up to this many before and after it (default 0).',
             ),

@@ -11,6 +11,8 @@ from typing import Any
 from rest_framework import serializers
 
 from ..models import KnowledgeBase, MemoryRecord, RecordVersion
+from ..services.forget import ForgetResult
+from ..services.query import QueryResult, render_grounding
 
 
 class ErrorSerializer(serializers.Serializer):
@@ -220,4 +222,23 @@ def record_result(result: Any) -> dict[str, Any]:
         "status": result.status,
         "deduplicated": result.deduplicated,
         "source": result.source,
+    }
+
+
+def query_result(result: QueryResult) -> dict[str, Any]:
+    """A query's answer, as the REST API and the MCP tool give it."""
+    return {
+        "items": result.item_dicts(),
+        "grounding": render_grounding(result.items),
+        "reranked": result.reranked,
+    }
+
+
+def forget_result(result: ForgetResult) -> dict[str, Any]:
+    """A forget's answer, as the REST API and the MCP tool give it."""
+    return {
+        "deleted": result.deleted,
+        "by_source": result.by_source,
+        "refused": result.refused,
+        "receipt": result.receipt,
     }

@@ -423,7 +423,7 @@ class RecordDetailView(MemoryAPIView):
             result = forget_service.forget_record(scope, record_id, actor=actor(request))
         except records_service.RecordNotFound:
             raise exceptions.NotFound("No such record.", code="record_not_found") from None
-        return Response(_forget_response(result))
+        return Response(s.forget_result(result))
 
 
 class RecordHistoryView(MemoryAPIView):
@@ -469,13 +469,7 @@ class QueryView(MemoryAPIView):
                 {"format": [f"must be {' or '.join(vocabulary.FORMATS)}."]}
             )
         result = query_service.query(scope, **body)
-        return Response(
-            {
-                "items": result.item_dicts(),
-                "grounding": query_service.render_grounding(result.items),
-                "reranked": result.reranked,
-            }
-        )
+        return Response(s.query_result(result))
 
 
 class ForgetView(MemoryAPIView):
@@ -494,16 +488,7 @@ class ForgetView(MemoryAPIView):
         if forget_request.is_subject_erasure:
             require(request, Action.ERASE_SUBJECT, scope)
         result = forget_service.forget(scope, forget_request, actor=actor(request))
-        return Response(_forget_response(result))
-
-
-def _forget_response(result: forget_service.ForgetResult) -> dict[str, Any]:
-    return {
-        "deleted": result.deleted,
-        "by_source": result.by_source,
-        "refused": result.refused,
-        "receipt": result.receipt,
-    }
+        return Response(s.forget_result(result))
 
 
 class ErasureReceiptView(MemoryAPIView):

@@ -171,12 +171,7 @@ def _record_id() -> dict[str, Any]:
 
 
 def _query(request: Request, scope: Scope, arguments: Arguments) -> dict[str, Any]:
-    result = query_service.query(scope, **arguments)
-    return {
-        "items": result.item_dicts(),
-        "grounding": query_service.render_grounding(result.items),
-        "reranked": result.reranked,
-    }
+    return s.query_result(query_service.query(scope, **arguments))
 
 
 # --- write and update --------------------------------------------------------------------
@@ -243,13 +238,7 @@ def _forget(request: Request, scope: Scope, arguments: Arguments) -> dict[str, A
     forget_request = forget_service.ForgetRequest.from_body(arguments)
     if forget_request.is_subject_erasure:
         require(request, Action.ERASE_SUBJECT, scope)
-    result = forget_service.forget(scope, forget_request, actor=actor(request))
-    return {
-        "deleted": result.deleted,
-        "by_source": result.by_source,
-        "refused": result.refused,
-        "receipt": result.receipt,
-    }
+    return s.forget_result(forget_service.forget(scope, forget_request, actor=actor(request)))
 
 
 TOOLS: dict[str, Tool] = {

@@ -208,8 +208,8 @@ def validate_items(raw_items: Any) -> list[WriteItem]:
     limits = bounds()
     if not isinstance(raw_items, list | tuple):
         raise ValidationFailed({"items": ["must be a list."]})
-    if len(raw_items) > limits.write_items:
-        raise ValidationFailed({"items": [f"at most {limits.write_items} items per write."]})
+    if len(raw_items) > limits.MAX_WRITE_ITEMS:
+        raise ValidationFailed({"items": [f"at most {limits.MAX_WRITE_ITEMS} items per write."]})
     item_fields = field_names(ItemInSerializer)
     errors: dict[str, list[str]] = {}
     items: list[WriteItem] = []
@@ -230,13 +230,13 @@ def validate_items(raw_items: Any) -> list[WriteItem]:
             raw.get("content"),
             f"{path}.content",
             errors,
-            max_length=limits.content_length,
+            max_length=limits.MAX_CONTENT_LENGTH,
             blank=False,
         )
         key = raw.get("key")
         if key is not None:
             key = _validate_text(
-                key, f"{path}.key", errors, max_length=limits.key_length, blank=False
+                key, f"{path}.key", errors, max_length=limits.MAX_KEY_LENGTH, blank=False
             )
         kind = raw.get("kind", MemoryRecord.Kind.SEMANTIC)
         if kind not in MemoryRecord.Kind.values:
@@ -248,7 +248,7 @@ def validate_items(raw_items: Any) -> list[WriteItem]:
             "" if namespace is None else namespace,
             f"{path}.namespace",
             errors,
-            max_length=limits.namespace_length,
+            max_length=limits.MAX_NAMESPACE_LENGTH,
             blank=True,
         )
         tags = _validate_tags(raw.get("tags", []), f"{path}.tags", errors, limits)
@@ -261,9 +261,9 @@ def validate_items(raw_items: Any) -> list[WriteItem]:
             _check_json(metadata, f"{path}.metadata", errors)
             if f"{path}.metadata" not in errors:
                 size = len(json.dumps(metadata, ensure_ascii=False).encode("utf-8"))
-                if size > limits.metadata_bytes:
+                if size > limits.MAX_METADATA_BYTES:
                     errors.setdefault(f"{path}.metadata", []).append(
-                        f"is {size} bytes of JSON; at most {limits.metadata_bytes}."
+                        f"is {size} bytes of JSON; at most {limits.MAX_METADATA_BYTES}."
                     )
             _validate_session(metadata, f"{path}.metadata", errors)
             _validate_indexed_values(metadata, f"{path}.metadata", errors)
@@ -325,13 +325,13 @@ def _validate_tags(
     if not isinstance(value, list | tuple):
         errors.setdefault(path, []).append("must be a list of strings.")
         return None
-    if len(value) > limits.tags:
-        errors.setdefault(path, []).append(f"at most {limits.tags} tags.")
+    if len(value) > limits.MAX_TAGS:
+        errors.setdefault(path, []).append(f"at most {limits.MAX_TAGS} tags.")
         return None
     tags: list[str] = []
     for index, tag in enumerate(value):
         checked = _validate_text(
-            tag, f"{path}[{index}]", errors, max_length=limits.tag_length, blank=False
+            tag, f"{path}[{index}]", errors, max_length=limits.MAX_TAG_LENGTH, blank=False
         )
         if checked is not None and checked not in tags:
             tags.append(checked)

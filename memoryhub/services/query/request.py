@@ -65,15 +65,15 @@ class QueryRequest:
         text = raw.get("query")
         if not isinstance(text, str) or not text.strip():
             errors.setdefault("query", []).append("must be a non-empty string.")
-        elif len(text) > limits.query_length:
+        elif len(text) > limits.MAX_QUERY_LENGTH:
             errors.setdefault("query", []).append(
-                f"is longer than {limits.query_length} characters."
+                f"is longer than {limits.MAX_QUERY_LENGTH} characters."
             )
         elif "\x00" in text:
             errors.setdefault("query", []).append("may not contain NUL characters.")
-        k = raw.get("k", limits.default_k)
-        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= limits.k:
-            errors.setdefault("k", []).append(f"must be an integer from 1 to {limits.k}.")
+        k = raw.get("k", limits.DEFAULT_K)
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= limits.MAX_K:
+            errors.setdefault("k", []).append(f"must be an integer from 1 to {limits.MAX_K}.")
         mode = raw.get("mode", "hybrid")
         if mode not in MODES:
             errors.setdefault("mode", []).append(f"must be one of {', '.join(MODES)}.")
@@ -126,10 +126,10 @@ class QueryRequest:
         if (
             isinstance(turns, bool)
             or not isinstance(turns, int)
-            or not 0 <= turns <= limits.context_turns
+            or not 0 <= turns <= limits.MAX_CONTEXT_TURNS
         ):
             errors.setdefault("context_turns", []).append(
-                f"must be an integer from 0 to {limits.context_turns}."
+                f"must be an integer from 0 to {limits.MAX_CONTEXT_TURNS}."
             )
         if errors:
             raise ValidationFailed(errors)

@@ -99,7 +99,10 @@ class Bounds:
 
 def bounds() -> Bounds:
     """The :class:`Bounds` the settings give now (read on each call, never cached)."""
-    return Bounds(*(getattr(memoryhub_settings, bound.name) for bound in fields(Bounds)))
+    return Bounds(*(getattr(memoryhub_settings, name) for name in _BOUND_SETTINGS))
+
+
+_BOUND_SETTINGS = tuple(bound.name for bound in fields(Bounds))
 
 
 def _item_bounds(*, content_required: bool) -> dict[str, serializers.Field]:

@@ -130,13 +130,13 @@ class PlaygroundForm(forms.Form):
     def __init__(self, *args: Any, domains: QuerySet[Domain], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # The bounds the query service enforces, as the operator set them.
-        settings = memoryhub_settings
-        self.fields["k"] = forms.IntegerField(min_value=1, max_value=settings.MAX_K, initial=5)
-        self.fields["context_turns"].max_value = settings.MAX_CONTEXT_TURNS  # type: ignore[attr-defined]
-        self.fields["context_turns"].validators = [MaxValueValidator(settings.MAX_CONTEXT_TURNS)]
-        self.fields["query"].max_length = settings.MAX_QUERY_LENGTH  # type: ignore[attr-defined]
-        self.fields["query"].validators = [MaxLengthValidator(settings.MAX_QUERY_LENGTH)]
-        self.fields["query"].widget.attrs["maxlength"] = str(settings.MAX_QUERY_LENGTH)
+        limits = vocabulary.bounds()
+        self.fields["k"] = forms.IntegerField(min_value=1, max_value=limits.MAX_K, initial=5)
+        self.fields["context_turns"].max_value = limits.MAX_CONTEXT_TURNS  # type: ignore[attr-defined]
+        self.fields["context_turns"].validators = [MaxValueValidator(limits.MAX_CONTEXT_TURNS)]
+        self.fields["query"].max_length = limits.MAX_QUERY_LENGTH  # type: ignore[attr-defined]
+        self.fields["query"].validators = [MaxLengthValidator(limits.MAX_QUERY_LENGTH)]
+        self.fields["query"].widget.attrs["maxlength"] = str(limits.MAX_QUERY_LENGTH)
         self.fields["domain"].queryset = domains  # type: ignore[attr-defined]
         preselect_single_choice(self.fields["domain"])
         chosen = self._chosen_domain(domains)

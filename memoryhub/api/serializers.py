@@ -236,9 +236,4 @@ def query_result(result: QueryResult) -> dict[str, Any]:
 
 def forget_result(result: ForgetResult) -> dict[str, Any]:
     """A forget's answer, as the REST API and the MCP tool give it."""
-    return {
-        "deleted": result.deleted,
-        "by_source": result.by_source,
-        "refused": result.refused,
-        "receipt": result.receipt,
-    }
+    return dict(ForgetResponseSerializer(result).data)

@@ -356,7 +356,7 @@ class MemoryhubSettings:
             self._previous = previous
         if model_name in self._previous:
             return self._previous[model_name]
-        from .embedders.hashing import HashingEmbedder
+        from .embedders import HashingEmbedder
 
         return HashingEmbedder.from_name(model_name)
 

@@ -25,13 +25,10 @@ __all__ = [
     "thaw",
 ]
 
-#: The one vocabulary of a memory item's writable fields, as every door spells them: a
-#: record stores ``STORED_FIELDS`` (history keeps them too); a write also takes the
-#: ``namespace`` it goes to and ``ttl_seconds`` (turned into ``expires_at``).
+#: The fields a record stores of what was written (history keeps them too); a write's
+#: item also names its ``namespace`` and may give ``ttl_seconds`` instead of
+#: ``expires_at`` (``memoryhub.vocabulary`` declares the requests).
 STORED_FIELDS = ("content", "key", "kind", "tags", "metadata", "expires_at", "occurred_at")
-ITEM_FIELDS = (*STORED_FIELDS[:3], "namespace", *STORED_FIELDS[3:], "ttl_seconds")
-#: What an update by id may change (a record's namespace and knowledge base stay).
-UPDATABLE_FIELDS = tuple(name for name in ITEM_FIELDS if name != "namespace")
 
 FROZEN_MESSAGE = (
     "this payload belongs to a frozen value and cannot be mutated in place. "

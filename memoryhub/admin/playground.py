@@ -14,7 +14,7 @@ from django.utils.translation import gettext_lazy as _
 from tenants.admin import preselect_single_choice
 from tenants.models import Domain
 
-from .. import boundary
+from .. import boundary, vocabulary
 from ..conf import memoryhub_settings
 from ..embedders.base import is_lexical
 from ..exceptions import UnknownSource, ValidationFailed
@@ -87,7 +87,7 @@ class PlaygroundForm(forms.Form):
     domain: forms.ModelChoiceField = forms.ModelChoiceField(queryset=Domain.objects.none())
     query = forms.CharField(max_length=4000, widget=forms.TextInput(attrs={"size": 80}))
     mode = forms.ChoiceField(
-        choices=[(m, m) for m in query_service.MODES],
+        choices=[(m, m) for m in vocabulary.MODES],
         initial="hybrid",
         help_text=_("What the score means in the chosen mode is said above the results."),
     )
@@ -130,13 +130,13 @@ class PlaygroundForm(forms.Form):
     def __init__(self, *args: Any, domains: QuerySet[Domain], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # The bounds the query service enforces, as the operator set them.
-        settings = memoryhub_settings
-        self.fields["k"] = forms.IntegerField(min_value=1, max_value=settings.MAX_K, initial=5)
-        self.fields["context_turns"].max_value = settings.MAX_CONTEXT_TURNS  # type: ignore[attr-defined]
-        self.fields["context_turns"].validators = [MaxValueValidator(settings.MAX_CONTEXT_TURNS)]
-        self.fields["query"].max_length = settings.MAX_QUERY_LENGTH  # type: ignore[attr-defined]
-        self.fields["query"].validators = [MaxLengthValidator(settings.MAX_QUERY_LENGTH)]
-        self.fields["query"].widget.attrs["maxlength"] = str(settings.MAX_QUERY_LENGTH)
+        limits = vocabulary.bounds()
+        self.fields["k"] = forms.IntegerField(min_value=1, max_value=limits.MAX_K, initial=5)
+        self.fields["context_turns"].max_value = limits.MAX_CONTEXT_TURNS  # type: ignore[attr-defined]
+        self.fields["context_turns"].validators = [MaxValueValidator(limits.MAX_CONTEXT_TURNS)]
+        self.fields["query"].max_length = limits.MAX_QUERY_LENGTH  # type: ignore[attr-defined]
+        self.fields["query"].validators = [MaxLengthValidator(limits.MAX_QUERY_LENGTH)]
+        self.fields["query"].widget.attrs["maxlength"] = str(limits.MAX_QUERY_LENGTH)
         self.fields["domain"].queryset = domains  # type: ignore[attr-defined]
         preselect_single_choice(self.fields["domain"])
         chosen = self._chosen_domain(domains)

@@ -1,7 +1,7 @@
-"""Request and response shapes of the REST API, for the OpenAPI schema and for output.
+"""Response shapes of the REST API, for the OpenAPI schema and for output.
 
-Input validation is the services' job (one set of rules for every front door); these
-serializers describe the bodies and shape responses.
+The requests are declared once, for every door, in ``memoryhub.vocabulary``; input
+validation is the services' job (one set of rules for every front door).
 """
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from typing import Any
 
 from rest_framework import serializers
 
-from ..conf import MAX_HALF_LIFE_SECONDS, memoryhub_settings
 from ..models import KnowledgeBase, MemoryRecord, RecordVersion
+from ..services.forget import ForgetResult
+from ..services.query import QueryResult, render_grounding
 
 
 class ErrorSerializer(serializers.Serializer):
@@ -29,83 +30,6 @@ class WriteRefusedSerializer(serializers.Serializer):
     detail = serializers.CharField()
     source = serializers.CharField()  # type: ignore[assignment]
     n = serializers.IntegerField()
-
-
-class SettingsBounds:
-    """Fields whose bounds come from ``MEMORYHUB`` settings, read when the serializer is
-    used (the OpenAPI schema states the bounds the services enforce, whatever an
-    operator set). ``bounded_fields()`` returns them by name."""
-
-    def bounded_fields(self) -> dict[str, serializers.Field]:
-        return {}
-
-    def get_fields(self) -> dict[str, serializers.Field]:
-        return {**super().get_fields(), **self.bounded_fields()}  # type: ignore[misc]
-
-
-def _item_bounds(required_content: bool) -> dict[str, serializers.Field]:
-    settings = memoryhub_settings
-    return {
-        "content": serializers.CharField(
-            max_length=settings.MAX_CONTENT_LENGTH, required=required_content
-        ),
-        "key": serializers.CharField(
-            required=False, allow_null=True, max_length=settings.MAX_KEY_LENGTH
-        ),
-        "tags": serializers.ListField(
-            child=serializers.CharField(max_length=settings.MAX_TAG_LENGTH),
-            required=False,
-            max_length=settings.MAX_TAGS,
-        ),
-    }
-
-
-#: What ``occurred_at`` means, wherever an item is written.
-OCCURRED_HELP = (
-    "When what it says happened or was said (ISO 8601 with a time zone, or a date alone: "
-    "its start in UTC); absent or null: when the record was created. "
-    'A conversation turn names its session in metadata["session"].'
-)
-
-
-# The fields an item is written and updated with; those bounded by settings (content,
-# key, tags, namespace) are each serializer's bounded_fields. No docstring: the schema
-# describes a serializer by the first one it inherits.
-class ItemFieldsSerializer(SettingsBounds, serializers.Serializer):
-    kind = serializers.ChoiceField(choices=MemoryRecord.Kind.choices, required=False)
-    metadata = serializers.DictField(required=False)
-    expires_at = serializers.DateTimeField(required=False, allow_null=True)
-    ttl_seconds = serializers.IntegerField(required=False, min_value=1)
-    occurred_at = serializers.DateTimeField(
-        required=False,
-        allow_null=True,
-        help_text=OCCURRED_HELP,
-    )
-
-
-class ItemInSerializer(ItemFieldsSerializer):
-    def bounded_fields(self) -> dict[str, serializers.Field]:
-        return {
-            **_item_bounds(required_content=True),
-            "namespace": serializers.CharField(
-                required=False,
-                allow_blank=True,
-                max_length=memoryhub_settings.MAX_NAMESPACE_LENGTH,
-            ),
-        }
-
-
-class WriteRequestSerializer(serializers.Serializer):
-    source = serializers.CharField(required=False, help_text="One knowledge base (default memory).")  # type: ignore[assignment]
-    sources = serializers.ListField(
-        child=serializers.CharField(), required=False, help_text="Several knowledge bases."
-    )
-    items = ItemInSerializer(many=True)
-    consolidate = serializers.BooleanField(
-        required=False,
-        help_text="Consolidate the episodic items into semantic facts once indexed "
-        "(also on when the knowledge base's consolidate flag is).",
-    )
 
 
 class RecordResultSerializer(serializers.Serializer):
@@ -127,70 +51,6 @@ class WriteResponseSerializer(serializers.Serializer):
         help_text="With ?wait, why records are still pending: no_worker (no worker has "
         "sent a heartbeat lately, so the request did not wait) or timeout.",
     )
-
-
-class QueryRequestSerializer(SettingsBounds, serializers.Serializer):
-    sources = serializers.ListField(child=serializers.CharField(), required=False)
-    namespaces = serializers.ListField(
-        child=serializers.CharField(allow_blank=True), required=False
-    )
-    kinds = serializers.ListField(
-        child=serializers.ChoiceField(choices=MemoryRecord.Kind.choices), required=False
-    )
-    tags = serializers.ListField(child=serializers.CharField(), required=False)
-    where = serializers.DictField(required=False, help_text="The where filter language.")
-    mode = serializers.ChoiceField(choices=["vector", "keyword", "hybrid"], required=False)
-    min_score = serializers.FloatField(
-        required=False,
-        min_value=-1,
-        max_value=1,
-        help_text="The least score in the mode's scale (applied before any reranking).",
-    )
-    occurred_after = serializers.DateTimeField(
-        required=False,
-        allow_null=True,
-        help_text="Only records that occurred at this moment or later (occurred_at, else "
-        "created_at). ISO 8601 with a time zone, or a date alone: its start in UTC.",
-    )
-    occurred_before = serializers.DateTimeField(
-        required=False,
-        allow_null=True,
-        help_text="Only records that occurred before this moment (exclusive); as "
-        "occurred_after. 2025-03-01 to 2025-03-02 selects 1 March (UTC).",
-    )
-    recency_half_life = serializers.FloatField(
-        required=False,
-        allow_null=True,
-        min_value=0,
-        max_value=MAX_HALF_LIFE_SECONDS,
-        help_text="Recency boost: each score times 0.5^(age / half-life), age in seconds "
-        "since the record occurred. Seconds; 0 turns it off; absent or null: the "
-        "RECENCY_HALF_LIFE setting (default off).",
-    )
-    rerank = serializers.BooleanField(
-        required=False,
-        help_text="false keeps the fused order when the site has a reranker (default true).",
-    )
-    format = serializers.ChoiceField(choices=["items", "grounding"], required=False)
-    explain = serializers.BooleanField(
-        required=False,
-        help_text="Return each item's rank and score in the vector and keyword legs "
-        "(`legs`); an explained query is not answered from the cache.",
-    )
-
-    def bounded_fields(self) -> dict[str, serializers.Field]:
-        settings = memoryhub_settings
-        return {
-            "query": serializers.CharField(max_length=settings.MAX_QUERY_LENGTH),
-            "k": serializers.IntegerField(required=False, min_value=1, max_value=settings.MAX_K),
-            "context_turns": serializers.IntegerField(
-                required=False,
-                min_value=0,
-                max_value=settings.MAX_CONTEXT_TURNS,
-                help_text="Return each hit's neighbouring turns of its session "
-                '(metadata["session"]): up to this many before and after it (default 0).',
-            ),
-        }
 
 
 class LegSerializer(serializers.Serializer):
@@ -320,25 +180,6 @@ class RecordHistorySerializer(serializers.Serializer):
     )
 
 
-class RecordUpdateSerializer(ItemFieldsSerializer):
-    def bounded_fields(self) -> dict[str, serializers.Field]:
-        return _item_bounds(required_content=False)
-
-
-class ForgetRequestSerializer(serializers.Serializer):
-    namespace = serializers.CharField(
-        required=False,
-        allow_blank=True,
-        help_text='A data subject (user:alice). The shared namespace "" needs sources.',
-    )
-    key = serializers.CharField(required=False)
-    source = serializers.CharField(required=False, help_text="One knowledge base.")  # type: ignore[assignment]
-    sources = serializers.ListField(
-        child=serializers.CharField(), required=False, help_text="Several knowledge bases."
-    )
-    all = serializers.BooleanField(required=False, help_text="Erase the whole domain.")
-
-
 class ForgetResponseSerializer(serializers.Serializer):
     deleted = serializers.IntegerField()
     by_source = serializers.DictField(child=serializers.IntegerField())
@@ -382,3 +223,17 @@ def record_result(result: Any) -> dict[str, Any]:
         "deduplicated": result.deduplicated,
         "source": result.source,
     }
+
+
+def query_result(result: QueryResult) -> dict[str, Any]:
+    """A query's answer, as the REST API and the MCP tool give it."""
+    return {
+        "items": result.item_dicts(),
+        "grounding": render_grounding(result.items),
+        "reranked": result.reranked,
+    }
+
+
+def forget_result(result: ForgetResult) -> dict[str, Any]:
+    """A forget's answer, as the REST API and the MCP tool give it."""
+    return dict(ForgetResponseSerializer(result).data)

@@ -25,7 +25,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from .. import log, policy, routing
+from .. import log, policy, routing, vocabulary
 from ..conf import memoryhub_settings
 from ..exceptions import ReceiptNotFound, RecordNotFound
 from ..models import MemoryRecord
@@ -261,7 +261,7 @@ class RecordsView(MemoryAPIView):
                 description="Seconds (bounded) to wait until the records are indexed.",
             ),
         ],
-        request=s.WriteRequestSerializer,
+        request=vocabulary.WriteRequestSerializer,
         responses={
             200: OpenApiResponse(
                 s.WriteResponseSerializer, description="Written and indexed (?wait)."
@@ -398,7 +398,7 @@ class RecordDetailView(MemoryAPIView):
     @extend_schema(
         summary="Replace a record's content and fields",
         parameters=[DOMAIN],
-        request=s.RecordUpdateSerializer,
+        request=vocabulary.RecordUpdateSerializer,
         responses={200: UPDATED, **errors_except()},
     )
     def put(self, request: Request, domain: str, record_id: str) -> Response:
@@ -407,7 +407,7 @@ class RecordDetailView(MemoryAPIView):
     @extend_schema(
         summary="Change some of a record's fields",
         parameters=[DOMAIN],
-        request=s.RecordUpdateSerializer,
+        request=vocabulary.RecordUpdateSerializer,
         responses={200: UPDATED, **errors_except()},
     )
     def patch(self, request: Request, domain: str, record_id: str) -> Response:
@@ -424,7 +424,7 @@ class RecordDetailView(MemoryAPIView):
             result = forget_service.forget_record(scope, record_id, actor=actor(request))
         except RecordNotFound:
             raise exceptions.NotFound("No such record.", code="record_not_found") from None
-        return Response(_forget_response(result))
+        return Response(s.forget_result(result))
 
 
 class RecordHistoryView(MemoryAPIView):
@@ -457,7 +457,7 @@ class QueryView(MemoryAPIView):
     @extend_schema(
         summary="Query memory",
         parameters=[DOMAIN],
-        request=s.QueryRequestSerializer,
+        request=vocabulary.QueryRequestSerializer,
         responses={200: s.QueryResponseSerializer, **errors_except()},
         examples=schema.QUERY_EXAMPLES,
     )
@@ -465,16 +465,12 @@ class QueryView(MemoryAPIView):
         scope = resolve_domain(request, domain, Action.READ)
         body = self.body(request)
         output = body.pop("format", "items")
-        if output not in ("items", "grounding"):
-            raise exceptions.ValidationError({"format": ["must be items or grounding."]})
+        if output not in vocabulary.FORMATS:
+            raise exceptions.ValidationError(
+                {"format": [f"must be {' or '.join(vocabulary.FORMATS)}."]}
+            )
         result = query_service.query(scope, **body)
-        return Response(
-            {
-                "items": result.item_dicts(),
-                "grounding": query_service.render_grounding(result.items),
-                "reranked": result.reranked,
-            }
-        )
+        return Response(s.query_result(result))
 
 
 class ForgetView(MemoryAPIView):
@@ -483,7 +479,7 @@ class ForgetView(MemoryAPIView):
     @extend_schema(
         summary="Forget memory",
         parameters=[DOMAIN],
-        request=s.ForgetRequestSerializer,
+        request=vocabulary.ForgetRequestSerializer,
         responses={200: s.ForgetResponseSerializer, **errors_except()},
         examples=schema.FORGET_EXAMPLES,
     )
@@ -493,16 +489,7 @@ class ForgetView(MemoryAPIView):
         if forget_request.is_subject_erasure:
             require(request, Action.ERASE_SUBJECT, scope)
         result = forget_service.forget(scope, forget_request, actor=actor(request))
-        return Response(_forget_response(result))
-
-
-def _forget_response(result: forget_service.ForgetResult) -> dict[str, Any]:
-    return {
-        "deleted": result.deleted,
-        "by_source": result.by_source,
-        "refused": result.refused,
-        "receipt": result.receipt,
-    }
+        return Response(s.forget_result(result))
 
 
 class ErasureReceiptView(MemoryAPIView):

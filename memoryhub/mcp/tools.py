@@ -1,12 +1,14 @@
 """The MCP tools: each is a REST endpoint's twin, calling the same service.
 
-A tool names the policy action it needs, describes its arguments as JSON Schema (with
-the bounds of ``MEMORYHUB``, read when the list is asked for) and runs against the scope
-``resolve_domain`` gave it. The schema is also the list of arguments a call may send:
-anything else is refused by name, as the REST API refuses unknown fields. Every other
-rule (types, bounds, the read-only policy, erasure) is the services' own, so a tool
-fails with the code and ``errors`` the REST API answers. Before any of it, the arguments
-pass the input boundary (``memoryhub.boundary``), as a REST body passes its parser.
+A tool names the policy action it needs, describes its arguments as JSON Schema and runs
+against the scope ``resolve_domain`` gave it. The schema is generated from the request
+the tool takes, as declared in ``memoryhub.vocabulary`` (with the bounds of
+``MEMORYHUB``, read when the list is asked for), and is also the list of arguments a
+call may send: anything else is refused by name, as the REST API refuses unknown fields.
+Every other rule (types, bounds, the read-only policy, erasure) is the services' own, so
+a tool fails with the code and ``errors`` the REST API answers. Before any of it, the
+arguments pass the input boundary (``memoryhub.boundary``), as a REST body passes its
+parser.
 """
 
 from __future__ import annotations
@@ -18,18 +20,18 @@ from typing import Any
 
 from mcp_types import Tool as ToolShape
 from mcp_types import ToolAnnotations
+from rest_framework import serializers
+from rest_framework.fields import empty
 from rest_framework.request import Request
 from rest_framework.utils.encoders import JSONEncoder
 
 from tenants.models import ApiKey
 
-from .. import boundary, filters, policy
+from .. import boundary, policy, vocabulary
 from ..api import serializers as s
 from ..api.authentication import request_api_key
 from ..api.permissions import actor, request_principal, require, resolve_domain
-from ..conf import MAX_HALF_LIFE_SECONDS, memoryhub_settings
 from ..exceptions import ValidationFailed
-from ..models import MemoryRecord
 from ..scope import Scope
 from ..services import forget as forget_service
 from ..services import history as history_service
@@ -53,9 +55,8 @@ class Tool:
     name: str
     description: str
     action: Action
-    #: The arguments' JSON Schema properties (built per call: bounds are settings).
-    properties: Callable[[], dict[str, Any]]
-    required: tuple[str, ...]
+    #: The arguments as a JSON Schema object (built per call: bounds are settings).
+    arguments: Callable[[], dict[str, Any]]
     run: Callable[[Request, Scope, Arguments], dict[str, Any]]
     read_only: bool = False
     destructive: bool = False
@@ -69,167 +70,111 @@ class Tool:
         }
         if domains is not None:
             domain["enum"] = domains
-        required = [*self.required, "domain"] if domains is not None else list(self.required)
+        arguments = self.arguments()
+        required = list(arguments.get("required", ()))
+        if domains is not None:
+            required.append("domain")
         return {
             "type": "object",
-            "properties": {"domain": domain, **self.properties()},
+            "properties": {"domain": domain, **arguments["properties"]},
             "required": required,
             "additionalProperties": False,
         }
 
 
-def _strings(description: str, max_items: int = query_service.MAX_FILTER_VALUES) -> dict[str, Any]:
-    return {
-        "type": "array",
-        "items": {"type": "string"},
-        "maxItems": max_items,
-        "description": description,
+def json_schema(field: serializers.Field) -> dict[str, Any]:
+    """A declared field (``memoryhub.vocabulary``) as JSON Schema: its type, bounds,
+    choices, default and help text."""
+    schema: dict[str, Any]
+    if isinstance(field, serializers.ListSerializer):
+        assert isinstance(field.child, serializers.Serializer)
+        schema = {"type": "array", "items": object_schema(field.child)}
+    elif isinstance(field, serializers.Serializer):
+        schema = object_schema(field)
+    elif isinstance(field, serializers.ChoiceField):
+        schema = {"type": "string", "enum": list(field.choices)}
+    elif isinstance(field, serializers.ListField):
+        schema = {"type": "array", "items": json_schema(field.child)}
+    elif isinstance(field, serializers.DictField):
+        schema = {"type": "object"}
+    elif isinstance(field, vocabulary.MomentField):
+        schema = {"type": "string"}  # a date alone is a moment too
+    elif isinstance(field, serializers.DateTimeField):
+        schema = {"type": "string", "format": "date-time"}
+    else:
+        schema = {"type": _TYPES[type(field)]}
+    if isinstance(field, serializers.CharField) and not field.allow_blank:
+        schema["minLength"] = 1
+    for attribute, keyword in _BOUNDS[schema["type"]]:
+        if getattr(field, attribute, None) is not None:
+            schema[keyword] = getattr(field, attribute)
+    if field.allow_null:
+        schema["type"] = [schema["type"], "null"]
+    if field.default is not empty:
+        schema["default"] = field.default
+    if field.help_text:
+        schema["description"] = str(field.help_text)
+    return schema
+
+
+_TYPES = {
+    serializers.CharField: "string",
+    serializers.IntegerField: "integer",
+    serializers.FloatField: "number",
+    serializers.BooleanField: "boolean",
+}
+_BOUNDS = {
+    "string": (("max_length", "maxLength"),),
+    "array": (("max_length", "maxItems"),),
+    "integer": (("min_value", "minimum"), ("max_value", "maximum")),
+    "number": (("min_value", "minimum"), ("max_value", "maximum")),
+    "boolean": (),
+    "object": (),
+}
+
+
+def object_schema(
+    serializer: serializers.Serializer, *, without: frozenset[str] = frozenset()
+) -> dict[str, Any]:
+    """A declared request as a JSON Schema object: its fields but ``without``, none
+    other allowed."""
+    fields = {name: field for name, field in serializer.fields.items() if name not in without}
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {name: json_schema(field) for name, field in fields.items()},
     }
+    required = [name for name, field in fields.items() if field.required]
+    if required:
+        schema["required"] = required
+    schema["additionalProperties"] = False
+    return schema
+
+
+def _declared(
+    declaration: type[serializers.Serializer], *, without: frozenset[str] = frozenset()
+) -> Callable[[], dict[str, Any]]:
+    """The arguments of a tool that takes the request ``declaration`` declares."""
+    return lambda: object_schema(declaration(), without=without)
 
 
 def _record_id() -> dict[str, Any]:
-    return {"id": {"type": "string", "format": "uuid", "description": "The record's id."}}
-
-
-def _item_properties(*, updating: bool = False) -> dict[str, Any]:
-    settings = memoryhub_settings
-    properties: dict[str, Any] = {
-        "content": {"type": "string", "minLength": 1, "maxLength": settings.MAX_CONTENT_LENGTH},
-        "key": {
-            "type": ["string", "null"],
-            "maxLength": settings.MAX_KEY_LENGTH,
-            "description": "Upsert by key: a write with the same key (in the same "
-            "knowledge base and namespace) replaces the record.",
+    return {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string", "format": "uuid", "description": "The record's id."}
         },
-        "kind": {"type": "string", "enum": list(MemoryRecord.Kind.values)},
-        "namespace": {
-            "type": "string",
-            "maxLength": settings.MAX_NAMESPACE_LENGTH,
-            "description": 'A data subject ("user:alice"); "" (default) is shared.',
-        },
-        "tags": {
-            "type": "array",
-            "items": {"type": "string", "maxLength": settings.MAX_TAG_LENGTH},
-            "maxItems": settings.MAX_TAGS,
-        },
-        "metadata": {"type": "object", "description": "JSON, filterable with where."},
-        "expires_at": {"type": ["string", "null"], "format": "date-time"},
-        "occurred_at": {
-            "type": ["string", "null"],
-            "description": "When it happened or was said: ISO 8601 with a time zone, or a "
-            "date (its start in UTC); default: now. A conversation turn names its session "
-            'in metadata.session ("chat-7f3a").',
-        },
-        "ttl_seconds": {
-            "type": "integer",
-            "minimum": 1,
-            "maximum": write_service.MAX_TTL_SECONDS,
-        },
+        "required": ["id"],
     }
-    if updating:
-        del properties["namespace"]  # a record's namespace and knowledge base are fixed
-    return properties
 
 
 # --- query --------------------------------------------------------------------------------
 
 
-def _query_properties() -> dict[str, Any]:
-    settings = memoryhub_settings
-    return {
-        "query": {"type": "string", "minLength": 1, "maxLength": settings.MAX_QUERY_LENGTH},
-        "k": {
-            "type": "integer",
-            "minimum": 1,
-            "maximum": settings.MAX_K,
-            "default": settings.DEFAULT_K,
-        },
-        "mode": {"type": "string", "enum": list(query_service.MODES), "default": "hybrid"},
-        "sources": _strings("Knowledge bases to search (default: all of the domain's)."),
-        "namespaces": _strings(
-            'Namespaces to search (default [""], the shared one); add "user:alice" for '
-            "a data subject's own memory."
-        ),
-        "kinds": {
-            "type": "array",
-            "items": {"type": "string", "enum": list(MemoryRecord.Kind.values)},
-            "maxItems": len(MemoryRecord.Kind.values),
-        },
-        "tags": _strings("Only records with all of these tags."),
-        "where": {
-            "type": "object",
-            "description": 'A metadata filter: {"team": "billing"}, {"price": {"$lt": 10}}, '
-            f"{', '.join(['$and', '$or', *sorted(filters.OPERATORS)])}.",
-        },
-        "min_score": {"type": "number", "minimum": -1, "maximum": 1},
-        "rerank": {
-            "type": "boolean",
-            "default": True,
-            "description": "false keeps the search's order when a reranker is configured.",
-        },
-        "explain": {
-            "type": "boolean",
-            "default": False,
-            "description": "true: each item's rank and score in the vector and keyword "
-            "legs (legs).",
-        },
-        "occurred_after": {
-            "type": "string",
-            "description": "Only memory that occurred at or after this moment (ISO 8601 "
-            "with a time zone, or a date: its start in UTC).",
-        },
-        "occurred_before": {
-            "type": "string",
-            "description": "Only memory that occurred before this moment (exclusive).",
-        },
-        "recency_half_life": {
-            "type": "number",
-            "minimum": 0,
-            "maximum": MAX_HALF_LIFE_SECONDS,
-            "description": "Favour recent memory: scores halve every this many seconds "
-            "of age (0: off; default: the server's setting).",
-        },
-        "context_turns": {
-            "type": "integer",
-            "minimum": 0,
-            "maximum": settings.MAX_CONTEXT_TURNS,
-            "description": "Return each hit's neighbouring turns of its conversation "
-            "(metadata.session), this many before and after it.",
-        },
-    }
-
-
 def _query(request: Request, scope: Scope, arguments: Arguments) -> dict[str, Any]:
-    result = query_service.query(scope, **arguments)
-    return {
-        "items": result.item_dicts(),
-        "grounding": query_service.render_grounding(result.items),
-        "reranked": result.reranked,
-    }
+    return s.query_result(query_service.query(scope, **arguments))
 
 
 # --- write and update --------------------------------------------------------------------
-
-
-def _write_properties() -> dict[str, Any]:
-    return {
-        "items": {
-            "type": "array",
-            "maxItems": memoryhub_settings.MAX_WRITE_ITEMS,
-            "items": {
-                "type": "object",
-                "properties": _item_properties(),
-                "required": ["content"],
-                "additionalProperties": False,
-            },
-        },
-        "source": {"type": "string", "description": "The knowledge base (default memory)."},
-        "sources": _strings("Several knowledge bases (instead of source)."),
-        "consolidate": {
-            "type": "boolean",
-            "description": "Consolidate these episodic items into semantic facts once indexed.",
-        },
-    }
 
 
 def _write(request: Request, scope: Scope, arguments: Arguments) -> dict[str, Any]:
@@ -242,16 +187,14 @@ def _write(request: Request, scope: Scope, arguments: Arguments) -> dict[str, An
     }
 
 
-def _update_properties() -> dict[str, Any]:
-    return {
-        **_record_id(),
-        "fields": {
-            "type": "object",
-            "properties": _item_properties(updating=True),
-            "additionalProperties": False,
-            "description": "The fields to change; the others keep their values.",
-        },
+def _update_arguments() -> dict[str, Any]:
+    arguments = _record_id()
+    arguments["properties"]["fields"] = {
+        **object_schema(vocabulary.RecordUpdateSerializer()),
+        "description": "The fields to change; the others keep their values.",
     }
+    arguments["required"].append("fields")
+    return arguments
 
 
 def _update(request: Request, scope: Scope, arguments: Arguments) -> dict[str, Any]:
@@ -291,30 +234,11 @@ def _sources(request: Request, scope: Scope, arguments: Arguments) -> dict[str, 
 # --- forget -----------------------------------------------------------------------------
 
 
-def _forget_properties() -> dict[str, Any]:
-    return {
-        "namespace": {
-            "type": "string",
-            "description": 'A data subject ("user:alice"): erases their memory everywhere. '
-            'The shared namespace "" needs sources.',
-        },
-        "key": {"type": "string", "minLength": 1},
-        "source": {"type": "string", "minLength": 1, "description": "One knowledge base."},
-        "sources": _strings("Several knowledge bases (instead of source).", 64),
-    }
-
-
 def _forget(request: Request, scope: Scope, arguments: Arguments) -> dict[str, Any]:
     forget_request = forget_service.ForgetRequest.from_body(arguments)
     if forget_request.is_subject_erasure:
         require(request, Action.ERASE_SUBJECT, scope)
-    result = forget_service.forget(scope, forget_request, actor=actor(request))
-    return {
-        "deleted": result.deleted,
-        "by_source": result.by_source,
-        "refused": result.refused,
-        "receipt": result.receipt,
-    }
+    return s.forget_result(forget_service.forget(scope, forget_request, actor=actor(request)))
 
 
 TOOLS: dict[str, Tool] = {
@@ -325,8 +249,7 @@ TOOLS: dict[str, Tool] = {
             "Search the domain's memory (hybrid vector and keyword search by default). "
             "Returns the items, best first, and a grounding block to put in a prompt.",
             Action.READ,
-            _query_properties,
-            ("query",),
+            _declared(vocabulary.QueryRequestSerializer, without=frozenset({"format"})),
             _query,
             read_only=True,
         ),
@@ -336,8 +259,7 @@ TOOLS: dict[str, Tool] = {
             "key makes it an upsert; identical content is deduplicated. Returns the "
             "accepted, refused and failed knowledge bases and the record ids.",
             Action.WRITE,
-            _write_properties,
-            ("items",),
+            _declared(vocabulary.WriteRequestSerializer),
             _write,
         ),
         Tool(
@@ -345,7 +267,6 @@ TOOLS: dict[str, Tool] = {
             "One record by id.",
             Action.READ,
             _record_id,
-            ("id",),
             _get,
             read_only=True,
         ),
@@ -353,8 +274,7 @@ TOOLS: dict[str, Tool] = {
             "memory_update",
             "Change some fields of one record by id; the previous state stays in its history.",
             Action.UPDATE,
-            _update_properties,
-            ("id", "fields"),
+            _update_arguments,
             _update,
         ),
         Tool(
@@ -362,7 +282,6 @@ TOOLS: dict[str, Tool] = {
             "A record's versions, newest (its current state) first.",
             Action.READ,
             _record_id,
-            ("id",),
             _history,
             read_only=True,
         ),
@@ -371,8 +290,7 @@ TOOLS: dict[str, Tool] = {
             "Erase memory by namespace (a data subject), key or knowledge base. Needs "
             "the forget permission; returns the counts and the erasure's receipt id.",
             Action.FORGET,
-            _forget_properties,
-            (),
+            _declared(vocabulary.ForgetRequestSerializer, without=frozenset({"all"})),
             _forget,
             destructive=True,
         ),
@@ -380,8 +298,7 @@ TOOLS: dict[str, Tool] = {
             "memory_sources",
             "The domain's knowledge bases: description, read-only flag, record count.",
             Action.READ,
-            dict,
-            (),
+            lambda: {"type": "object", "properties": {}},
             _sources,
             read_only=True,
         ),
@@ -432,10 +349,11 @@ def call(request: Request, tool: Tool, arguments: Arguments) -> dict[str, Any]:
     REST API's URL and key are), then the arguments' names, then the service."""
     arguments = dict(boundary.check_json(arguments))
     scope = scope_for(request, arguments.pop("domain", None), tool.action)
-    unknown = sorted(set(arguments) - set(tool.properties()))
+    declared = tool.arguments()
+    unknown = sorted(set(arguments) - set(declared["properties"]))
     if unknown:
         raise ValidationFailed({name: [f"is not an argument of {tool.name}."] for name in unknown})
-    missing = [name for name in tool.required if name not in arguments]
+    missing = [name for name in declared.get("required", ()) if name not in arguments]
     if missing:
         raise ValidationFailed({name: ["This field is required."] for name in missing})
     return jsonable(tool.run(request, scope, arguments))

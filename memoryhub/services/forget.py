@@ -40,6 +40,7 @@ from ..models import (
     RecordVersion,
 )
 from ..scope import Scope, tenant_scope
+from ..vocabulary import MAX_SOURCE_NAME_LENGTH, ForgetRequestSerializer, field_names
 from . import consolidation, word_statistics, write
 from .scheduling import send
 
@@ -71,10 +72,6 @@ class NothingToForget(ValidationFailed):
         field: str = "non_field_errors",
     ) -> None:
         super().__init__({field: [message]})
-
-
-#: The fields of a forget a door may send (``import_job`` is the admin's own).
-BODY_FIELDS = frozenset({"namespace", "key", "source", "sources", "all"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +110,12 @@ class ForgetRequest:
             if not self.sources:
                 raise NothingToForget("name at least one knowledge base.", "sources")
             for name in self.sources:
-                if not isinstance(name, str) or not name or "\x00" in name or len(name) > 64:
+                if (
+                    not isinstance(name, str)
+                    or not name
+                    or "\x00" in name
+                    or len(name) > MAX_SOURCE_NAME_LENGTH
+                ):
                     raise NothingToForget("must be knowledge base names.", "sources")
             object.__setattr__(self, "sources", tuple(dict.fromkeys(self.sources)))
         elif self.source is not None:
@@ -141,7 +143,7 @@ class ForgetRequest:
     def from_body(cls, body: Mapping[str, Any]) -> ForgetRequest:
         """A forget as a door receives it (a REST body, an MCP tool's arguments): the
         selectors only; any other field is refused by name."""
-        unknown = sorted(set(body) - BODY_FIELDS)
+        unknown = sorted(set(body) - field_names(ForgetRequestSerializer))
         if unknown:
             raise ValidationFailed({name: ["is not a field of a forget."] for name in unknown})
         return cls(

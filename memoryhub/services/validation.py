@@ -1,8 +1,9 @@
 """Validating a write's items: every door's items pass here before anything is written.
 
 A batch is checked as a whole: one bad item rejects the request with errors that name
-the item index and field (``items[2].tags``), and nothing is written. The bounds are the
-``MEMORYHUB`` settings.
+the item index and field (``items[2].tags``), and nothing is written. The fields and
+their bounds (``MEMORYHUB`` settings) are those ``memoryhub.vocabulary`` declares for an
+item.
 """
 
 from __future__ import annotations
@@ -19,12 +20,11 @@ from django.utils.dateparse import parse_date, parse_datetime
 
 from ..conf import memoryhub_settings
 from ..exceptions import ValidationFailed
-from ..items import ITEM_FIELDS
 from ..models import SESSION_KEY, SESSION_MAX_LENGTH, MemoryRecord, content_hash
+from ..vocabulary import MAX_TTL_SECONDS, Bounds, ItemInSerializer, bounds, field_names
 
 __all__ = [
     "EXPIRY_RANGE",
-    "MAX_TTL_SECONDS",
     "OCCURRED_RANGE",
     "WriteItem",
     "parse_moment",
@@ -46,8 +46,6 @@ OCCURRED_RANGE = (
     datetime(1000, 1, 1, tzinfo=UTC),
     datetime(9000, 1, 1, tzinfo=UTC),
 )
-#: ``ttl_seconds`` may not exceed ten years.
-MAX_TTL_SECONDS = 10 * 365 * 24 * 3600
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,11 +205,12 @@ def validate_items(raw_items: Any) -> list[WriteItem]:
     One pass over the batch, a block per field, collecting every error before raising
     (a client fixes them all at once): longer than most functions here on purpose, each
     field's rule reads where the field is read; the reusable checks are the helpers."""
-    settings = memoryhub_settings
+    limits = bounds()
     if not isinstance(raw_items, list | tuple):
         raise ValidationFailed({"items": ["must be a list."]})
-    if len(raw_items) > settings.MAX_WRITE_ITEMS:
-        raise ValidationFailed({"items": [f"at most {settings.MAX_WRITE_ITEMS} items per write."]})
+    if len(raw_items) > limits.MAX_WRITE_ITEMS:
+        raise ValidationFailed({"items": [f"at most {limits.MAX_WRITE_ITEMS} items per write."]})
+    item_fields = field_names(ItemInSerializer)
     errors: dict[str, list[str]] = {}
     items: list[WriteItem] = []
     seen_keys: dict[tuple[str, str], int] = {}
@@ -224,20 +223,20 @@ def validate_items(raw_items: Any) -> list[WriteItem]:
         if not isinstance(raw, Mapping):
             errors.setdefault(path, []).append("must be an object.")
             continue
-        unknown = sorted(set(raw) - set(ITEM_FIELDS), key=str)
+        unknown = sorted(set(raw) - item_fields, key=str)
         for name in unknown:
             errors.setdefault(f"{path}.{name}", []).append("is not a field of a memory item.")
         content = _validate_text(
             raw.get("content"),
             f"{path}.content",
             errors,
-            max_length=settings.MAX_CONTENT_LENGTH,
+            max_length=limits.MAX_CONTENT_LENGTH,
             blank=False,
         )
         key = raw.get("key")
         if key is not None:
             key = _validate_text(
-                key, f"{path}.key", errors, max_length=settings.MAX_KEY_LENGTH, blank=False
+                key, f"{path}.key", errors, max_length=limits.MAX_KEY_LENGTH, blank=False
             )
         kind = raw.get("kind", MemoryRecord.Kind.SEMANTIC)
         if kind not in MemoryRecord.Kind.values:
@@ -249,10 +248,10 @@ def validate_items(raw_items: Any) -> list[WriteItem]:
             "" if namespace is None else namespace,
             f"{path}.namespace",
             errors,
-            max_length=settings.MAX_NAMESPACE_LENGTH,
+            max_length=limits.MAX_NAMESPACE_LENGTH,
             blank=True,
         )
-        tags = _validate_tags(raw.get("tags", []), f"{path}.tags", errors)
+        tags = _validate_tags(raw.get("tags", []), f"{path}.tags", errors, limits)
         metadata = raw.get("metadata", {})
         if metadata is None:
             metadata = {}
@@ -262,9 +261,9 @@ def validate_items(raw_items: Any) -> list[WriteItem]:
             _check_json(metadata, f"{path}.metadata", errors)
             if f"{path}.metadata" not in errors:
                 size = len(json.dumps(metadata, ensure_ascii=False).encode("utf-8"))
-                if size > settings.MAX_METADATA_BYTES:
+                if size > limits.MAX_METADATA_BYTES:
                     errors.setdefault(f"{path}.metadata", []).append(
-                        f"is {size} bytes of JSON; at most {settings.MAX_METADATA_BYTES}."
+                        f"is {size} bytes of JSON; at most {limits.MAX_METADATA_BYTES}."
                     )
             _validate_session(metadata, f"{path}.metadata", errors)
             _validate_indexed_values(metadata, f"{path}.metadata", errors)
@@ -318,20 +317,21 @@ def _validate_indexed_values(
             )
 
 
-def _validate_tags(value: Any, path: str, errors: dict[str, list[str]]) -> tuple[str, ...] | None:
-    settings = memoryhub_settings
+def _validate_tags(
+    value: Any, path: str, errors: dict[str, list[str]], limits: Bounds
+) -> tuple[str, ...] | None:
     if value is None:
         return ()
     if not isinstance(value, list | tuple):
         errors.setdefault(path, []).append("must be a list of strings.")
         return None
-    if len(value) > settings.MAX_TAGS:
-        errors.setdefault(path, []).append(f"at most {settings.MAX_TAGS} tags.")
+    if len(value) > limits.MAX_TAGS:
+        errors.setdefault(path, []).append(f"at most {limits.MAX_TAGS} tags.")
         return None
     tags: list[str] = []
     for index, tag in enumerate(value):
         checked = _validate_text(
-            tag, f"{path}[{index}]", errors, max_length=settings.MAX_TAG_LENGTH, blank=False
+            tag, f"{path}[{index}]", errors, max_length=limits.MAX_TAG_LENGTH, blank=False
         )
         if checked is not None and checked not in tags:
             tags.append(checked)

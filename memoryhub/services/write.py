@@ -28,16 +28,15 @@ from .. import observe, policy, signals
 from ..cache import bump_generation_on_commit
 from ..conf import memoryhub_settings
 from ..exceptions import UnknownSource, ValidationFailed, WriteRefused
-from ..items import UPDATABLE_FIELDS
 from ..models import KnowledgeBase, MemoryRecord, Observation, RecordVersion
 from ..scope import Scope, tenant_scope
+from ..vocabulary import RecordUpdateSerializer, WriteRequestSerializer, field_names
 from . import bulk, consolidation, history, locks
 from .knowledge_bases import accepts_writes, ensure_knowledge_base, resolve_sources, source_names
 from .scheduling import send
-from .validation import MAX_TTL_SECONDS, WriteItem, validate_items
+from .validation import WriteItem, validate_items
 
 __all__ = [
-    "MAX_TTL_SECONDS",
     "RecordResult",
     "UnknownSource",
     "ValidationFailed",
@@ -58,10 +57,6 @@ __all__ = [
     "validate_items",
     "write",
 ]
-
-
-#: The fields of a write a door may send.
-WRITE_FIELDS = frozenset({"source", "sources", "items", "consolidate"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +80,7 @@ class WriteRequest:
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> WriteRequest:
         """Raise :class:`ValidationFailed` naming the first thing wrong with ``body``."""
-        unknown = sorted(set(body) - WRITE_FIELDS)
+        unknown = sorted(set(body) - field_names(WriteRequestSerializer))
         if unknown:
             raise ValidationFailed({name: ["is not a field of a write."] for name in unknown})
         if "source" in body and "sources" in body:
@@ -631,7 +626,7 @@ def _check_update_fields(changes: Any) -> None:
         raise ValidationFailed({"non_field_errors": ["The body must be an object."]})
     errors: dict[str, list[str]] = {}
     for name in changes:
-        if name not in UPDATABLE_FIELDS:
+        if name not in field_names(RecordUpdateSerializer):
             message = (
                 "cannot be changed; write a new record instead."
                 if name in ("namespace", "source", "id")

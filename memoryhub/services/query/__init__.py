@@ -49,11 +49,9 @@ from . import rerank
 from .execution import _fetch, _run, _to_item, _turns
 from .fusion import RRF_K, boost_recent, fuse, merge_models, union
 from .plans import VECTOR, WORDS, _keyword_words, _plan, _Slot, clear_plans
-from .request import MAX_FILTER_VALUES, MODES, Legs, QueryRequest, QueryResult
+from .request import Legs, QueryRequest, QueryResult
 
 __all__ = [
-    "MAX_FILTER_VALUES",
-    "MODES",
     "RRF_K",
     "VECTOR",
     "QueryRequest",

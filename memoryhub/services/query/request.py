@@ -14,17 +14,23 @@ from ...items import MemoryItem
 from ...models import (
     MemoryRecord,
 )
+from ...vocabulary import (
+    MAX_FILTER_VALUE_LENGTH,
+    MAX_FILTER_VALUES,
+    MODES,
+    QueryRequestSerializer,
+    bounds,
+    field_names,
+)
 from ..validation import OCCURRED_RANGE, validate_moment
-
-MODES = ("vector", "keyword", "hybrid")
-MAX_FILTER_VALUES = 50
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
 @dataclass(frozen=True)
 class QueryRequest:
-    """A validated query. Build with :meth:`build` from raw (e.g. JSON) input."""
+    """A validated query. Build with :meth:`build` from raw (e.g. JSON) input: the fields
+    ``memoryhub.vocabulary.QueryRequestSerializer`` declares."""
 
     query: str
     k: int
@@ -51,23 +57,23 @@ class QueryRequest:
     @classmethod
     def build(cls, /, **raw: Any) -> QueryRequest:
         """Validate raw input; raise :class:`ValidationFailed` naming each bad field."""
-        settings = memoryhub_settings
+        limits = bounds()
         errors: dict[str, list[str]] = {}
-        unknown = sorted(set(raw) - {f for f in cls.__dataclass_fields__} - {"format"})
+        unknown = sorted(set(raw) - field_names(QueryRequestSerializer))
         for name in unknown:
             errors.setdefault(name, []).append("is not a query field.")
         text = raw.get("query")
         if not isinstance(text, str) or not text.strip():
             errors.setdefault("query", []).append("must be a non-empty string.")
-        elif len(text) > settings.MAX_QUERY_LENGTH:
+        elif len(text) > limits.MAX_QUERY_LENGTH:
             errors.setdefault("query", []).append(
-                f"is longer than {settings.MAX_QUERY_LENGTH} characters."
+                f"is longer than {limits.MAX_QUERY_LENGTH} characters."
             )
         elif "\x00" in text:
             errors.setdefault("query", []).append("may not contain NUL characters.")
-        k = raw.get("k", settings.DEFAULT_K)
-        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= settings.MAX_K:
-            errors.setdefault("k", []).append(f"must be an integer from 1 to {settings.MAX_K}.")
+        k = raw.get("k", limits.DEFAULT_K)
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= limits.MAX_K:
+            errors.setdefault("k", []).append(f"must be an integer from 1 to {limits.MAX_K}.")
         mode = raw.get("mode", "hybrid")
         if mode not in MODES:
             errors.setdefault("mode", []).append(f"must be one of {', '.join(MODES)}.")
@@ -120,10 +126,10 @@ class QueryRequest:
         if (
             isinstance(turns, bool)
             or not isinstance(turns, int)
-            or not 0 <= turns <= settings.MAX_CONTEXT_TURNS
+            or not 0 <= turns <= limits.MAX_CONTEXT_TURNS
         ):
             errors.setdefault("context_turns", []).append(
-                f"must be an integer from 0 to {settings.MAX_CONTEXT_TURNS}."
+                f"must be an integer from 0 to {limits.MAX_CONTEXT_TURNS}."
             )
         if errors:
             raise ValidationFailed(errors)
@@ -187,7 +193,7 @@ def _string_list(value: Any, name: str, errors: dict[str, list[str]]) -> tuple[s
         return None
     result: list[str] = []
     for index, item in enumerate(value):
-        if not isinstance(item, str) or "\x00" in item or len(item) > 255:
+        if not isinstance(item, str) or "\x00" in item or len(item) > MAX_FILTER_VALUE_LENGTH:
             errors.setdefault(f"{name}[{index}]", []).append("must be a string.")
         elif item not in result:
             result.append(item)

@@ -32,6 +32,10 @@ from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import PermissionDenied
 
+from tenants.models import Membership, Org
+
+from .conf import memoryhub_settings
+
 if TYPE_CHECKING:
     from tenants.models import ApiKey, OrgQuerySet
 
@@ -177,8 +181,6 @@ class UserPrincipal:
     def roles(self) -> dict[int, str]:
         """``{org id: role}`` of the user's memberships (of active users only)."""
         if self._roles is None:
-            from tenants.models import Membership
-
             if not self._is_active or getattr(self.user, "pk", None) is None:
                 self._roles = {}
             else:
@@ -249,8 +251,6 @@ def require(principal: Principal, action: Action, scope: Scope) -> None:
 
 def orgs_allowing(principal: Principal, action: Action) -> OrgQuerySet:
     """The orgs in which ``principal`` may do ``action`` (for admin lists and choices)."""
-    from tenants.models import Org
-
     if isinstance(principal, SystemPrincipal):
         return Org.objects.all()
     if isinstance(principal, KeyPrincipal):
@@ -280,8 +280,6 @@ def is_subject_erasure(*, namespace: str | None, key: str | None, everything: bo
     The prefixes keep curated content that an operator filed under a namespace of its
     own (``faq``) out of an agent's reach, while ``user:alice`` is erased everywhere.
     """
-    from .conf import memoryhub_settings
-
     if namespace is None or namespace == "" or key is not None or everything:
         return False
     prefixes = memoryhub_settings.SUBJECT_NAMESPACE_PREFIXES

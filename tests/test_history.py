@@ -11,7 +11,7 @@ from django.db import connection, connections
 
 from memoryhub.models import MemoryRecord, RecordVersion
 from memoryhub.scope import Scope
-from memoryhub.services import forget, history, imports, indexing, write
+from memoryhub.services import forget, history, imports, maintenance, write
 from memoryhub.services.records import RecordNotFound
 from memoryhub.sources import DjangoMemoryStore, HttpMemoryStore, SyncHttpMemoryStore
 from memoryhub.sources.stores import StoredRecord
@@ -167,7 +167,7 @@ def test_every_erasure_path_leaves_no_version(tenant, other_tenant, committed):
     forget.forget(tenant.scope, forget.ForgetRequest(namespace="user:alice"))
     forget.forget_record(tenant.scope, by_id)
     MemoryRecord.unscoped.filter(pk=expiring).update(expires_at="2000-01-01T00:00:00Z")
-    indexing.purge_expired()
+    maintenance.purge_expired()
     assert versions_in_db() == 1  # the other org's
     assert RecordVersion.unscoped.get().record_id == MemoryRecord.unscoped.get(pk=kept).pk
     with connection.cursor() as cursor:
@@ -184,7 +184,7 @@ def test_purge_counts_records_not_their_versions(tenant):
     [record] = write.write(tenant.scope, [{"content": "a", "key": "k"}]).records
     write.write(tenant.scope, [{"content": "b", "key": "k"}])
     MemoryRecord.unscoped.filter(pk=record.id).update(expires_at="2000-01-01T00:00:00Z")
-    assert indexing.purge_expired() == 1
+    assert maintenance.purge_expired() == 1
 
 
 def test_admin_record_page_shows_versions_with_a_diff_and_restores(admin_client, tenant):

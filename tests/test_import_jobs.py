@@ -11,8 +11,8 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 
 from memoryhub.models import ErasureReceipt, ImportChunk, ImportJob, MemoryRecord
 from memoryhub.scope import Scope
-from memoryhub.services import imports, write
-from memoryhub.services.forget import ForgetRequest, forget
+from memoryhub.services import forget, imports, write
+from memoryhub.services.forget import ForgetRequest
 
 from .factories import MembershipFactory
 
@@ -94,8 +94,8 @@ def test_cancel_stops_at_the_next_batch_and_undo_erases_exactly_what_the_job_cre
     # "fact 2" existed before: deduplicated, not created by the job.
     assert created_by(job) == 9
 
-    imports.undo_job(tenant.scope, job.pk, actor="admin:ops")
-    imports.finish_undo(job.pk, "admin:ops")  # the worker's side (eager here)
+    forget.undo_job(tenant.scope, job.pk, actor="admin:ops")
+    forget.finish_undo(job.pk, "admin:ops")  # the worker's side (eager here)
     job.refresh_from_db()
     assert job.status == ImportJob.Status.UNDONE and created_by(job) == 0
     receipt = ErasureReceipt.unscoped.get(pk=job.receipt)
@@ -104,12 +104,12 @@ def test_cancel_stops_at_the_next_batch_and_undo_erases_exactly_what_the_job_cre
     assert MemoryRecord.unscoped.get(key="kept").content == "old text"
     assert created_by(theirs) == 3  # the other org's import is untouched
     with pytest.raises(imports.JobStateError):
-        imports.undo_job(tenant.scope, job.pk)
+        forget.undo_job(tenant.scope, job.pk)
 
 
 def test_another_orgs_job_is_not_found_by_its_id(tenant, other_tenant):
     theirs = queue(other_tenant.scope, jsonl(3))
-    for act in (imports.cancel_job, imports.rerun_job, imports.undo_job):
+    for act in (imports.cancel_job, imports.rerun_job, forget.undo_job):
         with pytest.raises(ImportJob.DoesNotExist):
             act(tenant.scope, theirs.pk)
     assert ImportJob.unscoped.get(pk=theirs.pk).status == ImportJob.Status.QUEUED
@@ -138,7 +138,7 @@ def test_an_erasure_mid_import_cancels_it_and_scrubs_the_subjects_traces(tenant)
     job.refresh_from_db()
     assert job.namespaces == ["user:carol", "user:dave"]
     imports._write_batch(job, tenant.scope, [json.loads(line) for line in text.splitlines()[:3]])
-    result = forget(tenant.scope, ForgetRequest(namespace="user:carol"))
+    result = forget.forget(tenant.scope, ForgetRequest(namespace="user:carol"))
     assert (result.deleted, result.cancelled_imports) == (3, 1)
     job.refresh_from_db()
     assert job.status == ImportJob.Status.CANCELLED
@@ -217,7 +217,7 @@ def test_a_job_cancelled_during_validation_does_not_record_the_subjects_namespac
     job = queue(tenant.scope, jsonl(3, namespace="user:carol"))
     ImportJob.unscoped.filter(pk=job.pk).update(status="running")
     job.refresh_from_db()
-    forget(tenant.scope, ForgetRequest(namespace="user:carol"))  # cancels it meanwhile
+    forget.forget(tenant.scope, ForgetRequest(namespace="user:carol"))  # cancels it meanwhile
     assert imports._validate(job) is False
     job.refresh_from_db()
     assert (job.status, job.namespaces, job.validated) == ("cancelled", None, False)

@@ -22,7 +22,7 @@ from tenants.admin import OrgRestrictedAdmin
 from tenants.models import Domain
 
 from .. import boundary
-from ..models import KnowledgeBase
+from ..models import KnowledgeBase, MemoryRecord
 from ..policy import Action
 from ..scope import Scope, operator_access
 
@@ -174,8 +174,6 @@ def deletion_summary(
     memory is shown as a count: ``delete_model`` erases it through the forget service
     first and answers with the erasure receipt.
     """
-    from ..models import MemoryRecord
-
     opts = model_admin.model._meta
     field = records_of or opts.model_name
     to_delete: list[Any] = []

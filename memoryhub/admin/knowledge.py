@@ -39,6 +39,7 @@ from ..services import imports, knowledge_bases
 from ..services import records as record_service
 from ..services import write as write_service
 from .base import OperatorAdmin, actor, admin_context, deletion_summary, operator_view
+from .filters import knowledge_base_label
 
 #: What the record form edits: a record's stored fields and its namespace.
 RECORD_FIELDS = (*STORED_FIELDS, "namespace")
@@ -140,8 +141,6 @@ class ImportAnywhereForm(ImportForm):
     field_order = ["knowledge_base", "file", "format", "namespace"]
 
     def __init__(self, *args: Any, knowledge_bases: QuerySet[KnowledgeBase], **kwargs: Any):
-        from .filters import knowledge_base_label
-
         super().__init__(*args, **kwargs)
         field = self.fields["knowledge_base"]
         field.queryset = knowledge_bases  # type: ignore[attr-defined]
@@ -482,7 +481,7 @@ class KnowledgeBaseAdmin(OperatorAdmin):
                 imports.rerun_job(scope, job.pk)
                 message = _("The import of %(file)s is queued again; it resumes where it stopped.")
             else:
-                imports.undo_job(scope, job.pk, actor=actor(request))
+                forget_service.undo_job(scope, job.pk, actor=actor(request))
                 message = _(
                     "The records %(file)s created are being erased; the receipt shows below."
                 )

@@ -9,6 +9,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.auth import get_user_model
 from django.db.models import QuerySet
 from django.http import (
     Http404,
@@ -48,6 +49,7 @@ from .filters import (
     knowledge_base_label,
 )
 from .knowledge import RecordForm, _item_from
+from .playground import playground_view
 
 #: How much of a record's content its change-list row shows (the rest on hover).
 CONTENT_PREVIEW_CHARS = 120
@@ -335,8 +337,6 @@ class MemoryRecordAdmin(OperatorAdmin):
     # --- custom pages ----------------------------------------------------------------
 
     def get_urls(self) -> list[URLPattern]:
-        from .playground import playground_view
-
         wrap = lambda view: self.admin_site.admin_view(operator_view(view))  # noqa: E731
         custom = [
             path("erase-subject/", wrap(self.erase_subject_view), name="memoryhub_erase_subject"),
@@ -398,8 +398,6 @@ class MemoryRecordAdmin(OperatorAdmin):
 
 def _user_namespace(username: str) -> str | None:
     """The namespace of the site's user ``username`` (None: no such user)."""
-    from django.contrib.auth import get_user_model
-
     model = get_user_model()
     user = model._default_manager.filter(**{model.USERNAME_FIELD: username}).first()
     return for_user(user) if user is not None else None

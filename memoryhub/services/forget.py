@@ -19,12 +19,15 @@ from datetime import timedelta
 from functools import partial
 from typing import Any
 
+from celery import current_app
 from django.conf import settings
+from django.contrib.admin.models import LogEntry
 from django.core.cache import caches
 from django.db import connection, transaction
 from django.db.models import Count, F, Func, JSONField, Q, QuerySet, TextField, Value
-from django.db.models.functions import Cast
 from django.utils import timezone
+
+from tenants.models import Domain
 
 from .. import observe, policy, signals
 from ..cache import erase_on_commit
@@ -40,8 +43,12 @@ from ..models import (
     RecordVersion,
 )
 from ..scope import Scope, tenant_scope
-from . import consolidation, word_statistics, write
+from . import imports, word_statistics
+from .records import get_record
 from .scheduling import send
+from .store.deletion import delete_records
+from .store.locks import lock_domain, lock_namespaces
+from .store.refusals import refuse, refuse_record_change
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +66,7 @@ __all__ = [
     "preview_org",
     "receipts_for_namespace",
     "salted_hash",
+    "undo_job",
 ]
 
 
@@ -282,34 +290,14 @@ def _lock_writers(scope: Scope, request: ForgetRequest) -> None:
     of a key across namespaces takes the domain's writer lock exclusively.
     """
     if request.namespace is None:
-        write.lock_domain(scope, exclusive=True)
+        lock_domain(scope, exclusive=True)
         return
-    write.lock_domain(scope)
+    lock_domain(scope)
     knowledge_bases = KnowledgeBase.objects.order_by("pk")
     if request.sources is not None:
         knowledge_bases = knowledge_bases.filter(name__in=request.sources)
     for knowledge_base in knowledge_bases:
-        write.lock_namespaces(knowledge_base, [request.namespace])
-
-
-def delete_records(records: QuerySet[MemoryRecord]) -> tuple[int, dict[int, int]]:
-    """Delete ``records`` (their versions go with them), the admin log about them, and
-    the consolidated facts they leave with no source: every path that deletes records
-    (erasures, the expiry purge) comes here. Returns how many of ``records`` went, and
-    the facts per knowledge base id (erased records too, counted as such)."""
-    orphans = consolidation.detach_sources(records)
-    _scrub_admin_log(records)
-    _, per_model = MemoryRecord.unscoped.filter(pk__in=records.values("pk")).delete()
-    deleted = per_model.get(MemoryRecord._meta.label, 0)
-    if not orphans:
-        return deleted, {}
-    facts = MemoryRecord.unscoped.filter(pk__in=orphans)
-    counts: dict[int, int] = {}
-    for kb_id in facts.values_list("knowledge_base_id", flat=True):
-        counts[kb_id] = counts.get(kb_id, 0) + 1
-    _scrub_admin_log(facts)
-    facts.delete()
-    return deleted, counts
+        lock_namespaces(knowledge_base, [request.namespace])
 
 
 #: What an erasure leaves of an import job made for the erased namespace: no file name
@@ -415,22 +403,7 @@ def _job_writes(job: ImportJob, request: ForgetRequest) -> bool:
     cannot be told cheaply, yes). Undoing an import concerns no other job."""
     if request.import_job is not None:
         return False
-    from .imports import may_write
-
-    return may_write(job, namespace=request.namespace, key=request.key)
-
-
-def _scrub_admin_log(records: QuerySet[MemoryRecord]) -> None:
-    """Drop the admin's log entries about the erased records (their object_repr was the
-    record's content before records stopped saying it)."""
-    from django.contrib.admin.models import LogEntry
-    from django.contrib.contenttypes.models import ContentType
-
-    content_type = ContentType.objects.get_for_model(MemoryRecord)
-    LogEntry.objects.filter(
-        content_type=content_type,
-        object_id__in=records.annotate(text_id=Cast("pk", TextField())).values("text_id"),
-    ).delete()
+    return imports.may_write(job, namespace=request.namespace, key=request.key)
 
 
 def _check_sources(names: Sequence[str]) -> None:
@@ -457,9 +430,7 @@ def _apply_read_only(
     for knowledge_base in policy.refuses_change(
         knowledge_bases.values(), operator=operator, subject_erasure=request.is_subject_erasure
     ):
-        refused = write.refuse(
-            scope, knowledge_base, counts[knowledge_base.pk], actor, change="forget"
-        )
+        refused = refuse(scope, knowledge_base, counts[knowledge_base.pk], actor, change="forget")
         if refused is None:
             result.refused.append(knowledge_base.name)
             del knowledge_bases[knowledge_base.pk]
@@ -492,8 +463,6 @@ def _record_receipt(
 ) -> None:
     """The permanent receipt and the audit observation (counts and hashes, never the
     content or the namespace), then the cache's erasure and the vacuum after commit."""
-    from tenants.models import Domain
-
     domain = Domain.objects.select_related("org").get(pk=scope.domain_id)
     receipt = ErasureReceipt.unscoped.create(
         actor=actor[:150],
@@ -535,7 +504,7 @@ ERASURE_REGISTRY: dict[str, str] = {
     "memoryhub.ImportChunk": "the files of cancelled jobs deleted (_drop_files)",
     "memoryhub.RecordVersion": "a record's previous states: deleted with the record (the "
     "foreign key cascades) by every path that deletes records",
-    "admin.LogEntry": "entries about erased records deleted (_scrub_admin_log); a record's "
+    "admin.LogEntry": "entries about erased records deleted (store.deletion); a record's "
     "str() is its kind and id, never content",
     "memoryhub.Observation": "holds counts, knowledge base names and keyed hashes only",
     "memoryhub.ErasureReceipt": "the receipt: counts and the selector as a keyed hash",
@@ -560,8 +529,6 @@ def schedule_vacuum() -> None:
     delay = memoryhub_settings.VACUUM_AFTER_ERASURE
     if delay is None:
         return
-    from celery import current_app
-
     if not current_app.conf.task_always_eager:  # eager: it runs now, nothing to merge
         try:
             if not caches[memoryhub_settings.CACHE_ALIAS].add(VACUUM_KEY, 1, timeout=delay + 60):
@@ -584,9 +551,6 @@ def vacuum_erased_tables() -> list[str]:
     table the database user may not vacuum (PostgreSQL only warns and skips it) is
     logged as an error and left out of the result.
     """
-    from django.contrib.admin.models import LogEntry
-    from django.db import connection
-
     caches[memoryhub_settings.CACHE_ALIAS].delete(VACUUM_KEY)
     if connection.in_atomic_block:
         # VACUUM cannot run in a transaction (an eager task inside one, in tests).
@@ -642,8 +606,6 @@ def _clear_stats_if_empty(cursor: Any, table: str) -> None:
 def forget_org(org_id: int, *, actor: str = "", batch: uuid.UUID | None = None) -> ForgetResult:
     """Erase every record of every domain of an org (the admin's org erasure); its
     domains' receipts share one batch."""
-    from tenants.models import Domain
-
     total = ForgetResult()
     batch = batch or uuid.uuid4()
     for domain_id in Domain.objects.filter(org_id=org_id).values_list("pk", flat=True):
@@ -668,9 +630,8 @@ def forget_record(
     A record of a read-only knowledge base is refused (``WriteRefused``, counted) unless
     ``operator=True``.
     """
-    record = write.record_to_change(
-        scope, record_id, change="forget", actor=actor, operator=operator
-    )
+    record = get_record(scope, record_id)
+    refuse_record_change(scope, record, change="forget", actor=actor, operator=operator)
     knowledge_base = record.knowledge_base
     result = ForgetResult()
     with transaction.atomic(), tenant_scope(scope):
@@ -763,10 +724,64 @@ def deletions_for_sweep(older_than: timedelta | None = None) -> list[int]:
 
 def preview_org(org_id: int) -> list[tuple[str, str, int]]:
     """(domain slug, knowledge base, live record count) rows for an org erasure page."""
-    from tenants.models import Domain
-
     rows: list[tuple[str, str, int]] = []
     for domain in Domain.objects.filter(org_id=org_id).order_by("slug"):
         for name, count in preview(Scope(org_id, domain.pk), ForgetRequest(all=True)).items():
             rows.append((domain.slug, name, count))
     return rows
+
+
+# --- undoing an import ----------------------------------------------------------------
+
+
+def undoing_for_sweep(older_than: timedelta | None = None) -> list[int]:
+    """Undos whose message never arrived."""
+    if older_than is None:
+        older_than = timedelta(seconds=memoryhub_settings.SWEEP_PENDING_AFTER)
+    cutoff = timezone.now() - older_than
+    return list(
+        ImportJob.unscoped.filter(
+            status=ImportJob.Status.UNDOING, updated_at__lte=cutoff
+        ).values_list("pk", flat=True)[:100]
+    )
+
+
+def undo_job(scope: Scope, job_id: int, *, actor: str = "") -> ImportJob:
+    """Queue the erasure of the records this job created (done by a worker: it can be a
+    million records). A running job is cancelled first by the caller."""
+    with transaction.atomic():
+        job = imports.get_job(scope, job_id, lock=True)
+        if job.status not in (
+            ImportJob.Status.DONE,
+            ImportJob.Status.FAILED,
+            ImportJob.Status.CANCELLED,
+        ):
+            raise imports.JobStateError(f"the import is {job.get_status_display().lower()}.")
+        ImportJob.unscoped.filter(pk=job.pk).update(
+            status=ImportJob.Status.UNDOING, updated_at=timezone.now()
+        )
+        ImportChunk.objects.filter(job=job).delete()
+        transaction.on_commit(partial(enqueue_undo, job.pk, actor))
+    return imports.get_job(scope, job_id)
+
+
+def enqueue_undo(job_id: int, actor: str) -> None:
+    send("undo_import", job_id, actor, what=f"undo of import {job_id}", left="left undoing")
+
+
+def finish_undo(job_id: int, actor: str = "") -> ImportJob | None:
+    """Erase the job's records (the worker's side of :func:`undo_job`), with a receipt."""
+    job = ImportJob.unscoped.filter(pk=job_id).first()
+    if job is None or job.status != ImportJob.Status.UNDOING:
+        return job
+    scope = Scope(job.org_id, job.domain_id)
+    with transaction.atomic():
+        result = forget(scope, ForgetRequest(import_job=job.pk), actor=actor, operator=True)
+        now = timezone.now()
+        ImportJob.unscoped.filter(pk=job.pk).update(
+            status=ImportJob.Status.UNDONE,
+            receipt=result.receipt or "",
+            finished_at=now,
+            updated_at=now,
+        )
+    return ImportJob.unscoped.get(pk=job_id)

@@ -55,13 +55,13 @@ __all__ = [
     "cancel_job",
     "chunk_markdown",
     "create_job",
+    "get_job",
     "iter_rows",
     "may_write",
     "parse",
     "progress",
     "rerun_job",
     "run_job",
-    "undo_job",
 ]
 
 CHUNK_SIZE = 1200
@@ -379,18 +379,6 @@ def queued_for_sweep(older_than: timedelta | None = None) -> list[int]:
     return list(ImportJob.unscoped.filter(waiting | stalled).values_list("pk", flat=True)[:100])
 
 
-def undoing_for_sweep(older_than: timedelta | None = None) -> list[int]:
-    """Undos whose message never arrived."""
-    if older_than is None:
-        older_than = timedelta(seconds=memoryhub_settings.SWEEP_PENDING_AFTER)
-    cutoff = timezone.now() - older_than
-    return list(
-        ImportJob.unscoped.filter(
-            status=ImportJob.Status.UNDOING, updated_at__lte=cutoff
-        ).values_list("pk", flat=True)[:100]
-    )
-
-
 def _claim(job_id: int) -> bool:
     """Whether this process now runs the job (a session lock, released at the end or
     when the worker's connection dies): a job never runs twice at once."""
@@ -641,7 +629,9 @@ def _finish(job_id: int, status: str, errors: dict[str, Any], *, drop_file: bool
 # --- cancel, re-run, undo --------------------------------------------------------------
 
 
-def _job(scope: Scope, job_id: Any, *, lock: bool = False) -> ImportJob:
+def get_job(scope: Scope, job_id: Any, *, lock: bool = False) -> ImportJob:
+    """The scope's import job ``job_id`` (``ImportJob.DoesNotExist`` otherwise), locked
+    when ``lock``."""
     jobs = ImportJob.unscoped.filter(org_id=scope.org_id, domain_id=scope.domain_id)
     if lock:
         jobs = jobs.select_for_update(of=("self",))
@@ -654,70 +644,25 @@ def _job(scope: Scope, job_id: Any, *, lock: bool = False) -> ImportJob:
 def cancel_job(scope: Scope, job_id: int, *, actor: str = "") -> ImportJob:
     """Stop a queued or running job; what it wrote so far stays (undo erases it)."""
     with transaction.atomic():
-        job = _job(scope, job_id, lock=True)  # waits for a batch in flight
+        job = get_job(scope, job_id, lock=True)  # waits for a batch in flight
         if job.status not in (ImportJob.Status.QUEUED, ImportJob.Status.RUNNING):
             raise JobStateError(f"the import is {job.get_status_display().lower()}.")
         message = f"cancelled by {actor}" if actor else "cancelled"
         _finish(job.pk, ImportJob.Status.CANCELLED, {"file": [message]}, drop_file=True)
-    return _job(scope, job_id)
+    return get_job(scope, job_id)
 
 
 def rerun_job(scope: Scope, job_id: int) -> ImportJob:
     """Queue a failed job again; it resumes after the last batch it committed."""
     with transaction.atomic():
-        job = _job(scope, job_id, lock=True)
+        job = get_job(scope, job_id, lock=True)
         if job.status != ImportJob.Status.FAILED or not job.chunks.exists():
             raise JobStateError("only a failed import whose file is kept can run again.")
         ImportJob.unscoped.filter(pk=job.pk).update(
             status=ImportJob.Status.QUEUED, errors={}, finished_at=None, updated_at=timezone.now()
         )
         schedule_job(job)
-    return _job(scope, job_id)
-
-
-def undo_job(scope: Scope, job_id: int, *, actor: str = "") -> ImportJob:
-    """Queue the erasure of the records this job created (done by a worker: it can be a
-    million records). A running job is cancelled first by the caller."""
-    with transaction.atomic():
-        job = _job(scope, job_id, lock=True)
-        if job.status not in (
-            ImportJob.Status.DONE,
-            ImportJob.Status.FAILED,
-            ImportJob.Status.CANCELLED,
-        ):
-            raise JobStateError(f"the import is {job.get_status_display().lower()}.")
-        ImportJob.unscoped.filter(pk=job.pk).update(
-            status=ImportJob.Status.UNDOING, updated_at=timezone.now()
-        )
-        ImportChunk.objects.filter(job=job).delete()
-        transaction.on_commit(partial(enqueue_undo, job.pk, actor))
-    return _job(scope, job_id)
-
-
-def enqueue_undo(job_id: int, actor: str) -> None:
-    send("undo_import", job_id, actor, what=f"undo of import {job_id}", left="left undoing")
-
-
-def finish_undo(job_id: int, actor: str = "") -> ImportJob | None:
-    """Erase the job's records (the worker's side of :func:`undo_job`), with a receipt."""
-    from . import forget
-
-    job = ImportJob.unscoped.filter(pk=job_id).first()
-    if job is None or job.status != ImportJob.Status.UNDOING:
-        return job
-    scope = Scope(job.org_id, job.domain_id)
-    with transaction.atomic():
-        result = forget.forget(
-            scope, forget.ForgetRequest(import_job=job.pk), actor=actor, operator=True
-        )
-        now = timezone.now()
-        ImportJob.unscoped.filter(pk=job.pk).update(
-            status=ImportJob.Status.UNDONE,
-            receipt=result.receipt or "",
-            finished_at=now,
-            updated_at=now,
-        )
-    return ImportJob.unscoped.get(pk=job_id)
+    return get_job(scope, job_id)
 
 
 # --- what erasures and the admin ask ---------------------------------------------------

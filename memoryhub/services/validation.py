@@ -21,6 +21,7 @@ from ..conf import memoryhub_settings
 from ..exceptions import ValidationFailed
 from ..items import ITEM_FIELDS
 from ..models import SESSION_KEY, SESSION_MAX_LENGTH, MemoryRecord, content_hash
+from .filter_indexes import MAX_INDEXED_VALUE_BYTES
 
 __all__ = [
     "EXPIRY_RANGE",
@@ -305,8 +306,6 @@ def _validate_indexed_values(
 ) -> None:
     """The value of a key in ``INDEXED_METADATA_KEYS`` is an entry of its btree index,
     which holds at most about 2.7 kB: larger ones are refused here, not by the index."""
-    from .filter_indexes import MAX_INDEXED_VALUE_BYTES
-
     for key in memoryhub_settings.INDEXED_METADATA_KEYS or ():
         if key not in metadata:
             continue

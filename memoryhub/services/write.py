@@ -14,14 +14,12 @@ rolled-back write schedules nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from functools import partial
 from typing import Any
 
-from django.db import connection, transaction
-from django.db.models import F
+from django.db import transaction
 from django.utils import timezone
 
 from .. import observe, policy, signals
@@ -31,9 +29,14 @@ from ..exceptions import UnknownSource, ValidationFailed, WriteRefused
 from ..items import UPDATABLE_FIELDS
 from ..models import KnowledgeBase, MemoryRecord, Observation, RecordVersion
 from ..scope import Scope, tenant_scope
-from . import bulk, consolidation, history, locks
+from . import history
+from .indexing import schedule_indexing
 from .knowledge_bases import accepts_writes, ensure_knowledge_base, resolve_sources, source_names
-from .scheduling import send
+from .records import RecordNotFound, get_record
+from .store import persistence
+from .store.locks import lock_domain, lock_namespaces
+from .store.persistence import CONSOLIDATION_PENDING
+from .store.refusals import refuse, refuse_record_change
 from .validation import MAX_TTL_SECONDS, WriteItem, validate_items
 
 __all__ = [
@@ -46,14 +49,8 @@ __all__ = [
     "WriteRequest",
     "WriteResult",
     "accepts_writes",
-    "count_refusal",
     "ensure_knowledge_base",
-    "lock_domain",
-    "lock_namespaces",
-    "record_to_change",
-    "refuse",
     "restore_version",
-    "schedule_indexing",
     "update_record",
     "validate_items",
     "write",
@@ -125,88 +122,6 @@ class WriteResult:
         return [record.id for record in self.records]
 
 
-# --- validation ---------------------------------------------------------------------
-
-
-def count_refusal(
-    scope: Scope, knowledge_base: KnowledgeBase, n: int, actor: str, *, change: str = "write"
-) -> None:
-    """Count a read-only knowledge base's refusal of an agent's ``change`` (write,
-    update, forget): its ``refused_writes`` counter and a ``memory.write_refused``
-    observation."""
-    KnowledgeBase.unscoped.filter(pk=knowledge_base.pk).update(
-        refused_writes=F("refused_writes") + 1
-    )
-    observe.record_in_scope(
-        Observation.Kind.MEMORY_WRITE_REFUSED,
-        scope,
-        source=knowledge_base.name,
-        count=n,
-        payload={
-            "source": knowledge_base.name,
-            "n": n,
-            "policy": knowledge_base.on_write,
-            "change": change,
-        },
-        actor=actor,
-    )
-
-
-def refuse(
-    scope: Scope, knowledge_base: KnowledgeBase, n: int, actor: str, *, change: str = "write"
-) -> WriteRefused | None:
-    """Count a read-only knowledge base's refusal of an agent's ``change`` of ``n``
-    records; ``None`` when it ignores the change (``on_write="ignore"``: reported as
-    refused, not an error), else the :class:`WriteRefused` that refuses it."""
-    count_refusal(scope, knowledge_base, n, actor, change=change)
-    if knowledge_base.on_write == KnowledgeBase.OnWrite.IGNORE:
-        return None
-    return WriteRefused(knowledge_base.name, n)
-
-
-def record_to_change(
-    scope: Scope, record_id: Any, *, change: str, actor: str, operator: bool
-) -> MemoryRecord:
-    """The scope's record ``record_id`` (``RecordNotFound`` otherwise), if an agent may
-    ``change`` it by id (update, forget): a record of a read-only knowledge base is
-    refused whatever its ``on_write`` (``WriteRefused``, counted) unless ``operator``."""
-    from .records import get_record
-
-    record = get_record(scope, record_id)
-    knowledge_base = record.knowledge_base
-    if policy.refuses_change([knowledge_base], operator=operator):
-        with transaction.atomic():
-            count_refusal(scope, knowledge_base, 1, actor, change=change)
-        raise WriteRefused(knowledge_base.name, 1)
-    return record
-
-
-#: The first key of the domain-wide writer lock (namespace locks use knowledge base ids,
-#: which are positive, so the two never meet).
-DOMAIN_LOCK_CLASS = -1
-
-
-def lock_domain(scope: Scope, *, exclusive: bool = False) -> None:
-    """The domain's writer lock: writes and namespace erasures take it shared, erasures
-    of whole knowledge bases or of the domain exclusively (before any namespace lock)."""
-    function = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT {function}(%s, %s)", [DOMAIN_LOCK_CLASS, locks.int4_key(scope.domain_id)]
-        )
-
-
-def lock_namespaces(knowledge_base: KnowledgeBase, namespaces: Iterable[str]) -> None:
-    """Serialise writers (and erasures) of the same (KB, namespace), so dedupe, upsert
-    and erasure cannot race. Take several in knowledge base id order."""
-    with connection.cursor() as cursor:
-        for namespace in sorted(set(namespaces)):
-            cursor.execute(
-                "SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
-                [locks.int4_key(knowledge_base.pk), namespace],
-            )
-
-
 def _apply(record: MemoryRecord, item: WriteItem, *, content_changed: bool) -> None:
     """Copy an item's fields onto a record; new content sends it back to be embedded."""
     record.content = item.content
@@ -224,30 +139,6 @@ def _apply(record: MemoryRecord, item: WriteItem, *, content_changed: bool) -> N
         record.attempts = 0
         record.last_error = ""
         record.indexed_at = None
-
-
-#: What an upsert of an existing record may change (``bulk_update``'s fields).
-UPSERT_FIELDS = [
-    "content",
-    "content_hash",
-    "kind",
-    "tags",
-    "metadata",
-    "expires_at",
-    "occurred_at",
-    "updated_at",
-    "status",
-    "embedding",
-    "embedding_model",
-    "vector_batch",
-    "attempts",
-    "last_error",
-    "indexed_at",
-    "version",
-    "changed_by",
-    "change_cause",
-    "consolidation",
-]
 
 
 @dataclass
@@ -313,7 +204,7 @@ def _write_to(
             content_changed = existing.content_hash != digest
             _apply(existing, item, content_changed=content_changed)
             if consolidate and content_changed and item.kind == MemoryRecord.Kind.EPISODIC:
-                existing.consolidation = consolidation.PENDING
+                existing.consolidation = CONSOLIDATION_PENDING
             existing.updated_at = now
             batch.changed.append(existing)
             by_hash.setdefault((item.namespace, digest), str(existing.pk))
@@ -332,7 +223,7 @@ def _write_to(
         record.import_job_id = import_job
         record.changed_by, record.change_cause = actor[:200], _creation_cause(cause)
         if consolidate and item.kind == MemoryRecord.Kind.EPISODIC:
-            record.consolidation = consolidation.PENDING
+            record.consolidation = CONSOLIDATION_PENDING
         batch.new_records.append(record)
         created.add(record.pk)
         if item.key is not None:
@@ -341,7 +232,7 @@ def _write_to(
         batch.results.append(
             RecordResult(str(record.pk), item.key, record.status, False, knowledge_base.name)
         )
-    _save(batch)
+    persistence.save_records(batch.new_records, batch.changed)
     _announce(
         scope,
         knowledge_base,
@@ -373,19 +264,6 @@ def _new_record(
         created_at=now + timedelta(microseconds=position),
         updated_at=now,
     )
-
-
-def _save(batch: _Batch) -> None:
-    """Store the batch: new records with one binary COPY when there are at least
-    ``BULK_MIN_RECORDS`` of them (the rows ``bulk_create`` would insert, without
-    compiling an INSERT of them), else with ``bulk_create``; changed ones (kept in
-    their history first) with ``bulk_update`` either way."""
-    if len(batch.new_records) >= memoryhub_settings.BULK_MIN_RECORDS:
-        bulk.copy_records(batch.new_records)
-    elif batch.new_records:
-        MemoryRecord.objects.bulk_create(batch.new_records)
-    if batch.changed:
-        MemoryRecord.objects.bulk_update(batch.changed, UPSERT_FIELDS)
 
 
 def _announce(
@@ -476,45 +354,6 @@ def _fill_dedupe_status(records: list[RecordResult]) -> list[RecordResult]:
         else r
         for r in records
     ]
-
-
-def schedule_indexing(
-    record_ids: Sequence[str], *, force: bool = False, bulk: bool = False
-) -> None:
-    """Enqueue indexing of ``record_ids`` in batches, once the transaction commits:
-    of ``INDEX_BATCH_SIZE``, or of ``BULK_INDEX_BATCH_SIZE`` for a ``bulk`` write (the
-    batches a worker then stores in bulk).
-
-    The write is committed by then, so a broker that cannot be reached does not fail it
-    (``delay_on_commit`` would raise out of the commit): the failure is logged, the
-    records stay ``pending``, and the sweeper enqueues them once the broker is back.
-    """
-    if not record_ids:
-        return
-    size = memoryhub_settings.BULK_INDEX_BATCH_SIZE if bulk else memoryhub_settings.INDEX_BATCH_SIZE
-    batches = [
-        [str(pk) for pk in record_ids[start : start + size]]
-        for start in range(0, len(record_ids), size)
-    ]
-    transaction.on_commit(partial(_enqueue_indexing, batches, force))
-
-
-def _enqueue_indexing(batches: list[list[str]], force: bool = False) -> None:
-    # A forced batch goes with its flag; a plain one as before (a worker still running the
-    # previous release takes it).
-    extra = (True,) if force else ()
-    for number, batch in enumerate(batches):
-        waiting = sum(len(rest) for rest in batches[number:])
-        if not send(
-            "index_records",
-            batch,
-            *extra,
-            what=f"indexing of {waiting} record(s)",
-            left="left pending",
-        ):
-            # A broker that refused this batch refuses the next ones too, each after
-            # Celery's publish retries: stop here, the sweeper has them all.
-            return
 
 
 def write(
@@ -681,10 +520,9 @@ def update_record(
     knowledge base is refused (``WriteRefused``, counted) unless ``operator=True`` (the
     admin's curation path). A content change sends the record back to pending.
     """
-    from .records import RecordNotFound
-
     _check_update_fields(changes)
-    record = record_to_change(scope, record_id, change="update", actor=actor, operator=operator)
+    record = get_record(scope, record_id)
+    refuse_record_change(scope, record, change="update", actor=actor, operator=operator)
     knowledge_base = record.knowledge_base
     item = _updated_item(record, changes, partial=partial)
     if _unchanged(record, item):
@@ -758,8 +596,6 @@ def restore_version(
 
     Raises ``RecordNotFound`` when the record, or that version of it, is not in scope.
     """
-    from .records import RecordNotFound, get_record
-
     record = get_record(scope, record_id)
     with tenant_scope(scope):
         previous = RecordVersion.objects.filter(record_id=record.pk, version=version).first()

@@ -13,6 +13,7 @@ from asgiref.sync import sync_to_async
 
 from ..exceptions import WriteRefused
 from ..items import MemoryItem
+from ..observe import record_in_scope
 from ..scope import Scope
 
 logger = logging.getLogger(__name__)
@@ -84,8 +85,6 @@ class MemoryContext:
 
 
 def _persist(scope: Scope, actor: str, kind: str, payload: dict[str, Any]) -> None:
-    from ..observe import record_in_scope
-
     record_in_scope(
         kind,
         scope,

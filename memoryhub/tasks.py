@@ -9,6 +9,7 @@ from typing import Any
 
 from celery import shared_task
 
+from . import policy
 from .conf import memoryhub_settings
 from .consolidation import ExtractorUnavailable
 from .embedders import EmbedderError
@@ -95,13 +96,17 @@ def import_file(job_id: int) -> str:
 
 @shared_task(acks_late=True, reject_on_worker_lost=True)
 def undo_import(job_id: int, actor: str = "") -> str:
-    """Erase the records an import created (with an erasure receipt)."""
-    job = forget.finish_undo(job_id, actor)
+    """Erase the records an import created (with an erasure receipt), for whoever asked
+    (``actor``: their :func:`~memoryhub.policy.actor_label`)."""
+    job = forget.finish_undo(job_id, principal=policy.principal_for_task(actor))
     return job.status if job is not None else "missing"
 
 
 @shared_task(acks_late=True, reject_on_worker_lost=True)
 def delete_knowledge_base(knowledge_base_id: int, actor: str = "") -> int:
-    """Erase a knowledge base an operator deleted (with a receipt), then delete it."""
-    result = forget.delete_knowledge_base(knowledge_base_id, actor=actor)
+    """Erase a knowledge base an operator deleted (with a receipt), then delete it, for
+    that operator (``actor``: their :func:`~memoryhub.policy.actor_label`)."""
+    result = forget.delete_knowledge_base(
+        knowledge_base_id, principal=policy.principal_for_task(actor)
+    )
     return result.deleted if result is not None else 0

@@ -9,6 +9,7 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.core.files.uploadedfile import SimpleUploadedFile
 
+from memoryhub import policy
 from memoryhub.models import ImportJob, KnowledgeBase, MemoryRecord, Observation
 from memoryhub.services import query, write
 from memoryhub.services.errors import UnknownSource
@@ -34,7 +35,10 @@ def operator(client, tenant):  # type: ignore[no-untyped-def]
 def data(tenant, other_tenant):  # type: ignore[no-untyped-def]
     write.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
     write.write(
-        tenant.scope, [{"content": "acme handbook entry"}], sources=["handbook"], operator=True
+        tenant.scope,
+        [{"content": "acme handbook entry"}],
+        sources=["handbook"],
+        principal=policy.SYSTEM,
     )
     write.write(tenant.scope, [{"content": "alice likes tea", "namespace": "user:alice"}])
     write.ensure_knowledge_base(other_tenant.scope, "handbook", read_only=True)
@@ -42,7 +46,7 @@ def data(tenant, other_tenant):  # type: ignore[no-untyped-def]
         other_tenant.scope,
         [{"content": "globex secret entry"}],
         sources=["handbook"],
-        operator=True,
+        principal=policy.SYSTEM,
     )
     return {
         "acme_kb": KnowledgeBase.unscoped.get(org=tenant.org, name="handbook"),
@@ -474,7 +478,9 @@ def test_deleting_a_kb_is_a_job_that_forgets_its_records_through_the_service(
     listing = admin_client.get("/admin/memoryhub/knowledgebase/").content.decode()
     assert "handbook <em>(being deleted)</em>" in listing
     with pytest.raises(UnknownSource):  # no writes meanwhile
-        write.write(tenant.scope, [{"content": "late"}], sources=["handbook"], operator=True)
+        write.write(
+            tenant.scope, [{"content": "late"}], sources=["handbook"], principal=policy.SYSTEM
+        )
 
     from memoryhub.services.forget import deletions_for_sweep
     from memoryhub.tasks import delete_knowledge_base

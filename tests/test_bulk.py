@@ -17,6 +17,7 @@ import pytest
 from django.core.cache import cache
 from django.db import connection, transaction
 
+from memoryhub import policy
 from memoryhub.embedders import HashingEmbedder
 from memoryhub.models import MemoryRecord, Observation
 from memoryhub.scope import Scope, tenant_scope
@@ -90,9 +91,13 @@ def test_a_bulk_write_stores_the_rows_a_row_by_row_write_stores(tenant, other_te
     ]
     items = [{key: value for key, value in item.items() if value is not None} for item in items]
     settings.MEMORYHUB = {"BULK_MIN_RECORDS": 6}
-    write.write(tenant.scope, items, actor="bulk", consolidate=True)
+    write.write(
+        tenant.scope, items, principal=policy.AgentPrincipal(label="bulk"), consolidate=True
+    )
     settings.MEMORYHUB = {"BULK_MIN_RECORDS": 7}
-    write.write(other_tenant.scope, items, actor="bulk", consolidate=True)
+    write.write(
+        other_tenant.scope, items, principal=policy.AgentPrincipal(label="bulk"), consolidate=True
+    )
 
     def rows(scope: Scope) -> list[dict]:
         varying = {"id", "org_id", "domain_id", "knowledge_base_id", "created_at", "updated_at"}

@@ -21,6 +21,7 @@ import pytest
 from django.db import connection, transaction
 from rest_framework.test import APIClient
 
+from memoryhub import policy
 from memoryhub.models import ErasureReceipt, ImportJob, MemoryRecord
 from memoryhub.services import imports, write
 from memoryhub.services.forget import vacuum_erased_tables
@@ -98,7 +99,9 @@ def test_nothing_of_100_erased_subjects_survives_anywhere(
     handbook = write.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
     memory = write.ensure_knowledge_base(tenant.scope, "memory")
     bystander = "Refunds are issued within 5 business days."
-    write.write(tenant.scope, [{"content": bystander}], sources=["handbook"], operator=True)
+    write.write(
+        tenant.scope, [{"content": bystander}], sources=["handbook"], principal=policy.SYSTEM
+    )
 
     for n in range(SUBJECTS):
         items = [
@@ -121,7 +124,7 @@ def test_nothing_of_100_erased_subjects_survives_anywhere(
             tenant.scope,
             [{"content": f"{marker(n)} is a VIP.", "namespace": namespace(n)}],
             sources=["handbook"],
-            operator=True,
+            principal=policy.SYSTEM,
         )
         added = admin_client.post(
             "/admin/memoryhub/memoryrecord/add/",
@@ -147,7 +150,7 @@ def test_nothing_of_100_erased_subjects_survives_anywhere(
                 format="jsonl",
                 filename=f"{marker(n)}-export.jsonl",
                 namespace="" if n % 2 else namespace(n),
-                actor="admin:ops",
+                principal=policy.AgentPrincipal(label="admin:ops"),
             )
             imports.schedule_job(job)
     assert MemoryRecord.unscoped.filter(status="pending").count() >= SUBJECTS

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from memoryhub import cache
+from memoryhub import cache, policy
 from memoryhub.models import MemoryRecord, Observation
 from memoryhub.scope import tenant_scope
 from memoryhub.services import write
@@ -47,7 +47,11 @@ def contents(tenant):  # type: ignore[no-untyped-def]
 
 
 def test_forget_a_namespace_erases_the_data_subject_in_every_kb(tenant, other_tenant, memory):
-    result = forget(tenant.scope, ForgetRequest(namespace="user:alice"), actor="dpo")
+    result = forget(
+        tenant.scope,
+        ForgetRequest(namespace="user:alice"),
+        principal=policy.AgentPrincipal(label="dpo"),
+    )
     assert result.deleted == 3
     assert result.by_source == {"memory": 2, "notes": 1}
     assert contents(tenant) == ["Bob likes coffee.", "Shared fact."]
@@ -87,7 +91,11 @@ def test_forget_of_an_unknown_source_is_an_error_and_nothing_matching_is_zero(te
 
 
 def test_audit_holds_counts_and_a_salted_hash_never_content(tenant, memory):
-    forget(tenant.scope, ForgetRequest(namespace="user:alice"), actor="dpo")
+    forget(
+        tenant.scope,
+        ForgetRequest(namespace="user:alice"),
+        principal=policy.AgentPrincipal(label="dpo"),
+    )
     with tenant_scope(tenant.scope):
         [audit] = Observation.objects.filter(kind="memory.forgotten")
     assert audit.count == 3
@@ -117,7 +125,7 @@ def test_forget_org_erases_every_domain_of_that_org_only(tenant, other_tenant, m
     from memoryhub.scope import Scope
 
     write.write(Scope.for_domain(sales), [{"content": "Sales fact."}])
-    result = forget_org(tenant.org.pk, actor="admin")
+    result = forget_org(tenant.org.pk, principal=policy.SystemPrincipal(label="admin"))
     assert result.deleted == 6
     assert MemoryRecord.unscoped.filter(org=tenant.org).count() == 0
     assert contents(other_tenant) == ["Alice at Globex."]

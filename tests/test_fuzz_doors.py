@@ -27,6 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
+from memoryhub import policy
 from memoryhub.models import KnowledgeBase, MemoryRecord
 from memoryhub.services import write
 from tenants.models import ApiKey, Domain, Org
@@ -53,7 +54,9 @@ HOSTILE = st.one_of(TEXT, ANY, DEEP)
 def world(tenant, other_tenant):  # type: ignore[no-untyped-def]
     """acme's support domain (records, a read-only handbook) and globex's secret."""
     write.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
-    write.write(tenant.scope, [{"content": "acme handbook"}], sources=["handbook"], operator=True)
+    write.write(
+        tenant.scope, [{"content": "acme handbook"}], sources=["handbook"], principal=policy.SYSTEM
+    )
     write.write(
         tenant.scope,
         [

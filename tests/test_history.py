@@ -9,6 +9,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.db import connection, connections
 
+from memoryhub import policy
 from memoryhub.models import MemoryRecord, RecordVersion
 from memoryhub.scope import Scope
 from memoryhub.services import forget, history, imports, maintenance, write
@@ -109,8 +110,16 @@ def test_history_is_bounded(tenant, settings):
 
 def test_restore_makes_an_old_state_current_as_a_new_version(tenant):
     [record] = write.write(tenant.scope, [{"content": "first", "key": "k", "tags": ["a"]}]).records
-    write.update_record(tenant.scope, record.id, {"content": "second"}, partial=True, actor="bob")
-    write.restore_version(tenant.scope, record.id, 1, actor="carol")
+    write.update_record(
+        tenant.scope,
+        record.id,
+        {"content": "second"},
+        partial=True,
+        principal=policy.AgentPrincipal(label="bob"),
+    )
+    write.restore_version(
+        tenant.scope, record.id, 1, principal=policy.AgentPrincipal(label="carol")
+    )
     assert summary(history.history(tenant.scope, record.id)) == [
         (3, "first", "restore"),
         (2, "second", "update"),
@@ -134,7 +143,11 @@ def test_imports_and_operator_edits_are_named_in_history(tenant, committed):
     committed(imports.run_job, job.pk)
     record = MemoryRecord.unscoped.get(key="refunds")
     write.update_record(
-        tenant.scope, record.pk, {"content": "Refunds: 3 days."}, partial=True, operator=True
+        tenant.scope,
+        record.pk,
+        {"content": "Refunds: 3 days."},
+        partial=True,
+        principal=policy.SYSTEM,
     )
     job = imports.create_job(
         tenant.scope,
@@ -176,7 +189,7 @@ def test_every_erasure_path_leaves_no_version(tenant, other_tenant, committed):
             [tenant.org.pk],
         )
         assert cursor.fetchone()[0] == 0
-    forget.forget_org(other_tenant.org.pk)
+    forget.forget_org(other_tenant.org.pk, principal=policy.SYSTEM)
     assert versions_in_db() == 0
 
 

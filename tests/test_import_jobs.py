@@ -5,10 +5,12 @@ re-run and undone (exactly the records the job created, with a receipt), per ten
 from __future__ import annotations
 
 import json
+from functools import partial
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
+from memoryhub import policy
 from memoryhub.models import ErasureReceipt, ImportChunk, ImportJob, MemoryRecord
 from memoryhub.scope import Scope
 from memoryhub.services import forget, imports, write
@@ -87,15 +89,17 @@ def test_cancel_stops_at_the_next_batch_and_undo_erases_exactly_what_the_job_cre
     ImportJob.unscoped.filter(pk=job.pk).update(status="running", validated=True, total=21)
     job.refresh_from_db()
     imports._write_batch(job, tenant.scope, [{"content": f"fact {i}"} for i in range(10)])
-    imports.cancel_job(tenant.scope, job.pk, actor="admin:ops")
+    imports.cancel_job(tenant.scope, job.pk, principal=policy.SystemPrincipal(label="admin:ops"))
     imports.run_job(job.pk)  # the worker's next batch finds it cancelled
     job.refresh_from_db()
     assert (job.status, job.imported) == ("cancelled", 10)
     # "fact 2" existed before: deduplicated, not created by the job.
     assert created_by(job) == 9
 
-    forget.undo_job(tenant.scope, job.pk, actor="admin:ops")
-    forget.finish_undo(job.pk, "admin:ops")  # the worker's side (eager here)
+    forget.undo_job(tenant.scope, job.pk, principal=policy.SystemPrincipal(label="admin:ops"))
+    forget.finish_undo(
+        job.pk, principal=policy.principal_for_task("admin:ops")
+    )  # the worker's side (eager here)
     job.refresh_from_db()
     assert job.status == ImportJob.Status.UNDONE and created_by(job) == 0
     receipt = ErasureReceipt.unscoped.get(pk=job.receipt)
@@ -104,12 +108,13 @@ def test_cancel_stops_at_the_next_batch_and_undo_erases_exactly_what_the_job_cre
     assert MemoryRecord.unscoped.get(key="kept").content == "old text"
     assert created_by(theirs) == 3  # the other org's import is untouched
     with pytest.raises(imports.JobStateError):
-        forget.undo_job(tenant.scope, job.pk)
+        forget.undo_job(tenant.scope, job.pk, principal=policy.SYSTEM)
 
 
 def test_another_orgs_job_is_not_found_by_its_id(tenant, other_tenant):
     theirs = queue(other_tenant.scope, jsonl(3))
-    for act in (imports.cancel_job, imports.rerun_job, forget.undo_job):
+    undo = partial(forget.undo_job, principal=policy.SYSTEM)
+    for act in (imports.cancel_job, imports.rerun_job, undo):
         with pytest.raises(ImportJob.DoesNotExist):
             act(tenant.scope, theirs.pk)
     assert ImportJob.unscoped.get(pk=theirs.pk).status == ImportJob.Status.QUEUED
@@ -129,7 +134,9 @@ def test_a_failed_job_runs_again_from_where_it_stopped(tenant):
 
 def test_an_erasure_mid_import_cancels_it_and_scrubs_the_subjects_traces(tenant):
     text = jsonl(6, namespace="user:carol") + "\n" + jsonl(6, 6, namespace="user:dave")
-    job = queue(tenant.scope, text, namespace="", actor="admin:ops")
+    job = queue(
+        tenant.scope, text, namespace="", principal=policy.SystemPrincipal(label="admin:ops")
+    )
     imports._claim(job.pk)  # a worker is on it
     imports._release(job.pk)
     ImportJob.unscoped.filter(pk=job.pk).update(status="running")

@@ -21,7 +21,7 @@ from django.utils.translation import ngettext
 from tenants.admin import OrgRestrictedAdmin
 from tenants.models import Domain
 
-from .. import boundary
+from .. import boundary, policy
 from ..models import KnowledgeBase, MemoryRecord
 from ..policy import Action
 from ..scope import Scope, operator_access
@@ -45,8 +45,13 @@ def operator_view(view: Callable[..., Any]) -> Callable[..., Any]:
     return wrapped
 
 
+def principal(request: HttpRequest) -> policy.UserPrincipal:
+    """Who acts through the admin: the user, named ``admin:<username>``."""
+    return policy.principal_for_user(request.user, door="admin")
+
+
 def actor(request: HttpRequest) -> str:
-    return f"admin:{request.user.get_username()}"
+    return policy.actor_label(principal(request))
 
 
 class _UniqueKeysDecoder(json.JSONDecoder):

@@ -38,7 +38,7 @@ from ..services import forget as forget_service
 from ..services import imports, knowledge_bases
 from ..services import records as record_service
 from ..services import write as write_service
-from .base import OperatorAdmin, actor, admin_context, deletion_summary, operator_view
+from .base import OperatorAdmin, admin_context, deletion_summary, operator_view, principal
 from .filters import knowledge_base_label
 
 #: What the record form edits: a record's stored fields and its namespace.
@@ -310,7 +310,7 @@ class KnowledgeBaseAdmin(OperatorAdmin):
 
     def delete_model(self, request: HttpRequest, obj: KnowledgeBase) -> None:
         """A worker erases the records (with a receipt) and then the knowledge base."""
-        forget_service.schedule_knowledge_base_deletion(obj, actor=actor(request))
+        forget_service.schedule_knowledge_base_deletion(obj, principal=principal(request))
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[KnowledgeBase]) -> None:
         for knowledge_base in queryset:
@@ -431,7 +431,7 @@ class KnowledgeBaseAdmin(OperatorAdmin):
                 format=data["format"],
                 filename=data["file"].name,
                 namespace=data.get("namespace") or "",
-                actor=actor(request),
+                principal=principal(request),
             )
         except ValidationFailed as exc:
             for where, problems in exc.errors.items():
@@ -473,7 +473,7 @@ class KnowledgeBaseAdmin(OperatorAdmin):
         scope = Scope(job.org_id, job.domain_id)
         try:
             if what == "cancel":
-                imports.cancel_job(scope, job.pk, actor=actor(request))
+                imports.cancel_job(scope, job.pk, principal=principal(request))
                 message = _(
                     "The import of %(file)s is cancelled; what it wrote stays until undone."
                 )
@@ -481,7 +481,7 @@ class KnowledgeBaseAdmin(OperatorAdmin):
                 imports.rerun_job(scope, job.pk)
                 message = _("The import of %(file)s is queued again; it resumes where it stopped.")
             else:
-                forget_service.undo_job(scope, job.pk, actor=actor(request))
+                forget_service.undo_job(scope, job.pk, principal=principal(request))
                 message = _(
                     "The records %(file)s created are being erased; the receipt shows below."
                 )

@@ -26,7 +26,7 @@ from tenants.models import ApiKey
 from .. import boundary, filters, policy
 from ..api import serializers as s
 from ..api.authentication import request_api_key
-from ..api.permissions import actor, request_principal, require, resolve_domain
+from ..api.permissions import request_principal, require, resolve_domain
 from ..conf import MAX_HALF_LIFE_SECONDS, memoryhub_settings
 from ..models import MemoryRecord
 from ..scope import Scope
@@ -233,7 +233,7 @@ def _write_properties() -> dict[str, Any]:
 
 
 def _write(request: Request, scope: Scope, arguments: Arguments) -> dict[str, Any]:
-    result = write_service.write_body(scope, arguments, actor=actor(request))
+    result = write_service.write_body(scope, arguments, principal=request_principal(request))
     return {
         "accepted": result.accepted,
         "refused": result.refused,
@@ -258,7 +258,11 @@ def _update(request: Request, scope: Scope, arguments: Arguments) -> dict[str, A
     record_id = _id(arguments)
     records_service.get_record(scope, record_id)
     result = write_service.update_record(
-        scope, record_id, arguments.get("fields", {}), partial=True, actor=actor(request)
+        scope,
+        record_id,
+        arguments.get("fields", {}),
+        partial=True,
+        principal=request_principal(request),
     )
     principal = request_principal(request)
     if not policy.allows(principal, Action.READ, org_id=scope.org_id, domain_id=scope.domain_id):
@@ -308,7 +312,7 @@ def _forget(request: Request, scope: Scope, arguments: Arguments) -> dict[str, A
     forget_request = forget_service.ForgetRequest.from_body(arguments)
     if forget_request.is_subject_erasure:
         require(request, Action.ERASE_SUBJECT, scope)
-    result = forget_service.forget(scope, forget_request, actor=actor(request))
+    result = forget_service.forget(scope, forget_request, principal=request_principal(request))
     return {
         "deleted": result.deleted,
         "by_source": result.by_source,

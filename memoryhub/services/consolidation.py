@@ -30,7 +30,7 @@ from typing import Any, cast
 from django.db import connection, transaction
 from django.utils.module_loading import import_string
 
-from .. import observe
+from .. import observe, policy
 from ..conf import memoryhub_settings
 from ..consolidation import (
     Episode,
@@ -208,12 +208,13 @@ def _run_batch(
         _observe_failure(scope, knowledge_base, extractor, len(batch), exc, retried=False)
         MemoryRecord.unscoped.filter(pk__in=ids).update(consolidation=CONSOLIDATION_FAILED)
         return {"episodes": len(batch), "failed": len(batch)}
-    actor = f"consolidation:{extractor.name}"
+    # The extractor acts as an agent: bound by the read-only rule like any other.
+    agent = _agent(extractor)
     counts = {"episodes": len(batch), "add": 0, "update": 0, "delete": 0, "none": 0}
     applied: list[dict[str, Any]] = []
     with transaction.atomic():
         for operation in operations:
-            fact_id = _apply(scope, knowledge_base, namespace, operation, facts, actor)
+            fact_id = _apply(scope, knowledge_base, namespace, operation, facts, agent)
             counts[operation.op] += 1
             applied.append(
                 {"op": operation.op, "fact": fact_id, "sources": list(operation.sources)}
@@ -233,7 +234,7 @@ def _run_batch(
                 "model": getattr(extractor, "model", ""),
                 "operations": applied[:OPERATIONS_OBSERVED],
             },
-            actor=actor,
+            actor=policy.actor_label(agent),
         )
     return counts
 
@@ -244,7 +245,7 @@ def _apply(
     namespace: str,
     operation: Operation,
     facts: Sequence[Fact],
-    actor: str,
+    agent: policy.Principal,
 ) -> str | None:
     """Apply one validated operation through the write path; the fact's id."""
     cause = "consolidation"
@@ -260,14 +261,14 @@ def _apply(
         # second add of the same fact an update of it.
         item["key"] = operation.key or _fact_key(operation.content)
         result = write_service.write(
-            scope, [item], sources=[knowledge_base.name], actor=actor, cause=cause
+            scope, [item], sources=[knowledge_base.name], principal=agent, cause=cause
         )
         fact_id = result.records[0].id
         add_sources(fact_id, operation.sources)
         return fact_id
     fact_id = str(operation.fact_id)
     if operation.op == "delete":
-        forget_service.forget_record(scope, fact_id, actor=actor)
+        forget_service.forget_record(scope, fact_id, principal=agent)
         return fact_id
     current = next(fact for fact in facts if fact.id == fact_id)
     changes: dict[str, Any] = {}
@@ -279,12 +280,17 @@ def _apply(
     try:
         if changes:
             write_service.update_record(
-                scope, fact_id, changes, partial=True, actor=actor, cause=cause
+                scope, fact_id, changes, partial=True, principal=agent, cause=cause
             )
         add_sources(fact_id, operation.sources)
     except RecordNotFound:  # forgotten since it was read: nothing to keep up to date
         return None
     return fact_id
+
+
+def _agent(extractor: Extractor) -> policy.AgentPrincipal:
+    """Who consolidation acts as: ``consolidation:<extractor>``."""
+    return policy.AgentPrincipal(label=f"consolidation:{extractor.name}")
 
 
 def _fact_key(content: str) -> str:
@@ -315,7 +321,7 @@ def _observe_failure(
             "reason": exc.reason[:300],
             "retried": retried,
         },
-        actor=f"consolidation:{extractor.name}",
+        actor=policy.actor_label(_agent(extractor)),
     )
 
 

@@ -217,21 +217,22 @@ def forget(
     scope: Scope,
     request: ForgetRequest,
     *,
-    actor: str = "",
-    operator: bool = False,
+    principal: policy.Principal = policy.AGENT,
     batch: uuid.UUID | None = None,
 ) -> ForgetResult:
     """Hard-delete the records ``request`` selects in ``scope``; return counts per KB.
 
     ``sources`` naming a knowledge base the domain lacks is :class:`UnknownSource` (a
     misspelt erasure must not look like a success). Read-only knowledge bases whose
-    records the request selects refuse an agent's forget (``operator=False``) unless it
+    records the request selects refuse a forget by ``principal`` (:mod:`memoryhub.policy`:
+    unless it may curate in the scope's org; by default an unnamed agent) unless it
     erases a data subject (:mod:`memoryhub.policy`): one whose policy is ``refuse``
     fails the whole request with :class:`WriteRefused` (nothing is deleted; the
     refusal is counted), one whose policy is ``ignore`` keeps its records and is
     reported under ``refused``.
     """
     result = ForgetResult()
+    actor = policy.actor_label(principal)
     with transaction.atomic(), tenant_scope(scope):
         if request.sources is not None:
             _check_sources(request.sources)
@@ -247,10 +248,10 @@ def forget(
         ):
             counts[kb_id] = counts.get(kb_id, 0) + 1
         knowledge_bases = {kb.pk: kb for kb in KnowledgeBase.objects.filter(pk__in=counts)}
-        refusal = _apply_read_only(scope, request, knowledge_bases, counts, result, actor, operator)
+        refusal = _apply_read_only(scope, request, knowledge_bases, counts, result, principal)
         erased = {kb_id: n for kb_id, n in counts.items() if kb_id in knowledge_bases}
         if refusal is None:
-            result.cancelled_imports = _cancel_imports(imports, request, operator)
+            result.cancelled_imports = _cancel_imports(imports, request, principal)
         if refusal is None and erased:
             _, orphans = delete_records(records.filter(knowledge_base_id__in=erased))
             for kb_id, n in orphans.items():
@@ -358,7 +359,9 @@ def _lock_imports(request: ForgetRequest) -> list[ImportJob]:
     )
 
 
-def _cancel_imports(jobs: list[ImportJob], request: ForgetRequest, operator: bool) -> int:
+def _cancel_imports(
+    jobs: list[ImportJob], request: ForgetRequest, principal: policy.Principal
+) -> int:
     """Cancel the locked imports that would write what ``request`` erases, and scrub
     what finished ones say of an erased namespace (``_scrub_jobs``).
 
@@ -371,7 +374,9 @@ def _cancel_imports(jobs: list[ImportJob], request: ForgetRequest, operator: boo
     cancelled = 0
     for job in jobs:
         if policy.refuses_change(
-            [job.knowledge_base], operator=operator, subject_erasure=request.is_subject_erasure
+            [job.knowledge_base],
+            principal=principal,
+            subject_erasure=request.is_subject_erasure,
         ):
             continue
         if not _job_writes(job, request):
@@ -390,7 +395,7 @@ def _cancel_imports(jobs: list[ImportJob], request: ForgetRequest, operator: boo
         )
         refused = policy.refuses_change(
             KnowledgeBase.objects.filter(pk__in=finished.values("knowledge_base")),
-            operator=operator,
+            principal=principal,
             subject_erasure=request.is_subject_erasure,
         )
         _scrub_jobs(finished.exclude(knowledge_base__in=refused), request.namespace)
@@ -420,17 +425,20 @@ def _apply_read_only(
     knowledge_bases: dict[int, KnowledgeBase],
     counts: dict[int, int],
     result: ForgetResult,
-    actor: str,
-    operator: bool,
+    principal: policy.Principal,
 ) -> WriteRefused | None:
     """Count the refusals of read-only knowledge bases among those the request selects
     records in; drop ``ignore`` ones from ``knowledge_bases`` (reported in ``result``),
     and return the refusal of the first ``refuse`` one, if any."""
     refusal: WriteRefused | None = None
     for knowledge_base in policy.refuses_change(
-        knowledge_bases.values(), operator=operator, subject_erasure=request.is_subject_erasure
+        knowledge_bases.values(),
+        principal=principal,
+        subject_erasure=request.is_subject_erasure,
     ):
-        refused = refuse(scope, knowledge_base, counts[knowledge_base.pk], actor, change="forget")
+        refused = refuse(
+            scope, knowledge_base, counts[knowledge_base.pk], principal, change="forget"
+        )
         if refused is None:
             result.refused.append(knowledge_base.name)
             del knowledge_bases[knowledge_base.pk]
@@ -603,7 +611,9 @@ def _clear_stats_if_empty(cursor: Any, table: str) -> None:
     )
 
 
-def forget_org(org_id: int, *, actor: str = "", batch: uuid.UUID | None = None) -> ForgetResult:
+def forget_org(
+    org_id: int, *, principal: policy.Principal, batch: uuid.UUID | None = None
+) -> ForgetResult:
     """Erase every record of every domain of an org (the admin's org erasure); its
     domains' receipts share one batch."""
     total = ForgetResult()
@@ -612,8 +622,7 @@ def forget_org(org_id: int, *, actor: str = "", batch: uuid.UUID | None = None) 
         result = forget(
             Scope(org_id, domain_id),
             ForgetRequest(all=True),
-            actor=actor,
-            operator=True,
+            principal=principal,
             batch=batch,
         )
         total.deleted += result.deleted
@@ -623,15 +632,15 @@ def forget_org(org_id: int, *, actor: str = "", batch: uuid.UUID | None = None) 
 
 
 def forget_record(
-    scope: Scope, record_id: Any, *, actor: str = "", operator: bool = False
+    scope: Scope, record_id: Any, *, principal: policy.Principal = policy.AGENT
 ) -> ForgetResult:
     """Hard-delete one record by id (``RecordNotFound`` if the scope has no such record).
 
     A record of a read-only knowledge base is refused (``WriteRefused``, counted) unless
-    ``operator=True``.
+    ``principal`` may curate in its org.
     """
     record = get_record(scope, record_id)
-    refuse_record_change(scope, record, change="forget", actor=actor, operator=operator)
+    refuse_record_change(scope, record, change="forget", principal=principal)
     knowledge_base = record.knowledge_base
     result = ForgetResult()
     with transaction.atomic(), tenant_scope(scope):
@@ -646,7 +655,11 @@ def forget_record(
         names = dict(KnowledgeBase.objects.filter(pk__in=by_source).values_list("pk", "name"))
         result.by_source = {names[kb_id]: n for kb_id, n in sorted(by_source.items())}
         _record_receipt(
-            scope, {"id": str(record.pk), "sources": [knowledge_base.name]}, result, actor, None
+            scope,
+            {"id": str(record.pk), "sources": [knowledge_base.name]},
+            result,
+            policy.actor_label(principal),
+            None,
         )
     return result
 
@@ -670,32 +683,40 @@ def receipts_for_namespace(namespace: str) -> QuerySet[ErasureReceipt]:
     return ErasureReceipt.unscoped.filter(selector__namespace=salted_hash(namespace))
 
 
-def forget_knowledge_base(scope: Scope, name: str, *, actor: str = "") -> ForgetResult:
+def forget_knowledge_base(scope: Scope, name: str, *, principal: policy.Principal) -> ForgetResult:
     """Erase a knowledge base's records (before the knowledge base itself is deleted)."""
-    return forget(scope, ForgetRequest(source=name), actor=actor, operator=True)
+    return forget(scope, ForgetRequest(source=name), principal=principal)
 
 
-def schedule_knowledge_base_deletion(knowledge_base: KnowledgeBase, *, actor: str = "") -> None:
+def schedule_knowledge_base_deletion(
+    knowledge_base: KnowledgeBase, *, principal: policy.Principal
+) -> None:
     """Mark the knowledge base as being deleted (it takes no writes from now) and let a
     worker erase its records and then delete it: a million records is minutes of work,
     never a request's. In eager mode (no broker) it runs when the transaction commits."""
     KnowledgeBase.unscoped.filter(pk=knowledge_base.pk, deleting_since__isnull=True).update(
         deleting_since=timezone.now()
     )
-    transaction.on_commit(partial(enqueue_knowledge_base_deletion, knowledge_base.pk, actor))
+    transaction.on_commit(
+        partial(enqueue_knowledge_base_deletion, knowledge_base.pk, principal=principal)
+    )
 
 
-def enqueue_knowledge_base_deletion(knowledge_base_id: int, actor: str = "") -> None:
+def enqueue_knowledge_base_deletion(knowledge_base_id: int, *, principal: policy.Principal) -> None:
+    """Send the deletion to a worker, which acts for ``principal``
+    (:func:`memoryhub.policy.principal_for_task`)."""
     send(
         "delete_knowledge_base",
         knowledge_base_id,
-        actor,
+        policy.actor_label(principal),
         what=f"deletion of knowledge base {knowledge_base_id}",
         left="left marked for the sweeper",
     )
 
 
-def delete_knowledge_base(knowledge_base_id: int, *, actor: str = "") -> ForgetResult | None:
+def delete_knowledge_base(
+    knowledge_base_id: int, *, principal: policy.Principal
+) -> ForgetResult | None:
     """Erase a knowledge base marked for deletion (with a receipt), then delete it."""
     with transaction.atomic():
         knowledge_base = (
@@ -706,7 +727,7 @@ def delete_knowledge_base(knowledge_base_id: int, *, actor: str = "") -> ForgetR
         if knowledge_base is None:  # already gone, or not marked
             return None
         scope = Scope(knowledge_base.org_id, knowledge_base.domain_id)
-        result = forget_knowledge_base(scope, knowledge_base.name, actor=actor)
+        result = forget_knowledge_base(scope, knowledge_base.name, principal=principal)
         knowledge_base.delete()
     return result
 
@@ -746,7 +767,7 @@ def undoing_for_sweep(older_than: timedelta | None = None) -> list[int]:
     )
 
 
-def undo_job(scope: Scope, job_id: int, *, actor: str = "") -> ImportJob:
+def undo_job(scope: Scope, job_id: int, *, principal: policy.Principal) -> ImportJob:
     """Queue the erasure of the records this job created (done by a worker: it can be a
     million records). A running job is cancelled first by the caller."""
     with transaction.atomic():
@@ -761,22 +782,30 @@ def undo_job(scope: Scope, job_id: int, *, actor: str = "") -> ImportJob:
             status=ImportJob.Status.UNDOING, updated_at=timezone.now()
         )
         ImportChunk.objects.filter(job=job).delete()
-        transaction.on_commit(partial(enqueue_undo, job.pk, actor))
+        transaction.on_commit(partial(enqueue_undo, job.pk, principal=principal))
     return imports.get_job(scope, job_id)
 
 
-def enqueue_undo(job_id: int, actor: str) -> None:
-    send("undo_import", job_id, actor, what=f"undo of import {job_id}", left="left undoing")
+def enqueue_undo(job_id: int, *, principal: policy.Principal) -> None:
+    """Send the undo to a worker, which acts for ``principal``
+    (:func:`memoryhub.policy.principal_for_task`)."""
+    send(
+        "undo_import",
+        job_id,
+        policy.actor_label(principal),
+        what=f"undo of import {job_id}",
+        left="left undoing",
+    )
 
 
-def finish_undo(job_id: int, actor: str = "") -> ImportJob | None:
+def finish_undo(job_id: int, *, principal: policy.Principal) -> ImportJob | None:
     """Erase the job's records (the worker's side of :func:`undo_job`), with a receipt."""
     job = ImportJob.unscoped.filter(pk=job_id).first()
     if job is None or job.status != ImportJob.Status.UNDOING:
         return job
     scope = Scope(job.org_id, job.domain_id)
     with transaction.atomic():
-        result = forget(scope, ForgetRequest(import_job=job.pk), actor=actor, operator=True)
+        result = forget(scope, ForgetRequest(import_job=job.pk), principal=principal)
         now = timezone.now()
         ImportJob.unscoped.filter(pk=job.pk).update(
             status=ImportJob.Status.UNDONE,

@@ -37,7 +37,7 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models import Count, F, Q
 from django.utils import timezone
 
-from .. import observe
+from .. import observe, policy
 from ..conf import memoryhub_settings
 from ..exceptions import ValidationFailed
 from ..models import ImportChunk, ImportJob, KnowledgeBase, MemoryRecord, Observation
@@ -321,9 +321,11 @@ def create_job(
     text: str | None = None,
     file: IO[bytes] | None = None,
     namespace: str = "",
-    actor: str = "",
+    principal: policy.Principal = policy.AGENT,
 ) -> ImportJob:
-    """Store the file (``file``, streamed, or ``text``) and queue the job.
+    """Store the file (``file``, streamed, or ``text``) and queue the job, which a worker
+    runs for ``principal`` (:func:`memoryhub.policy.principal_for_task`: the job keeps
+    its :func:`~memoryhub.policy.actor_label`).
 
     Only what can be told without reading the items is checked here (format, UTF-8, NULs,
     emptiness); the worker validates the lines. :class:`ImportFailed` stores nothing.
@@ -344,7 +346,7 @@ def create_job(
             filename=filename[:255],
             format=format,
             namespace=namespace,
-            actor=actor,
+            actor=policy.actor_label(principal),
         )
         job.size = _store(job, pieces)
         job.save(update_fields=["size"])
@@ -602,8 +604,7 @@ def _write_batch(
                 scope,
                 items[start : start + step],
                 sources=[job.knowledge_base.name],
-                actor=job.actor,
-                operator=True,
+                principal=policy.principal_for_task(job.actor),
                 import_job=job.pk,
             )
             deduplicated += sum(1 for record in result.records if record.deduplicated)
@@ -641,12 +642,15 @@ def get_job(scope: Scope, job_id: Any, *, lock: bool = False) -> ImportJob:
     return job
 
 
-def cancel_job(scope: Scope, job_id: int, *, actor: str = "") -> ImportJob:
+def cancel_job(
+    scope: Scope, job_id: int, *, principal: policy.Principal = policy.AGENT
+) -> ImportJob:
     """Stop a queued or running job; what it wrote so far stays (undo erases it)."""
     with transaction.atomic():
         job = get_job(scope, job_id, lock=True)  # waits for a batch in flight
         if job.status not in (ImportJob.Status.QUEUED, ImportJob.Status.RUNNING):
             raise JobStateError(f"the import is {job.get_status_display().lower()}.")
+        actor = policy.actor_label(principal)
         message = f"cancelled by {actor}" if actor else "cancelled"
         _finish(job.pk, ImportJob.Status.CANCELLED, {"file": [message]}, drop_file=True)
     return get_job(scope, job_id)

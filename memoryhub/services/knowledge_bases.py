@@ -81,7 +81,7 @@ def accepts_writes(scope: Scope, source: str = KnowledgeBase.DEFAULT_NAME) -> bo
         return source == KnowledgeBase.DEFAULT_NAME
     if knowledge_base.deleting_since is not None:
         return False
-    return not policy.refuses_change([knowledge_base], operator=False)
+    return not policy.refuses_change([knowledge_base], principal=policy.AGENT)
 
 
 def _being_deleted(scope: Scope, name: str) -> bool:

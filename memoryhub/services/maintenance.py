@@ -12,6 +12,7 @@ from datetime import timedelta
 
 from django.utils import timezone
 
+from .. import policy
 from ..cache import bump_generation
 from ..conf import memoryhub_settings
 from ..models import MemoryRecord, Observation
@@ -22,6 +23,9 @@ from .store.deletion import delete_records
 
 __all__ = ["purge_expired", "sweep"]
 
+#: Who the sweep re-sends lost work for: unnamed (who queued it is not kept).
+SWEEPER = policy.principal_for_task("")
+
 
 def sweep() -> dict[str, int]:
     """One sweep; returns what it re-sent and purged."""
@@ -31,9 +35,9 @@ def sweep() -> dict[str, int]:
     for job_id in jobs:
         imports.enqueue_job(job_id)
     for job_id in forget.undoing_for_sweep():
-        forget.enqueue_undo(job_id, "")
+        forget.enqueue_undo(job_id, principal=SWEEPER)
     for knowledge_base_id in forget.deletions_for_sweep():
-        forget.enqueue_knowledge_base_deletion(knowledge_base_id)
+        forget.enqueue_knowledge_base_deletion(knowledge_base_id, principal=SWEEPER)
     waiting = consolidation.waiting()
     for knowledge_base_id, namespace in waiting:
         consolidation.enqueue(knowledge_base_id, namespace)

@@ -98,12 +98,18 @@ class WriteRequest:
         return cls(items=body["items"], sources=sources, consolidate=consolidate)
 
 
-def write_body(scope: Scope, body: Mapping[str, Any], *, actor: str = "") -> WriteResult:
+def write_body(
+    scope: Scope, body: Mapping[str, Any], *, principal: policy.Principal = policy.AGENT
+) -> WriteResult:
     """A door's write (a REST body, an MCP tool's arguments): checked as a whole
     (:meth:`WriteRequest.from_body`), then :func:`write`."""
     asked = WriteRequest.from_body(body)
     return write(
-        scope, asked.items, sources=asked.sources, actor=actor, consolidate=asked.consolidate
+        scope,
+        asked.items,
+        sources=asked.sources,
+        principal=principal,
+        consolidate=asked.consolidate,
     )
 
 
@@ -180,8 +186,7 @@ def _write_to(
     scope: Scope,
     knowledge_base: KnowledgeBase,
     items: Sequence[WriteItem],
-    actor: str,
-    operator: bool,
+    principal: policy.Principal,
     import_job: int | None = None,
     cause: str = RecordVersion.Cause.UPSERT,
     consolidate: bool = False,
@@ -190,6 +195,7 @@ def _write_to(
 
     A record written again by key keeps its previous state in its history (``cause``)
     when a field changes."""
+    actor = policy.actor_label(principal)
     lock_namespaces(knowledge_base, (item.namespace for item in items))
     by_key, by_hash = _existing(knowledge_base, items)
     now = timezone.now()
@@ -237,8 +243,7 @@ def _write_to(
         scope,
         knowledge_base,
         batch,
-        actor=actor,
-        operator=operator,
+        principal=principal,
         observations=import_job is None,
     )
     return batch.results
@@ -271,14 +276,14 @@ def _announce(
     knowledge_base: KnowledgeBase,
     batch: _Batch,
     *,
-    actor: str,
-    operator: bool,
+    principal: policy.Principal,
     observations: bool = True,
 ) -> None:
     """What a saved batch tells the rest: the ``record_written`` signal, the dedupe and
     written observations (not for an import's batches, ``observations=False``: the import
     records one summary of each, :func:`memoryhub.services.imports.observe_run`), and the
     records to embed (once the transaction commits)."""
+    actor = policy.actor_label(principal)
     written = [*batch.new_records, *batch.changed]
     if written:
         signals.send_on_commit(
@@ -304,8 +309,7 @@ def _announce(
             knowledge_base,
             created=len(batch.new_records),
             updated=len(batch.changed),
-            actor=actor,
-            operator=operator,
+            principal=principal,
         )
     statuses = {str(record.pk): record.status for record in written}
     pending = [pk for pk, status in statuses.items() if status == MemoryRecord.Status.PENDING]
@@ -318,10 +322,10 @@ def _observe_written(
     *,
     created: int,
     updated: int,
-    actor: str,
-    operator: bool,
+    principal: policy.Principal,
 ) -> None:
-    """The ``memory.written`` observation of a write or an update by id."""
+    """The ``memory.written`` observation of a write or an update by id (``operator``:
+    whether the read-only rule left ``principal`` free)."""
     n = created + updated
     observe.record_in_scope(
         Observation.Kind.MEMORY_WRITTEN,
@@ -333,9 +337,9 @@ def _observe_written(
             "n": n,
             "created": created,
             "updated": updated,
-            "operator": operator,
+            "operator": policy.may_bypass_read_only(principal, scope.org_id),
         },
-        actor=actor,
+        actor=policy.actor_label(principal),
     )
 
 
@@ -361,16 +365,19 @@ def write(
     items: Sequence[Mapping[str, Any] | WriteItem],
     *,
     sources: Sequence[str] | None = None,
-    actor: str = "",
-    operator: bool = False,
+    principal: policy.Principal = policy.AGENT,
     import_job: int | None = None,
     cause: str | None = None,
     consolidate: bool = False,
 ) -> WriteResult:
     """Write ``items`` to the knowledge bases ``sources`` (default ``["memory"]``).
 
+    ``principal`` is who writes (:mod:`memoryhub.policy`; by default an unnamed agent):
+    named in the records' history and the observations, and asked whether the read-only
+    rule binds it.
+
     ``cause`` is what a record's history says of the change (default: ``import`` for an
-    import's writes, ``admin`` for an operator's, ``upsert`` otherwise).
+    import's writes, ``admin`` for a curator's, ``upsert`` otherwise).
 
     ``consolidate`` (or the knowledge base's ``consolidate`` flag) has the episodic
     records this call writes consolidated into semantic facts once they are indexed
@@ -382,8 +389,8 @@ def write(
     Raises :class:`ValidationFailed` (nothing written) for invalid input,
     :class:`UnknownSource` for a knowledge base the domain lacks, and
     :class:`WriteRefused` when the only target is read-only with ``on_write="refuse"``
-    (after counting the refusal). ``operator=True`` is the admin's curation path: it
-    is not bound by the read-only policy.
+    (after counting the refusal). Whoever may curate in the scope's org is not bound by
+    the read-only policy (:func:`memoryhub.policy.may_bypass_read_only`).
     """
     if not isinstance(scope, Scope):
         raise TypeError("write() needs a Scope.")
@@ -395,8 +402,8 @@ def write(
     with transaction.atomic(), tenant_scope(scope):
         _lock_targets(scope, knowledge_bases, validated)
         for knowledge_base in knowledge_bases:
-            if policy.refuses_change([knowledge_base], operator=operator):
-                refused = refuse(scope, knowledge_base, len(validated), actor)
+            if policy.refuses_change([knowledge_base], principal=principal):
+                refused = refuse(scope, knowledge_base, len(validated), principal)
                 if refused is None:
                     result.refused.append(knowledge_base.name)
                 else:
@@ -410,10 +417,9 @@ def write(
                             scope,
                             knowledge_base,
                             validated,
-                            actor,
-                            operator,
+                            principal,
                             import_job,
-                            cause or _default_cause(operator, import_job),
+                            cause or _default_cause(scope, principal, import_job),
                             consolidate or knowledge_base.consolidate,
                         )
                     )
@@ -438,10 +444,12 @@ def _lock_targets(
         lock_namespaces(knowledge_base, namespaces)
 
 
-def _default_cause(operator: bool, import_job: int | None) -> str:
+def _default_cause(scope: Scope, principal: policy.Principal, import_job: int | None) -> str:
     if import_job is not None:
         return RecordVersion.Cause.IMPORT
-    return RecordVersion.Cause.ADMIN if operator else RecordVersion.Cause.UPSERT
+    if policy.may_bypass_read_only(principal, scope.org_id):
+        return RecordVersion.Cause.ADMIN
+    return RecordVersion.Cause.UPSERT
 
 
 def _creation_cause(cause: str) -> str:
@@ -507,22 +515,21 @@ def update_record(
     changes: Mapping[str, Any],
     *,
     partial: bool,
-    actor: str = "",
-    operator: bool = False,
+    principal: policy.Principal = policy.AGENT,
     cause: str | None = None,
 ) -> RecordResult:
     """Update one record by id (PUT replaces the updatable fields, PATCH merges).
 
     The previous state is kept in the record's history (``cause``: default ``admin`` for
-    an operator, ``update`` otherwise).
+    a curator, ``update`` otherwise).
 
     The namespace and knowledge base of a record do not change. A record of a read-only
-    knowledge base is refused (``WriteRefused``, counted) unless ``operator=True`` (the
-    admin's curation path). A content change sends the record back to pending.
+    knowledge base is refused (``WriteRefused``, counted) unless ``principal`` may curate
+    in its org. A content change sends the record back to pending.
     """
     _check_update_fields(changes)
     record = get_record(scope, record_id)
-    refuse_record_change(scope, record, change="update", actor=actor, operator=operator)
+    refuse_record_change(scope, record, change="update", principal=principal)
     knowledge_base = record.knowledge_base
     item = _updated_item(record, changes, partial=partial)
     if _unchanged(record, item):
@@ -538,16 +545,20 @@ def update_record(
         content_changed = locked.content_hash != item.content_hash
         history.snapshot(
             [locked],
-            actor=actor,
-            cause=cause or (RecordVersion.Cause.ADMIN if operator else RecordVersion.Cause.UPDATE),
+            actor=policy.actor_label(principal),
+            cause=cause or _update_cause(scope, principal),
         )
         locked.key = item.key
         _apply(locked, item, content_changed=content_changed)
         locked.save()
-        _announce_update(
-            scope, knowledge_base, locked, content_changed, actor=actor, operator=operator
-        )
+        _announce_update(scope, knowledge_base, locked, content_changed, principal=principal)
     return RecordResult(str(locked.pk), locked.key, locked.status, False, knowledge_base.name)
+
+
+def _update_cause(scope: Scope, principal: policy.Principal) -> str:
+    if policy.may_bypass_read_only(principal, scope.org_id):
+        return RecordVersion.Cause.ADMIN
+    return RecordVersion.Cause.UPDATE
 
 
 def _check_key_free(record: MemoryRecord, key: str | None) -> None:
@@ -567,8 +578,7 @@ def _announce_update(
     record: MemoryRecord,
     content_changed: bool,
     *,
-    actor: str,
-    operator: bool,
+    principal: policy.Principal,
 ) -> None:
     """What an updated record tells the rest: the ``record_written`` signal and the
     written observation, its embedding (when its content changed) and the domain's cache
@@ -579,16 +589,20 @@ def _announce_update(
         source=knowledge_base.name,
         created=[],
         updated=[str(record.pk)],
-        actor=actor,
+        actor=policy.actor_label(principal),
     )
-    _observe_written(scope, knowledge_base, created=0, updated=1, actor=actor, operator=operator)
+    _observe_written(scope, knowledge_base, created=0, updated=1, principal=principal)
     if content_changed:
         schedule_indexing([str(record.pk)])
     bump_generation_on_commit(scope)
 
 
 def restore_version(
-    scope: Scope, record_id: Any, version: int, *, actor: str = "", operator: bool = False
+    scope: Scope,
+    record_id: Any,
+    version: int,
+    *,
+    principal: policy.Principal = policy.AGENT,
 ) -> RecordResult:
     """Make a previous state of a record its current one: a new version (cause
     ``restore``) through :func:`update_record`, so the read-only policy, validation,
@@ -607,7 +621,6 @@ def restore_version(
         record.pk,
         fields,
         partial=False,
-        actor=actor,
-        operator=operator,
+        principal=principal,
         cause=RecordVersion.Cause.RESTORE,
     )

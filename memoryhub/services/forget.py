@@ -223,10 +223,10 @@ def forget(
     """Hard-delete the records ``request`` selects in ``scope``; return counts per KB.
 
     ``sources`` naming a knowledge base the domain lacks is :class:`UnknownSource` (a
-    misspelt erasure must not look like a success). Read-only knowledge bases whose
-    records the request selects refuse a forget by ``principal`` (:mod:`memoryhub.policy`:
-    unless it may curate in the scope's org; by default an unnamed agent) unless it
-    erases a data subject (:mod:`memoryhub.policy`): one whose policy is ``refuse``
+    misspelt erasure must not look like a success). ``principal`` is who forgets (by
+    default an unnamed agent). Read-only knowledge bases whose records the request
+    selects refuse the forget unless the policy lets ``principal`` curate in the scope's
+    org or it erases a data subject (:mod:`memoryhub.policy`): one whose policy is ``refuse``
     fails the whole request with :class:`WriteRefused` (nothing is deleted; the
     refusal is counted), one whose policy is ``ignore`` keeps its records and is
     reported under ``refused``.

@@ -13,8 +13,8 @@ request, whatever the file's size. A worker then
    drops the file.
 
 Records the job creates carry its id (``MemoryRecord.import_job``): undoing the job erases
-exactly those, through the erasure service, with a receipt. Memory stays bounded at any
-file size: the worker holds one chunk and one batch at a time.
+exactly those, through the erasure service (``forget.undo_job``), with a receipt. Memory
+stays bounded at any file size: the worker holds one chunk and one batch at a time.
 
 Markdown is split into chunks by headings, then by size with overlap; each chunk keeps
 its heading, position and starting line as metadata.
@@ -627,7 +627,7 @@ def _finish(job_id: int, status: str, errors: dict[str, Any], *, drop_file: bool
         ImportChunk.objects.filter(job_id=job_id).delete()
 
 
-# --- cancel, re-run, undo --------------------------------------------------------------
+# --- cancel, re-run ------------------------------------------------------------------------
 
 
 def get_job(scope: Scope, job_id: Any, *, lock: bool = False) -> ImportJob:

@@ -486,10 +486,11 @@ def test_deleting_a_kb_is_a_job_that_forgets_its_records_through_the_service(
     from memoryhub.tasks import delete_knowledge_base
 
     assert kb.pk in deletions_for_sweep(older_than=timedelta(0))  # if the message was lost
-    delete_knowledge_base(kb.pk, "admin:root")  # the worker
+    delete_knowledge_base(kb.pk, "admin:root")  # the worker, for the operator who asked
     assert not KnowledgeBase.unscoped.filter(pk=kb.pk).exists()
     audit = Observation.unscoped.get(kind="memory.forgotten", org=tenant.org)
     assert audit.payload["by_source"] == {"handbook": 1}
+    assert audit.actor == "admin:root"
     assert MemoryRecord.unscoped.filter(content="globex secret entry").exists()
 
 

@@ -141,3 +141,25 @@ def test_queued_task_for_forgotten_ids_is_a_no_op(tenant, memory):
     assert result.indexed == []
     assert sorted(result.skipped) == sorted(ids)
     assert MemoryRecord.unscoped.filter(pk__in=ids).count() == 0
+
+
+def test_a_deletion_task_carries_the_label_of_who_asked_and_acts_for_it(
+    tenant, acme_user, monkeypatch, django_capture_on_commit_callbacks
+):
+    from memoryhub import tasks
+    from memoryhub.services import forget as forget_service
+
+    knowledge_base = write.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
+    write.write(
+        tenant.scope, [{"content": "Curated."}], sources=["handbook"], principal=policy.SYSTEM
+    )
+    sent: list[tuple[object, ...]] = []
+    monkeypatch.setattr(forget_service, "send", lambda *args, **kwargs: sent.append(args))
+    admin = policy.principal_for_user(acme_user, door="admin")
+    with django_capture_on_commit_callbacks(execute=True):
+        forget_service.schedule_knowledge_base_deletion(knowledge_base, principal=admin)
+    label = f"admin:{acme_user.get_username()}"
+    assert sent == [("delete_knowledge_base", knowledge_base.pk, label)]
+    assert tasks.delete_knowledge_base(*sent[0][1:]) == 1  # the worker: read-only erased too
+    audit = Observation.unscoped.get(kind="memory.forgotten", org=tenant.org)
+    assert audit.actor == label

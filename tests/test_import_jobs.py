@@ -97,13 +97,13 @@ def test_cancel_stops_at_the_next_batch_and_undo_erases_exactly_what_the_job_cre
     assert created_by(job) == 9
 
     forget.undo_job(tenant.scope, job.pk, principal=policy.SystemPrincipal(label="admin:ops"))
-    forget.finish_undo(
-        job.pk, principal=policy.principal_for_task("admin:ops")
-    )  # the worker's side (eager here)
+    # The worker's side (eager here): the task carries the label, and acts for it.
+    forget.finish_undo(job.pk, principal=policy.principal_for_task("admin:ops"))
     job.refresh_from_db()
     assert job.status == ImportJob.Status.UNDONE and created_by(job) == 0
     receipt = ErasureReceipt.unscoped.get(pk=job.receipt)
     assert (receipt.deleted, receipt.selector["import_job"]) == (9, job.pk)
+    assert receipt.actor == "admin:ops"
     assert MemoryRecord.unscoped.filter(content="fact 2", org=tenant.org).count() == 1
     assert MemoryRecord.unscoped.get(key="kept").content == "old text"
     assert created_by(theirs) == 3  # the other org's import is untouched

@@ -240,6 +240,7 @@ def create_tenants(count: int = TENANTS, *, records: int = 100, run: str = "") -
     Runs in this process, through the write service (indexed eagerly when no broker is
     configured here).
     """
+    from memoryhub import policy
     from memoryhub.scope import Scope
     from memoryhub.services import write
     from tenants.models import ApiKey, Domain, Org
@@ -266,7 +267,9 @@ def create_tenants(count: int = TENANTS, *, records: int = 100, run: str = "") -
                         "metadata": {"tenant": tenant.marker},
                     }
                 )
-            write.write(Scope.for_domain(domain), batch, actor="load-seed")
+            write.write(
+                Scope.for_domain(domain), batch, principal=policy.AgentPrincipal(label="load-seed")
+            )
         tenants.append(tenant)
     return tenants
 

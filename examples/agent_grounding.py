@@ -29,6 +29,7 @@ django.setup()
 
 from asgiref.sync import sync_to_async  # noqa: E402
 
+from memoryhub import policy  # noqa: E402
 from memoryhub.items import MemoryItem  # noqa: E402
 from memoryhub.scope import Scope  # noqa: E402
 from memoryhub.services import knowledge_bases  # noqa: E402
@@ -91,7 +92,7 @@ def tenant(name: str) -> Scope:
 def clean_up(*scopes: Scope) -> None:
     """Erase the run's orgs through the erasure service, then delete them."""
     for scope in scopes:
-        forget_org(scope.org_id, actor="example")
+        forget_org(scope.org_id, principal=policy.SystemPrincipal(label="example"))
         Org.objects.filter(pk=scope.org_id).delete()
 
 

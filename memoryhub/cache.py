@@ -16,6 +16,8 @@ import logging
 from typing import Any
 
 from django.core.cache import BaseCache, caches
+from django.core.cache.backends.locmem import LocMemCache
+from django.core.cache.backends.redis import RedisCache
 from django.db import transaction
 
 from .conf import memoryhub_settings
@@ -77,9 +79,6 @@ def purge_queries(scope: Scope) -> int:
     the two backends the site configures (local memory, Redis); with another backend
     the entries expire after ``CACHE_TTL``.
     """
-    from django.core.cache.backends.locmem import LocMemCache
-    from django.core.cache.backends.redis import RedisCache
-
     cache = _cache()
     prefix = cache.make_key(f"{_PREFIX}:{QUERY_NAMESPACE}:{scope.key()}:")
     # Both through private attributes: the entries dict and its lock; the redis client.

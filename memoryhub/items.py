@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, NoReturn
 
+from .conf import memoryhub_settings
+
 __all__ = [
     "FrozenDict",
     "MemoryItem",
@@ -351,8 +353,6 @@ def grounding_lines(items: Sequence[MemoryItem], line_format: str | None = None)
     (``context``) comes with them, in order; a turn already shown is not shown again.
     """
     if line_format is None:
-        from .conf import memoryhub_settings
-
         line_format = memoryhub_settings.GROUNDING_FORMAT
     names = grounding_fields(line_format)
     with_turns = any(item.context is not None for item in items)

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from celery._state import get_current_task
 from django.http import HttpRequest, HttpResponse
 
 __all__ = [
@@ -108,10 +109,6 @@ def incoming_request_id(value: str | None) -> str | None:
 
 
 def _current_task() -> Any:
-    try:
-        from celery._state import get_current_task
-    except ImportError:  # pragma: no cover - celery is a dependency
-        return None
     return get_current_task()
 
 

@@ -11,15 +11,24 @@ Principals
       A superuser may do everything; anyone else has, per org, the actions of their
       membership role (:data:`ROLE_ACTIONS`): the role *is* the permission, no Django
       model permissions need to be granted by hand.
-    * :data:`SYSTEM`: operator code (management commands, the sweeper, a shell).
+    * :data:`SYSTEM`: operator code (management commands, the sweeper, a shell), and a
+      worker's task acting for whoever queued it (:func:`principal_for_task`).
+    * :class:`AgentPrincipal`: an agent acting through the host's own code
+      (``memoryhub.sources``, consolidation's extractor, a direct call of a service:
+      :data:`AGENT`); what it may do was decided by the code acting for it.
+
+Every door passes its principal to the services, which name it in observations, history
+rows and receipts by :func:`actor_label` (``api-key:<prefix>``, ``mcp:<prefix>``,
+``user:<name>``, ``admin:<name>``, ``system``, ...), the one place that name is made.
 
 Read-only knowledge bases are a second rule, about the target rather than the actor:
 :func:`refuses_change` says whether a change reaches a read-only knowledge base. Agents
 (API keys, ``memoryhub.sources``) may not write, update, delete or forget in one, except
 for a data subject's erasure (a subject's namespace, :func:`is_subject_erasure`), which
 reaches every knowledge base: personal data in a curated knowledge base is still the
-subject's. Operators curate
-read-only knowledge bases through the admin (the services' ``operator=True`` path).
+subject's. Whoever may curate in the knowledge base's org is not bound
+(:func:`may_bypass_read_only`): operators and owners (in the admin), superusers and
+operator code.
 """
 
 from __future__ import annotations
@@ -32,6 +41,10 @@ from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import PermissionDenied
 
+from tenants.models import Membership, Org
+
+from .conf import memoryhub_settings
+
 if TYPE_CHECKING:
     from tenants.models import ApiKey, OrgQuerySet
 
@@ -39,20 +52,25 @@ if TYPE_CHECKING:
     from .scope import Scope
 
 __all__ = [
+    "AGENT",
     "KEY_ACTIONS",
     "ROLE_ACTIONS",
     "SYSTEM",
     "Action",
+    "AgentPrincipal",
     "KeyPrincipal",
     "PolicyDenied",
     "Principal",
     "SystemPrincipal",
     "UserPrincipal",
+    "actor_label",
     "allows",
     "allows_anywhere",
     "is_subject_erasure",
+    "may_bypass_read_only",
     "orgs_allowing",
     "principal_for_key",
+    "principal_for_task",
     "principal_for_user",
     "refuses_change",
     "require",
@@ -123,6 +141,9 @@ ROLE_ACTIONS: dict[str, frozenset[Action]] = {
     "owner": _OWNER,
 }
 _EVERYTHING = frozenset(Action)
+#: What an agent acting through the host's code may do: what all of a key's permissions
+#: grant.
+_AGENT = frozenset().union(*KEY_ACTIONS.values())
 
 
 class PolicyDenied(PermissionDenied):
@@ -155,10 +176,13 @@ class KeyPrincipal:
 
 @dataclass(slots=True)
 class UserPrincipal:
-    """A Django user; their roles are read once (one query) and kept for the request."""
+    """A Django user; their roles are read once (one query) and kept for the request.
+    ``door`` names them as an actor: ``user:<name>`` (the API's sessions),
+    ``admin:<name>`` (the admin)."""
 
     user: Any
     _roles: dict[int, str] | None = field(default=None, repr=False)
+    door: str = "user"
 
     @property
     def is_superuser(self) -> bool:
@@ -172,13 +196,13 @@ class UserPrincipal:
 
     @property
     def label(self) -> str:
-        return f"user:{self.user.get_username()}"
+        if not getattr(self.user, "is_authenticated", False):
+            return ""
+        return f"{self.door}:{self.user.get_username()}"
 
     def roles(self) -> dict[int, str]:
         """``{org id: role}`` of the user's memberships (of active users only)."""
         if self._roles is None:
-            from tenants.models import Membership
-
             if not self._is_active or getattr(self.user, "pk", None) is None:
                 self._roles = {}
             else:
@@ -210,28 +234,62 @@ class SystemPrincipal:
         return _EVERYTHING
 
 
-Principal = KeyPrincipal | UserPrincipal | SystemPrincipal
+@dataclass(frozen=True, slots=True)
+class AgentPrincipal:
+    """An agent acting through the host's own code: bound by the read-only rule, with
+    the actions of a key that has every permission, in any org (the code acting for it
+    checked what it may do)."""
+
+    label: str = ""
+
+    def actions(self, org_id: int, domain_id: int | None = None) -> frozenset[Action]:
+        return _AGENT
+
+
+Principal = KeyPrincipal | UserPrincipal | SystemPrincipal | AgentPrincipal
 SYSTEM = SystemPrincipal()
+#: An unnamed agent: who acts when a service is called without a principal.
+AGENT = AgentPrincipal()
 
 
-def principal_for_key(api_key: ApiKey) -> KeyPrincipal:
+def principal_for_key(api_key: ApiKey, *, door: str = "api-key") -> KeyPrincipal:
+    """The key's principal, named ``<door>:<prefix>`` (``api-key``, or ``mcp``)."""
     return KeyPrincipal(
         org_id=api_key.org_id,
         domain_id=api_key.domain_id,
         permissions=frozenset(api_key.permissions),
-        label=f"api-key:{api_key.prefix}",
+        label=f"{door}:{api_key.prefix}",
     )
 
 
-def principal_for_user(user: Any) -> UserPrincipal:
-    """The user's principal, cached on the user object (one membership query a request)."""
-    principal = getattr(user, "_memoryhub_principal", None)
-    if isinstance(principal, UserPrincipal) and principal.user is user:
-        return principal
-    principal = UserPrincipal(user)
+def principal_for_user(user: Any, *, door: str = "user") -> UserPrincipal:
+    """The user's principal, cached on the user object (one membership query a request,
+    whichever door names them)."""
+    cached = getattr(user, "_memoryhub_principal", None)
+    if not isinstance(cached, UserPrincipal) or cached.user is not user:
+        cached = None
+    if cached is not None and cached.door == door:
+        return cached
+    principal = UserPrincipal(user, door=door)
+    if cached is not None:
+        principal._roles = cached._roles
     with contextlib.suppress(AttributeError):  # an object that refuses attributes
         user._memoryhub_principal = principal
     return principal
+
+
+def actor_label(principal: Principal) -> str:
+    """How ``principal`` is named where memoryhub records who acted (observations,
+    history rows, receipts, import jobs, signals)."""
+    return principal.label
+
+
+def principal_for_task(label: str) -> SystemPrincipal:
+    """Who a worker's task acts for: the principal that queued it, by its
+    :func:`actor_label` (a task's arguments are plain values). The task runs as operator
+    code under that name: queueing it was the decision, made by a principal the door
+    authorised (an operator deleting a knowledge base, undoing or running an import)."""
+    return SystemPrincipal(label=label)
 
 
 def allows(
@@ -249,10 +307,10 @@ def require(principal: Principal, action: Action, scope: Scope) -> None:
 
 def orgs_allowing(principal: Principal, action: Action) -> OrgQuerySet:
     """The orgs in which ``principal`` may do ``action`` (for admin lists and choices)."""
-    from tenants.models import Org
-
     if isinstance(principal, SystemPrincipal):
         return Org.objects.all()
+    if isinstance(principal, AgentPrincipal):
+        return Org.objects.all() if action in _AGENT else Org.objects.none()
     if isinstance(principal, KeyPrincipal):
         allowed = action in principal.actions(principal.org_id)
         return Org.objects.filter(pk=principal.org_id) if allowed else Org.objects.none()
@@ -265,6 +323,8 @@ def allows_anywhere(principal: Principal, action: Action) -> bool:
     """Whether ``principal`` may do ``action`` in at least one org."""
     if isinstance(principal, SystemPrincipal):
         return True
+    if isinstance(principal, AgentPrincipal):
+        return action in _AGENT
     if isinstance(principal, KeyPrincipal):
         return action in principal.actions(principal.org_id)
     return principal.is_superuser or bool(principal.org_ids_allowing(action))
@@ -280,22 +340,36 @@ def is_subject_erasure(*, namespace: str | None, key: str | None, everything: bo
     The prefixes keep curated content that an operator filed under a namespace of its
     own (``faq``) out of an agent's reach, while ``user:alice`` is erased everywhere.
     """
-    from .conf import memoryhub_settings
-
     if namespace is None or namespace == "" or key is not None or everything:
         return False
     prefixes = memoryhub_settings.SUBJECT_NAMESPACE_PREFIXES
     return prefixes is None or namespace.startswith(tuple(prefixes))
 
 
-def refuses_change(
-    knowledge_bases: Iterable[KnowledgeBase], *, operator: bool, subject_erasure: bool = False
-) -> list[KnowledgeBase]:
-    """The read-only knowledge bases among ``knowledge_bases`` that refuse this change.
+def may_bypass_read_only(principal: Principal, org_id: int) -> bool:
+    """Whether the read-only rule leaves ``principal`` free in org ``org_id``: whoever
+    may curate there (the operator and owner roles, superusers, operator code); never
+    an API key or an agent."""
+    return Action.CURATE in principal.actions(org_id)
 
-    Operators (the admin's curation path, ``operator=True``) are not bound; a data
-    subject's erasure reaches every knowledge base.
+
+def refuses_change(
+    knowledge_bases: Iterable[KnowledgeBase],
+    *,
+    principal: Principal,
+    subject_erasure: bool = False,
+) -> list[KnowledgeBase]:
+    """The read-only knowledge bases among ``knowledge_bases`` that refuse this change
+    by ``principal``.
+
+    Whoever may curate in a knowledge base's org is not bound
+    (:func:`may_bypass_read_only`); a data subject's erasure reaches every knowledge
+    base.
     """
-    if operator or subject_erasure:
+    if subject_erasure:
         return []
-    return [knowledge_base for knowledge_base in knowledge_bases if knowledge_base.read_only]
+    return [
+        knowledge_base
+        for knowledge_base in knowledge_bases
+        if knowledge_base.read_only and not may_bypass_read_only(principal, knowledge_base.org_id)
+    ]

@@ -9,10 +9,11 @@ from typing import Any
 
 from celery import shared_task
 
+from . import policy
 from .conf import memoryhub_settings
 from .consolidation import ExtractorUnavailable
 from .embedders import EmbedderError
-from .services import consolidation, indexing, maintenance, vector_indexes
+from .services import consolidation, forget, imports, indexing, maintenance, vector_indexes
 
 RETRY_BACKOFF_MAX = 600
 
@@ -83,33 +84,29 @@ def tenant_indexes() -> dict[str, Any]:
 @shared_task(acks_late=True)
 def vacuum_erased() -> list[str]:
     """Vacuum and analyse the tables erasures touch (dead tuples, planner samples)."""
-    from .services.forget import vacuum_erased_tables
-
-    return vacuum_erased_tables()
+    return forget.vacuum_erased_tables()
 
 
 @shared_task(acks_late=True, reject_on_worker_lost=True)
 def import_file(job_id: int) -> str:
     """Run an operator's import job: validate every line, then write in batches."""
-    from .services.imports import run_job
-
-    job = run_job(job_id)
+    job = imports.run_job(job_id)
     return job.status if job is not None else "missing"
 
 
 @shared_task(acks_late=True, reject_on_worker_lost=True)
 def undo_import(job_id: int, actor: str = "") -> str:
-    """Erase the records an import created (with an erasure receipt)."""
-    from .services.imports import finish_undo
-
-    job = finish_undo(job_id, actor)
+    """Erase the records an import created (with an erasure receipt), for whoever asked
+    (``actor``: their :func:`~memoryhub.policy.actor_label`)."""
+    job = forget.finish_undo(job_id, principal=policy.principal_for_task(actor))
     return job.status if job is not None else "missing"
 
 
 @shared_task(acks_late=True, reject_on_worker_lost=True)
 def delete_knowledge_base(knowledge_base_id: int, actor: str = "") -> int:
-    """Erase a knowledge base an operator deleted (with a receipt), then delete it."""
-    from .services.forget import delete_knowledge_base as delete
-
-    result = delete(knowledge_base_id, actor=actor)
+    """Erase a knowledge base an operator deleted (with a receipt), then delete it, for
+    that operator (``actor``: their :func:`~memoryhub.policy.actor_label`)."""
+    result = forget.delete_knowledge_base(
+        knowledge_base_id, principal=policy.principal_for_task(actor)
+    )
     return result.deleted if result is not None else 0

@@ -40,11 +40,11 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from .items import MemoryItem
+from .scope import Scope
 
 if TYPE_CHECKING:
     from rest_framework.test import APIClient
 
-    from .scope import Scope
     from .sources import MemoryContext, MemoryKind, StoredRecord
 
 __all__ = [
@@ -203,8 +203,6 @@ class InMemoryMemoryStore:
 def create_memory_scope(org: str | None = None, domain: str = "support") -> Scope:
     """A new org (``org`` or a random slug) with one domain; its scope."""
     from tenants.models import Domain, Org
-
-    from .scope import Scope
 
     slug = org or f"test-{uuid.uuid4().hex[:8]}"
     created = Org.objects.create(slug=slug, name=slug)

@@ -13,8 +13,10 @@ import threading
 from typing import Any
 
 from django.db import close_old_connections, connection
+from django.utils import timezone
 
 from .conf import memoryhub_settings
+from .models import WorkerHeartbeat
 
 logger = logging.getLogger(__name__)
 
@@ -24,10 +26,6 @@ _thread: threading.Thread | None = None
 
 def beat(hostname: str) -> None:
     """Record that worker ``hostname`` is alive now."""
-    from django.utils import timezone
-
-    from .models import WorkerHeartbeat
-
     WorkerHeartbeat.objects.update_or_create(
         hostname=hostname[:255], defaults={"seen_at": timezone.now()}
     )

@@ -24,7 +24,7 @@ from tenants.admin import AdminAccess, OrgRestrictedAdmin, register_access
 from tenants.models import Domain, Org
 
 from .. import boundary, policy
-from ..models import KnowledgeBase
+from ..models import KnowledgeBase, MemoryRecord
 from ..policy import Action
 from ..scope import Scope, operator_access
 
@@ -63,8 +63,13 @@ def operator_view(view: Callable[..., Any]) -> Callable[..., Any]:
     return wrapped
 
 
+def principal(request: HttpRequest) -> policy.UserPrincipal:
+    """Who acts through the admin: the user, named ``admin:<username>``."""
+    return policy.principal_for_user(request.user, door="admin")
+
+
 def actor(request: HttpRequest) -> str:
-    return f"admin:{request.user.get_username()}"
+    return policy.actor_label(principal(request))
 
 
 class _UniqueKeysDecoder(json.JSONDecoder):
@@ -197,8 +202,6 @@ def deletion_summary(
     memory is shown as a count: ``delete_model`` erases it through the forget service
     first and answers with the erasure receipt.
     """
-    from ..models import MemoryRecord
-
     opts = model_admin.model._meta
     field = records_of or opts.model_name
     to_delete: list[Any] = []

@@ -26,10 +26,11 @@ from django.utils.translation import ngettext
 from tenants.admin import AdminExtension, OrgRestrictedAdmin, extend_admin
 from tenants.models import Domain, Org
 
+from .. import policy
 from ..policy import Action
 from ..scope import Scope
 from ..services import forget as forget_service
-from .base import actor, admin_context, deletion_summary
+from .base import actor, admin_context, deletion_summary, principal
 from .receipts import batch_url
 
 logger = logging.getLogger("memoryhub.erasure")
@@ -64,13 +65,12 @@ def show_receipt(
 
 
 def _erase_domain(
-    domain: Domain, who: str, batch: uuid.UUID | None = None
+    domain: Domain, who: policy.Principal, batch: uuid.UUID | None = None
 ) -> list[tuple[str, str, str, int]]:
     result = forget_service.forget(
         Scope.for_domain(domain),
         forget_service.ForgetRequest(all=True),
-        actor=who,
-        operator=True,
+        principal=who,
         batch=batch,
     )
     return [(domain.org.slug, domain.slug, kb, count) for kb, count in result.by_source.items()]
@@ -191,7 +191,7 @@ class OrgErasure(MemoryErasure):
         return [
             row
             for domain in obj.domains.all()
-            for row in _erase_domain(domain, actor(request), erasure_batch(request))
+            for row in _erase_domain(domain, principal(request), erasure_batch(request))
         ]
 
 
@@ -218,4 +218,4 @@ class DomainErasure(MemoryErasure):
         return queryset.select_related("org")
 
     def erase(self, request: HttpRequest, obj: Domain) -> list[tuple[str, str, str, int]]:
-        return _erase_domain(obj, actor(request), erasure_batch(request))
+        return _erase_domain(obj, principal(request), erasure_batch(request))

@@ -37,7 +37,8 @@ from ..scope import Scope
 from ..services import forget as forget_service
 from ..services import imports, knowledge_bases, validation
 from ..services import records as record_service
-from .base import OperatorAdmin, actor, admin_context, deletion_summary, operator_view
+from .base import OperatorAdmin, admin_context, deletion_summary, operator_view, principal
+from .filters import knowledge_base_label
 
 #: What the record form edits: a record's stored fields and its namespace.
 RECORD_FIELDS = (*STORED_FIELDS, "namespace")
@@ -141,8 +142,6 @@ class ImportAnywhereForm(ImportForm):
     field_order = ["knowledge_base", "file", "format", "namespace"]
 
     def __init__(self, *args: Any, knowledge_bases: QuerySet[KnowledgeBase], **kwargs: Any):
-        from .filters import knowledge_base_label
-
         super().__init__(*args, **kwargs)
         field = self.fields["knowledge_base"]
         field.queryset = knowledge_bases  # type: ignore[attr-defined]
@@ -312,7 +311,7 @@ class KnowledgeBaseAdmin(OperatorAdmin):
 
     def delete_model(self, request: HttpRequest, obj: KnowledgeBase) -> None:
         """A worker erases the records (with a receipt) and then the knowledge base."""
-        forget_service.schedule_knowledge_base_deletion(obj, actor=actor(request))
+        forget_service.schedule_knowledge_base_deletion(obj, principal=principal(request))
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[KnowledgeBase]) -> None:
         for knowledge_base in queryset:
@@ -433,7 +432,7 @@ class KnowledgeBaseAdmin(OperatorAdmin):
                 format=data["format"],
                 filename=data["file"].name,
                 namespace=data.get("namespace") or "",
-                actor=actor(request),
+                principal=principal(request),
             )
         except ValidationFailed as exc:
             for where, problems in exc.errors.items():
@@ -475,7 +474,7 @@ class KnowledgeBaseAdmin(OperatorAdmin):
         scope = Scope(job.org_id, job.domain_id)
         try:
             if what == "cancel":
-                imports.cancel_job(scope, job.pk, actor=actor(request))
+                imports.cancel_job(scope, job.pk, principal=principal(request))
                 message = _(
                     "The import of %(file)s is cancelled; what it wrote stays until undone."
                 )
@@ -483,7 +482,7 @@ class KnowledgeBaseAdmin(OperatorAdmin):
                 imports.rerun_job(scope, job.pk)
                 message = _("The import of %(file)s is queued again; it resumes where it stopped.")
             else:
-                imports.undo_job(scope, job.pk, actor=actor(request))
+                forget_service.undo_job(scope, job.pk, principal=principal(request))
                 message = _(
                     "The records %(file)s created are being erased; the receipt shows below."
                 )

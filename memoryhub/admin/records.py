@@ -9,6 +9,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.auth import get_user_model
 from django.db.models import QuerySet
 from django.http import (
     Http404,
@@ -39,7 +40,7 @@ from ..services import indexing as indexing_service
 from ..services import write as write_service
 from ..services.history import HISTORY_FIELDS
 from ..templatetags.memoryhub_admin import when
-from .base import OperatorAdmin, actor, admin_context, operator_view
+from .base import OperatorAdmin, admin_context, operator_view, principal
 from .erasure import erasure_batch, show_receipt
 from .filters import (
     EmbeddingModelFilter,
@@ -48,6 +49,7 @@ from .filters import (
     knowledge_base_label,
 )
 from .knowledge import RecordForm, item_from
+from .playground import playground_view
 
 #: How much of a record's content its change-list row shows (the rest on hover).
 CONTENT_PREVIEW_CHARS = 120
@@ -214,18 +216,19 @@ class MemoryRecordAdmin(OperatorAdmin):
         return super().get_queryset(request).defer("search_vector")
 
     def save_model(self, request: HttpRequest, obj: MemoryRecord, form: Any, change: bool) -> None:
-        """Through the write service with the operator flag: logged, read-only not binding."""
+        """Through the write service for the admin's user: logged; the policy lets a curator
+        change a read-only knowledge base."""
         item = item_from(form.cleaned_data)
         knowledge_base = obj.knowledge_base
         scope = Scope(knowledge_base.org_id, knowledge_base.domain_id)
         if change:
             item.pop("namespace", None)
             write_service.update_record(
-                scope, obj.pk, item, partial=True, actor=actor(request), operator=True
+                scope, obj.pk, item, partial=True, principal=principal(request)
             )
         else:
             result = write_service.write(
-                scope, [item], sources=[knowledge_base.name], actor=actor(request), operator=True
+                scope, [item], sources=[knowledge_base.name], principal=principal(request)
             )
             obj.pk = result.records[0].id
         obj.refresh_from_db()
@@ -235,7 +238,7 @@ class MemoryRecordAdmin(OperatorAdmin):
 
     def delete_model(self, request: HttpRequest, obj: MemoryRecord) -> None:
         forget_service.forget_record(
-            Scope(obj.org_id, obj.domain_id), obj.pk, actor=actor(request), operator=True
+            Scope(obj.org_id, obj.domain_id), obj.pk, principal=principal(request)
         )
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[MemoryRecord]) -> None:
@@ -263,8 +266,7 @@ class MemoryRecordAdmin(OperatorAdmin):
                 Scope(record.org_id, record.domain_id),
                 record.pk,
                 version,
-                actor=actor(request),
-                operator=True,
+                principal=principal(request),
             )
         except RecordNotFound:
             raise Http404(_("No such version.")) from None
@@ -335,8 +337,6 @@ class MemoryRecordAdmin(OperatorAdmin):
     # --- custom pages ----------------------------------------------------------------
 
     def get_urls(self) -> list[URLPattern]:
-        from .playground import playground_view
-
         wrap = lambda view: self.admin_site.admin_view(operator_view(view))  # noqa: E731
         custom = [
             path("erase-subject/", wrap(self.erase_subject_view), name="memoryhub_erase_subject"),
@@ -383,8 +383,7 @@ class MemoryRecordAdmin(OperatorAdmin):
                 result = forget_service.forget(
                     Scope.for_domain(domain),
                     selector,
-                    actor=actor(request),
-                    operator=True,
+                    principal=principal(request),
                     batch=erasure_batch(request),
                 )
                 receipt.extend((domain, name, count) for name, count in result.by_source.items())
@@ -398,8 +397,6 @@ class MemoryRecordAdmin(OperatorAdmin):
 
 def _user_namespace(username: str) -> str | None:
     """The namespace of the site's user ``username`` (None: no such user)."""
-    from django.contrib.auth import get_user_model
-
     model = get_user_model()
     user = model._default_manager.filter(**{model.USERNAME_FIELD: username}).first()
     return for_user(user) if user is not None else None

@@ -31,7 +31,8 @@ class ApiKeyUser:
 
     def __init__(self, api_key: ApiKey, *, door: str = "api-key") -> None:
         self.api_key = api_key
-        #: Who acted, in observations, history and receipts: the door and the key prefix.
+        #: The door the key came through: its principal is named ``<door>:<prefix>``.
+        self.door = door
         self.username = f"{door}:{api_key.prefix}"
 
     def __str__(self) -> str:

@@ -16,6 +16,7 @@ from io import BytesIO
 from typing import Any
 
 from django.conf import settings
+from django.core.handlers.wsgi import LimitedStream
 from rest_framework import exceptions, renderers, status
 from rest_framework.exceptions import APIException
 from rest_framework.parsers import BaseParser
@@ -62,7 +63,6 @@ def read_chunked_body(request: Any) -> None:
     body = environ["wsgi.input"].read(limit + 1)
     if len(body) > limit:
         raise _too_large(limit)
-    from django.core.handlers.wsgi import LimitedStream
 
     django_request._stream = LimitedStream(BytesIO(body), len(body))
     meta["CONTENT_LENGTH"] = str(len(body))

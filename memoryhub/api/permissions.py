@@ -36,7 +36,9 @@ def request_principal(request: Request) -> policy.Principal:
     if api_key is not None:
         principal = getattr(request, "_memoryhub_principal", None)
         if principal is None:
-            principal = policy.principal_for_key(api_key)
+            user = getattr(request, "user", None)
+            door = user.door if isinstance(user, ApiKeyUser) else "api-key"
+            principal = policy.principal_for_key(api_key, door=door)
             request._memoryhub_principal = principal  # type: ignore[attr-defined]
         return principal
     return policy.principal_for_user(request.user)
@@ -55,13 +57,9 @@ def _refuse(request: Request, org_id: int, reason: str) -> DomainNotFound:
 
 def actor(request: Request) -> str:
     """Who acts: ``api-key:<prefix>`` (``mcp:<prefix>`` through the MCP door), or
-    ``user:<username>``."""
-    api_key = request_api_key(request)
-    if api_key is not None:
-        user = getattr(request, "user", None)
-        return user.username if isinstance(user, ApiKeyUser) else f"api-key:{api_key.prefix}"
-    user = getattr(request, "user", None)
-    return f"user:{user.get_username()}" if user is not None and user.is_authenticated else ""
+    ``user:<username>`` (:func:`memoryhub.policy.actor_label` of the request's
+    principal)."""
+    return policy.actor_label(request_principal(request))
 
 
 def resolve_domain(request: Request, slug: str, action: policy.Action) -> Scope:

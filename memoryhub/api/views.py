@@ -41,7 +41,7 @@ from . import serializers as s
 from .authentication import ApiKeyAuthentication, request_api_key
 from .exceptions import exception_handler
 from .parsers import BoundedJSONParser, read_chunked_body
-from .permissions import IsApiKeyOrStaff, actor, request_principal, require, resolve_domain
+from .permissions import IsApiKeyOrStaff, request_principal, require, resolve_domain
 from .throttling import ApiKeyRateThrottle
 
 Action = policy.Action
@@ -279,7 +279,7 @@ class RecordsView(MemoryAPIView):
         scope = resolve_domain(request, domain, Action.WRITE)
         body = self.body(request)
         wait = _wait_seconds(request)
-        result = write_service.write_body(scope, body, actor=actor(request))
+        result = write_service.write_body(scope, body, principal=request_principal(request))
         records = [s.record_result(record) for record in result.records]
         code: int = status.HTTP_202_ACCEPTED
         reason: dict[str, str] = {}
@@ -383,7 +383,11 @@ class RecordDetailView(MemoryAPIView):
         scope = resolve_domain(request, domain, Action.UPDATE)
         _get_or_404(scope, record_id)
         result = write_service.update_record(
-            scope, record_id, self.body(request), partial=partial, actor=actor(request)
+            scope,
+            record_id,
+            self.body(request),
+            partial=partial,
+            principal=request_principal(request),
         )
         if not policy.allows(
             request_principal(request),
@@ -421,7 +425,9 @@ class RecordDetailView(MemoryAPIView):
     def delete(self, request: Request, domain: str, record_id: str) -> Response:
         scope = resolve_domain(request, domain, Action.FORGET)
         try:
-            result = forget_service.forget_record(scope, record_id, actor=actor(request))
+            result = forget_service.forget_record(
+                scope, record_id, principal=request_principal(request)
+            )
         except RecordNotFound:
             raise exceptions.NotFound("No such record.", code="record_not_found") from None
         return Response(s.forget_result(result))
@@ -488,7 +494,7 @@ class ForgetView(MemoryAPIView):
         forget_request = forget_service.ForgetRequest.from_body(self.body(request))
         if forget_request.is_subject_erasure:
             require(request, Action.ERASE_SUBJECT, scope)
-        result = forget_service.forget(scope, forget_request, actor=actor(request))
+        result = forget_service.forget(scope, forget_request, principal=request_principal(request))
         return Response(s.forget_result(result))
 
 

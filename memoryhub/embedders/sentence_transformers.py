@@ -7,6 +7,7 @@ time (``HF_HUB_OFFLINE`` is set before the library loads).
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Sequence
@@ -51,8 +52,6 @@ class SentenceTransformerEmbedder:
 
     @staticmethod
     def _read_dimensions(path: Path) -> int:
-        import json
-
         pooling = path / "1_Pooling" / "config.json"
         if pooling.is_file():
             return int(json.loads(pooling.read_text())["word_embedding_dimension"])

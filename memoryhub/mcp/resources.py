@@ -14,6 +14,8 @@ from urllib.parse import quote, unquote, urlsplit
 from mcp_types import Resource, ResourceTemplate, TextResourceContents
 from rest_framework.request import Request
 
+from tenants.models import Domain
+
 from .. import boundary, policy
 from ..api import serializers as s
 from ..api.permissions import resolve_domain
@@ -33,8 +35,6 @@ def _uri(*parts: str) -> str:
 
 def _domains(request: Request) -> list[str]:
     """The slugs of the domains the key covers (its own, or its org's)."""
-    from tenants.models import Domain
-
     api_key = calling_key(request)
     if api_key.domain is not None:
         return [api_key.domain.slug]

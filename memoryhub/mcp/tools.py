@@ -30,7 +30,7 @@ from tenants.models import ApiKey
 from .. import boundary, policy, vocabulary
 from ..api import serializers as s
 from ..api.authentication import request_api_key
-from ..api.permissions import actor, request_principal, require, resolve_domain
+from ..api.permissions import request_principal, require, resolve_domain
 from ..exceptions import ValidationFailed
 from ..scope import Scope
 from ..services import forget as forget_service
@@ -178,7 +178,7 @@ def _query(request: Request, scope: Scope, arguments: Arguments) -> dict[str, An
 
 
 def _write(request: Request, scope: Scope, arguments: Arguments) -> dict[str, Any]:
-    result = write_service.write_body(scope, arguments, actor=actor(request))
+    result = write_service.write_body(scope, arguments, principal=request_principal(request))
     return {
         "accepted": result.accepted,
         "refused": result.refused,
@@ -201,7 +201,11 @@ def _update(request: Request, scope: Scope, arguments: Arguments) -> dict[str, A
     record_id = _id(arguments)
     records_service.get_record(scope, record_id)
     result = write_service.update_record(
-        scope, record_id, arguments.get("fields", {}), partial=True, actor=actor(request)
+        scope,
+        record_id,
+        arguments.get("fields", {}),
+        partial=True,
+        principal=request_principal(request),
     )
     principal = request_principal(request)
     if not policy.allows(principal, Action.READ, org_id=scope.org_id, domain_id=scope.domain_id):
@@ -238,7 +242,8 @@ def _forget(request: Request, scope: Scope, arguments: Arguments) -> dict[str, A
     forget_request = forget_service.ForgetRequest.from_body(arguments)
     if forget_request.is_subject_erasure:
         require(request, Action.ERASE_SUBJECT, scope)
-    return s.forget_result(forget_service.forget(scope, forget_request, actor=actor(request)))
+    result = forget_service.forget(scope, forget_request, principal=request_principal(request))
+    return s.forget_result(result)
 
 
 TOOLS: dict[str, Tool] = {

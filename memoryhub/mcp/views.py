@@ -55,7 +55,7 @@ from pydantic import BaseModel, ValidationError
 from rest_framework import exceptions, permissions
 from rest_framework.request import Request
 
-from tenants.models import ApiKey
+from tenants.models import ApiKey, Domain
 
 from .. import boundary
 from ..api.authentication import ApiKeyAuthentication
@@ -300,7 +300,6 @@ def _schema_domains(request: Request) -> list[str] | None:
     api_key = tools.calling_key(request)
     if api_key.domain is not None:
         return None
-    from tenants.models import Domain
 
     return list(
         Domain.objects.filter(org_id=api_key.org_id).order_by("slug").values_list("slug", flat=True)

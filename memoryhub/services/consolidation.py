@@ -15,7 +15,7 @@ are only ever added). A ``memory.consolidated`` observation records each run.
 Erasure: erasing a namespace erases its facts with its turns (same namespace). Forgetting
 single turns (by id, key, import or expiry) removes them from the ``derived_from`` of the
 facts citing them; a fact left with no source is erased with them
-(:func:`detach_sources`, called by ``forget.delete_records``). A fact with sources left
+(``store.deletion.delete_records``). A fact with sources left
 is kept as it is.
 """
 
@@ -28,10 +28,9 @@ from functools import partial
 from typing import Any, cast
 
 from django.db import connection, transaction
-from django.db.models import QuerySet
 from django.utils.module_loading import import_string
 
-from .. import observe
+from .. import observe, policy
 from ..conf import memoryhub_settings
 from ..consolidation import (
     Episode,
@@ -45,21 +44,28 @@ from ..consolidation import (
 )
 from ..models import KnowledgeBase, MemoryRecord, Observation
 from ..scope import Scope, tenant_scope
-from . import locks
+from . import forget as forget_service
+from . import query as query_service
+from . import write as write_service
+from .records import RecordNotFound
 from .scheduling import send
+from .store.locks import int4_key
+from .store.persistence import (
+    CONSOLIDATION_DONE,
+    CONSOLIDATION_FAILED,
+    CONSOLIDATION_PENDING,
+    add_sources,
+)
 
 __all__ = [
-    "PENDING",
     "configured_extractor",
     "consolidate",
-    "detach_sources",
     "enqueue",
     "schedule_for",
 ]
 
 logger = logging.getLogger(__name__)
 
-PENDING, DONE, FAILED = "pending", "done", "failed"
 #: At most this many operations are named in a run's observation (the counts are whole).
 OPERATIONS_OBSERVED = 50
 
@@ -82,7 +88,7 @@ def schedule_for(record_ids: Sequence[str]) -> int:
     if not record_ids:
         return 0
     groups = list(
-        MemoryRecord.unscoped.filter(pk__in=list(record_ids), consolidation=PENDING)
+        MemoryRecord.unscoped.filter(pk__in=list(record_ids), consolidation=CONSOLIDATION_PENDING)
         .values_list("knowledge_base_id", "namespace")
         .distinct()
     )
@@ -106,7 +112,7 @@ def waiting() -> list[tuple[int, str]]:
     """(knowledge base, namespace) pairs with turns waiting and embedded (the sweeper
     re-sends them: a run lost with its worker, or a broker that refused it)."""
     return list(
-        MemoryRecord.unscoped.filter(consolidation=PENDING)
+        MemoryRecord.unscoped.filter(consolidation=CONSOLIDATION_PENDING)
         .exclude(status=MemoryRecord.Status.PENDING)
         .values_list("knowledge_base_id", "namespace")
         .distinct()[:1000]
@@ -125,7 +131,7 @@ def consolidate(knowledge_base_id: int, namespace: str) -> dict[str, int] | None
     knowledge_base = KnowledgeBase.unscoped.filter(pk=knowledge_base_id).first()
     if knowledge_base is None:
         return None
-    key = (locks.int4_key(knowledge_base_id), f"consolidate:{namespace}")
+    key = (int4_key(knowledge_base_id), f"consolidate:{namespace}")
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", list(key))
         if not cursor.fetchone()[0]:
@@ -137,7 +143,7 @@ def consolidate(knowledge_base_id: int, namespace: str) -> dict[str, int] | None
                 MemoryRecord.unscoped.filter(
                     knowledge_base_id=knowledge_base_id,
                     namespace=namespace,
-                    consolidation=PENDING,
+                    consolidation=CONSOLIDATION_PENDING,
                 )
                 .exclude(status=MemoryRecord.Status.PENDING)
                 .order_by("created_at")[: memoryhub_settings.CONSOLIDATION_BATCH]
@@ -155,8 +161,6 @@ def consolidate(knowledge_base_id: int, namespace: str) -> dict[str, int] | None
 def _similar_facts(
     scope: Scope, knowledge_base: KnowledgeBase, namespace: str, text: str
 ) -> list[Fact]:
-    from . import query as query_service
-
     limit = memoryhub_settings.MAX_QUERY_LENGTH
     found = query_service.query(
         scope,
@@ -202,19 +206,22 @@ def _run_batch(
         raise
     except ExtractionError as exc:
         _observe_failure(scope, knowledge_base, extractor, len(batch), exc, retried=False)
-        MemoryRecord.unscoped.filter(pk__in=ids).update(consolidation=FAILED)
+        MemoryRecord.unscoped.filter(pk__in=ids).update(consolidation=CONSOLIDATION_FAILED)
         return {"episodes": len(batch), "failed": len(batch)}
-    actor = f"consolidation:{extractor.name}"
+    # The extractor acts as an agent: bound by the read-only rule like any other.
+    agent = _agent(extractor)
     counts = {"episodes": len(batch), "add": 0, "update": 0, "delete": 0, "none": 0}
     applied: list[dict[str, Any]] = []
     with transaction.atomic():
         for operation in operations:
-            fact_id = _apply(scope, knowledge_base, namespace, operation, facts, actor)
+            fact_id = _apply(scope, knowledge_base, namespace, operation, facts, agent)
             counts[operation.op] += 1
             applied.append(
                 {"op": operation.op, "fact": fact_id, "sources": list(operation.sources)}
             )
-        MemoryRecord.unscoped.filter(pk__in=ids, consolidation=PENDING).update(consolidation=DONE)
+        MemoryRecord.unscoped.filter(pk__in=ids, consolidation=CONSOLIDATION_PENDING).update(
+            consolidation=CONSOLIDATION_DONE
+        )
         observe.record_in_scope(
             Observation.Kind.MEMORY_CONSOLIDATED,
             scope,
@@ -227,7 +234,7 @@ def _run_batch(
                 "model": getattr(extractor, "model", ""),
                 "operations": applied[:OPERATIONS_OBSERVED],
             },
-            actor=actor,
+            actor=policy.actor_label(agent),
         )
     return counts
 
@@ -238,13 +245,9 @@ def _apply(
     namespace: str,
     operation: Operation,
     facts: Sequence[Fact],
-    actor: str,
+    agent: policy.Principal,
 ) -> str | None:
     """Apply one validated operation through the write path; the fact's id."""
-    from . import forget as forget_service
-    from . import write as write_service
-    from .records import RecordNotFound
-
     cause = "consolidation"
     if operation.op == "add":
         item: dict[str, Any] = {
@@ -258,14 +261,14 @@ def _apply(
         # second add of the same fact an update of it.
         item["key"] = operation.key or _fact_key(operation.content)
         result = write_service.write(
-            scope, [item], sources=[knowledge_base.name], actor=actor, cause=cause
+            scope, [item], sources=[knowledge_base.name], principal=agent, cause=cause
         )
         fact_id = result.records[0].id
-        _add_sources(fact_id, operation.sources)
+        add_sources(fact_id, operation.sources)
         return fact_id
     fact_id = str(operation.fact_id)
     if operation.op == "delete":
-        forget_service.forget_record(scope, fact_id, actor=actor)
+        forget_service.forget_record(scope, fact_id, principal=agent)
         return fact_id
     current = next(fact for fact in facts if fact.id == fact_id)
     changes: dict[str, Any] = {}
@@ -277,33 +280,23 @@ def _apply(
     try:
         if changes:
             write_service.update_record(
-                scope, fact_id, changes, partial=True, actor=actor, cause=cause
+                scope, fact_id, changes, partial=True, principal=agent, cause=cause
             )
-        _add_sources(fact_id, operation.sources)
+        add_sources(fact_id, operation.sources)
     except RecordNotFound:  # forgotten since it was read: nothing to keep up to date
         return None
     return fact_id
+
+
+def _agent(extractor: Extractor) -> policy.AgentPrincipal:
+    """Who consolidation acts as: ``consolidation:<extractor>``."""
+    return policy.AgentPrincipal(label=f"consolidation:{extractor.name}")
 
 
 def _fact_key(content: str) -> str:
     """The key of a fact the extractor gave none: its normalised words, hashed."""
     words = " ".join(content.lower().split())
     return "fact:" + hashlib.sha256(words.encode()).hexdigest()[:24]
-
-
-def _add_sources(fact_id: str, sources: Sequence[str]) -> None:
-    """Add ``sources`` to a fact's ``derived_from`` (sources are never dropped here: a
-    reworded fact may still carry what an earlier turn said)."""
-    if not sources:
-        return
-    table = MemoryRecord._meta.db_table
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {table} SET derived_from = ARRAY("
-            " SELECT DISTINCT unnest(derived_from || %s::uuid[]) ORDER BY 1)"
-            " WHERE id = %s",
-            [list(sources), fact_id],
-        )
 
 
 def _observe_failure(
@@ -328,32 +321,8 @@ def _observe_failure(
             "reason": exc.reason[:300],
             "retried": retried,
         },
-        actor=f"consolidation:{extractor.name}",
+        actor=policy.actor_label(_agent(extractor)),
     )
-
-
-def detach_sources(records: QuerySet[MemoryRecord]) -> list[str]:
-    """Before ``records`` are deleted: remove them from the ``derived_from`` of the facts
-    citing them (in the same domains) and return the ids of facts left with no source
-    (the caller erases them too). Facts among ``records`` themselves are left alone."""
-    selected, params = records.order_by().values("pk").query.sql_with_params()
-    table = MemoryRecord._meta.db_table
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"""
-            WITH erased AS (SELECT coalesce(array_agg(pk), '{{}}') AS ids
-                              FROM ({selected}) AS chosen(pk))
-            UPDATE {table} AS fact
-               SET derived_from = ARRAY(SELECT source FROM unnest(fact.derived_from) AS source
-                                         WHERE source <> ALL(erased.ids))
-              FROM erased
-             WHERE fact.derived_from <> '{{}}' AND fact.derived_from && erased.ids
-               AND NOT (fact.id = ANY(erased.ids))
-         RETURNING fact.id, cardinality(fact.derived_from)
-            """,
-            params,
-        )
-        return [str(pk) for pk, remaining in cursor.fetchall() if remaining == 0]
 
 
 def facts_citing(scope: Scope, record_id: Any, limit: int = 20) -> list[MemoryRecord]:

@@ -36,7 +36,9 @@ from collections.abc import Iterator, Mapping
 from contextlib import nullcontext
 from typing import Any
 
+from django.core.cache import caches
 from django.db import DatabaseError, connection, transaction
+from psycopg import sql
 
 from ..conf import memoryhub_settings
 from ..models import MemoryRecord
@@ -115,9 +117,6 @@ def ensure_filter_indexes(*, concurrently: bool) -> tuple[list[str], list[str]]:
     statistics), drop those of keys no longer in it. Returns the keys whose index was
     built and the names dropped. A build that fails is logged and tried again after
     :data:`RETRY_FAILED_BUILD_AFTER` seconds; the other keys' go on."""
-    from django.core.cache import caches
-    from psycopg import sql
-
     wanted, existing = _wanted(), _existing()
     table = sql.Identifier(MemoryRecord._meta.db_table)
     cache = caches[memoryhub_settings.CACHE_ALIAS]

@@ -19,12 +19,15 @@ from datetime import timedelta
 from functools import partial
 from typing import Any
 
+from celery import current_app
 from django.conf import settings
+from django.contrib.admin.models import LogEntry
 from django.core.cache import caches
 from django.db import connection, transaction
 from django.db.models import Count, F, Func, JSONField, Q, QuerySet, TextField, Value
-from django.db.models.functions import Cast
 from django.utils import timezone
+
+from tenants.models import Domain
 
 from .. import observe, policy, signals
 from ..cache import erase_on_commit
@@ -41,8 +44,12 @@ from ..models import (
 )
 from ..scope import Scope, tenant_scope
 from ..vocabulary import MAX_SOURCE_NAME_LENGTH, ForgetRequestSerializer, field_names
-from . import consolidation, word_statistics, write
+from . import imports, word_statistics
+from .records import get_record
 from .scheduling import send
+from .store.deletion import delete_records
+from .store.locks import lock_domain, lock_namespaces
+from .store.refusals import refuse, refuse_record_change
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +67,7 @@ __all__ = [
     "preview_org",
     "receipts_for_namespace",
     "salted_hash",
+    "undo_job",
 ]
 
 
@@ -211,21 +219,22 @@ def forget(
     scope: Scope,
     request: ForgetRequest,
     *,
-    actor: str = "",
-    operator: bool = False,
+    principal: policy.Principal = policy.AGENT,
     batch: uuid.UUID | None = None,
 ) -> ForgetResult:
     """Hard-delete the records ``request`` selects in ``scope``; return counts per KB.
 
     ``sources`` naming a knowledge base the domain lacks is :class:`UnknownSource` (a
-    misspelt erasure must not look like a success). Read-only knowledge bases whose
-    records the request selects refuse an agent's forget (``operator=False``) unless it
-    erases a data subject (:mod:`memoryhub.policy`): one whose policy is ``refuse``
+    misspelt erasure must not look like a success). ``principal`` is who forgets (by
+    default an unnamed agent). Read-only knowledge bases whose records the request
+    selects refuse the forget unless the policy lets ``principal`` curate in the scope's
+    org or it erases a data subject (:mod:`memoryhub.policy`): one whose policy is ``refuse``
     fails the whole request with :class:`WriteRefused` (nothing is deleted; the
     refusal is counted), one whose policy is ``ignore`` keeps its records and is
     reported under ``refused``.
     """
     result = ForgetResult()
+    actor = policy.actor_label(principal)
     with transaction.atomic(), tenant_scope(scope):
         if request.sources is not None:
             _check_sources(request.sources)
@@ -241,10 +250,10 @@ def forget(
         ):
             counts[kb_id] = counts.get(kb_id, 0) + 1
         knowledge_bases = {kb.pk: kb for kb in KnowledgeBase.objects.filter(pk__in=counts)}
-        refusal = _apply_read_only(scope, request, knowledge_bases, counts, result, actor, operator)
+        refusal = _apply_read_only(scope, request, knowledge_bases, counts, result, principal)
         erased = {kb_id: n for kb_id, n in counts.items() if kb_id in knowledge_bases}
         if refusal is None:
-            result.cancelled_imports = _cancel_imports(imports, request, operator)
+            result.cancelled_imports = _cancel_imports(imports, request, principal)
         if refusal is None and erased:
             _, orphans = delete_records(records.filter(knowledge_base_id__in=erased))
             for kb_id, n in orphans.items():
@@ -284,34 +293,14 @@ def _lock_writers(scope: Scope, request: ForgetRequest) -> None:
     of a key across namespaces takes the domain's writer lock exclusively.
     """
     if request.namespace is None:
-        write.lock_domain(scope, exclusive=True)
+        lock_domain(scope, exclusive=True)
         return
-    write.lock_domain(scope)
+    lock_domain(scope)
     knowledge_bases = KnowledgeBase.objects.order_by("pk")
     if request.sources is not None:
         knowledge_bases = knowledge_bases.filter(name__in=request.sources)
     for knowledge_base in knowledge_bases:
-        write.lock_namespaces(knowledge_base, [request.namespace])
-
-
-def delete_records(records: QuerySet[MemoryRecord]) -> tuple[int, dict[int, int]]:
-    """Delete ``records`` (their versions go with them), the admin log about them, and
-    the consolidated facts they leave with no source: every path that deletes records
-    (erasures, the expiry purge) comes here. Returns how many of ``records`` went, and
-    the facts per knowledge base id (erased records too, counted as such)."""
-    orphans = consolidation.detach_sources(records)
-    _scrub_admin_log(records)
-    _, per_model = MemoryRecord.unscoped.filter(pk__in=records.values("pk")).delete()
-    deleted = per_model.get(MemoryRecord._meta.label, 0)
-    if not orphans:
-        return deleted, {}
-    facts = MemoryRecord.unscoped.filter(pk__in=orphans)
-    counts: dict[int, int] = {}
-    for kb_id in facts.values_list("knowledge_base_id", flat=True):
-        counts[kb_id] = counts.get(kb_id, 0) + 1
-    _scrub_admin_log(facts)
-    facts.delete()
-    return deleted, counts
+        lock_namespaces(knowledge_base, [request.namespace])
 
 
 #: What an erasure leaves of an import job made for the erased namespace: no file name
@@ -372,7 +361,9 @@ def _lock_imports(request: ForgetRequest) -> list[ImportJob]:
     )
 
 
-def _cancel_imports(jobs: list[ImportJob], request: ForgetRequest, operator: bool) -> int:
+def _cancel_imports(
+    jobs: list[ImportJob], request: ForgetRequest, principal: policy.Principal
+) -> int:
     """Cancel the locked imports that would write what ``request`` erases, and scrub
     what finished ones say of an erased namespace (``_scrub_jobs``).
 
@@ -385,7 +376,9 @@ def _cancel_imports(jobs: list[ImportJob], request: ForgetRequest, operator: boo
     cancelled = 0
     for job in jobs:
         if policy.refuses_change(
-            [job.knowledge_base], operator=operator, subject_erasure=request.is_subject_erasure
+            [job.knowledge_base],
+            principal=principal,
+            subject_erasure=request.is_subject_erasure,
         ):
             continue
         if not _job_writes(job, request):
@@ -404,7 +397,7 @@ def _cancel_imports(jobs: list[ImportJob], request: ForgetRequest, operator: boo
         )
         refused = policy.refuses_change(
             KnowledgeBase.objects.filter(pk__in=finished.values("knowledge_base")),
-            operator=operator,
+            principal=principal,
             subject_erasure=request.is_subject_erasure,
         )
         _scrub_jobs(finished.exclude(knowledge_base__in=refused), request.namespace)
@@ -417,22 +410,7 @@ def _job_writes(job: ImportJob, request: ForgetRequest) -> bool:
     cannot be told cheaply, yes). Undoing an import concerns no other job."""
     if request.import_job is not None:
         return False
-    from .imports import may_write
-
-    return may_write(job, namespace=request.namespace, key=request.key)
-
-
-def _scrub_admin_log(records: QuerySet[MemoryRecord]) -> None:
-    """Drop the admin's log entries about the erased records (their object_repr was the
-    record's content before records stopped saying it)."""
-    from django.contrib.admin.models import LogEntry
-    from django.contrib.contenttypes.models import ContentType
-
-    content_type = ContentType.objects.get_for_model(MemoryRecord)
-    LogEntry.objects.filter(
-        content_type=content_type,
-        object_id__in=records.annotate(text_id=Cast("pk", TextField())).values("text_id"),
-    ).delete()
+    return imports.may_write(job, namespace=request.namespace, key=request.key)
 
 
 def _check_sources(names: Sequence[str]) -> None:
@@ -449,18 +427,19 @@ def _apply_read_only(
     knowledge_bases: dict[int, KnowledgeBase],
     counts: dict[int, int],
     result: ForgetResult,
-    actor: str,
-    operator: bool,
+    principal: policy.Principal,
 ) -> WriteRefused | None:
     """Count the refusals of read-only knowledge bases among those the request selects
     records in; drop ``ignore`` ones from ``knowledge_bases`` (reported in ``result``),
     and return the refusal of the first ``refuse`` one, if any."""
     refusal: WriteRefused | None = None
     for knowledge_base in policy.refuses_change(
-        knowledge_bases.values(), operator=operator, subject_erasure=request.is_subject_erasure
+        knowledge_bases.values(),
+        principal=principal,
+        subject_erasure=request.is_subject_erasure,
     ):
-        refused = write.refuse(
-            scope, knowledge_base, counts[knowledge_base.pk], actor, change="forget"
+        refused = refuse(
+            scope, knowledge_base, counts[knowledge_base.pk], principal, change="forget"
         )
         if refused is None:
             result.refused.append(knowledge_base.name)
@@ -494,8 +473,6 @@ def _record_receipt(
 ) -> None:
     """The permanent receipt and the audit observation (counts and hashes, never the
     content or the namespace), then the cache's erasure and the vacuum after commit."""
-    from tenants.models import Domain
-
     domain = Domain.objects.select_related("org").get(pk=scope.domain_id)
     receipt = ErasureReceipt.unscoped.create(
         actor=actor[:150],
@@ -537,7 +514,7 @@ ERASURE_REGISTRY: dict[str, str] = {
     "memoryhub.ImportChunk": "the files of cancelled jobs deleted (_drop_files)",
     "memoryhub.RecordVersion": "a record's previous states: deleted with the record (the "
     "foreign key cascades) by every path that deletes records",
-    "admin.LogEntry": "entries about erased records deleted (_scrub_admin_log); a record's "
+    "admin.LogEntry": "entries about erased records deleted (store.deletion); a record's "
     "str() is its kind and id, never content",
     "memoryhub.Observation": "holds counts, knowledge base names and keyed hashes only",
     "memoryhub.ErasureReceipt": "the receipt: counts and the selector as a keyed hash",
@@ -562,8 +539,6 @@ def schedule_vacuum() -> None:
     delay = memoryhub_settings.VACUUM_AFTER_ERASURE
     if delay is None:
         return
-    from celery import current_app
-
     if not current_app.conf.task_always_eager:  # eager: it runs now, nothing to merge
         try:
             if not caches[memoryhub_settings.CACHE_ALIAS].add(VACUUM_KEY, 1, timeout=delay + 60):
@@ -586,9 +561,6 @@ def vacuum_erased_tables() -> list[str]:
     table the database user may not vacuum (PostgreSQL only warns and skips it) is
     logged as an error and left out of the result.
     """
-    from django.contrib.admin.models import LogEntry
-    from django.db import connection
-
     caches[memoryhub_settings.CACHE_ALIAS].delete(VACUUM_KEY)
     if connection.in_atomic_block:
         # VACUUM cannot run in a transaction (an eager task inside one, in tests).
@@ -641,19 +613,18 @@ def _clear_stats_if_empty(cursor: Any, table: str) -> None:
     )
 
 
-def forget_org(org_id: int, *, actor: str = "", batch: uuid.UUID | None = None) -> ForgetResult:
+def forget_org(
+    org_id: int, *, principal: policy.Principal, batch: uuid.UUID | None = None
+) -> ForgetResult:
     """Erase every record of every domain of an org (the admin's org erasure); its
     domains' receipts share one batch."""
-    from tenants.models import Domain
-
     total = ForgetResult()
     batch = batch or uuid.uuid4()
     for domain_id in Domain.objects.filter(org_id=org_id).values_list("pk", flat=True):
         result = forget(
             Scope(org_id, domain_id),
             ForgetRequest(all=True),
-            actor=actor,
-            operator=True,
+            principal=principal,
             batch=batch,
         )
         total.deleted += result.deleted
@@ -663,16 +634,15 @@ def forget_org(org_id: int, *, actor: str = "", batch: uuid.UUID | None = None) 
 
 
 def forget_record(
-    scope: Scope, record_id: Any, *, actor: str = "", operator: bool = False
+    scope: Scope, record_id: Any, *, principal: policy.Principal = policy.AGENT
 ) -> ForgetResult:
     """Hard-delete one record by id (``RecordNotFound`` if the scope has no such record).
 
     A record of a read-only knowledge base is refused (``WriteRefused``, counted) unless
-    ``operator=True``.
+    ``principal`` may curate in its org.
     """
-    record = write.record_to_change(
-        scope, record_id, change="forget", actor=actor, operator=operator
-    )
+    record = get_record(scope, record_id)
+    refuse_record_change(scope, record, change="forget", principal=principal)
     knowledge_base = record.knowledge_base
     result = ForgetResult()
     with transaction.atomic(), tenant_scope(scope):
@@ -687,7 +657,11 @@ def forget_record(
         names = dict(KnowledgeBase.objects.filter(pk__in=by_source).values_list("pk", "name"))
         result.by_source = {names[kb_id]: n for kb_id, n in sorted(by_source.items())}
         _record_receipt(
-            scope, {"id": str(record.pk), "sources": [knowledge_base.name]}, result, actor, None
+            scope,
+            {"id": str(record.pk), "sources": [knowledge_base.name]},
+            result,
+            policy.actor_label(principal),
+            None,
         )
     return result
 
@@ -711,32 +685,40 @@ def receipts_for_namespace(namespace: str) -> QuerySet[ErasureReceipt]:
     return ErasureReceipt.unscoped.filter(selector__namespace=salted_hash(namespace))
 
 
-def forget_knowledge_base(scope: Scope, name: str, *, actor: str = "") -> ForgetResult:
+def forget_knowledge_base(scope: Scope, name: str, *, principal: policy.Principal) -> ForgetResult:
     """Erase a knowledge base's records (before the knowledge base itself is deleted)."""
-    return forget(scope, ForgetRequest(source=name), actor=actor, operator=True)
+    return forget(scope, ForgetRequest(source=name), principal=principal)
 
 
-def schedule_knowledge_base_deletion(knowledge_base: KnowledgeBase, *, actor: str = "") -> None:
+def schedule_knowledge_base_deletion(
+    knowledge_base: KnowledgeBase, *, principal: policy.Principal
+) -> None:
     """Mark the knowledge base as being deleted (it takes no writes from now) and let a
     worker erase its records and then delete it: a million records is minutes of work,
     never a request's. In eager mode (no broker) it runs when the transaction commits."""
     KnowledgeBase.unscoped.filter(pk=knowledge_base.pk, deleting_since__isnull=True).update(
         deleting_since=timezone.now()
     )
-    transaction.on_commit(partial(enqueue_knowledge_base_deletion, knowledge_base.pk, actor))
+    transaction.on_commit(
+        partial(enqueue_knowledge_base_deletion, knowledge_base.pk, principal=principal)
+    )
 
 
-def enqueue_knowledge_base_deletion(knowledge_base_id: int, actor: str = "") -> None:
+def enqueue_knowledge_base_deletion(knowledge_base_id: int, *, principal: policy.Principal) -> None:
+    """Send the deletion to a worker, which acts for ``principal``
+    (:func:`memoryhub.policy.principal_for_task`)."""
     send(
         "delete_knowledge_base",
         knowledge_base_id,
-        actor,
+        policy.actor_label(principal),
         what=f"deletion of knowledge base {knowledge_base_id}",
         left="left marked for the sweeper",
     )
 
 
-def delete_knowledge_base(knowledge_base_id: int, *, actor: str = "") -> ForgetResult | None:
+def delete_knowledge_base(
+    knowledge_base_id: int, *, principal: policy.Principal
+) -> ForgetResult | None:
     """Erase a knowledge base marked for deletion (with a receipt), then delete it."""
     with transaction.atomic():
         knowledge_base = (
@@ -747,7 +729,7 @@ def delete_knowledge_base(knowledge_base_id: int, *, actor: str = "") -> ForgetR
         if knowledge_base is None:  # already gone, or not marked
             return None
         scope = Scope(knowledge_base.org_id, knowledge_base.domain_id)
-        result = forget_knowledge_base(scope, knowledge_base.name, actor=actor)
+        result = forget_knowledge_base(scope, knowledge_base.name, principal=principal)
         knowledge_base.delete()
     return result
 
@@ -765,10 +747,72 @@ def deletions_for_sweep(older_than: timedelta | None = None) -> list[int]:
 
 def preview_org(org_id: int) -> list[tuple[str, str, int]]:
     """(domain slug, knowledge base, live record count) rows for an org erasure page."""
-    from tenants.models import Domain
-
     rows: list[tuple[str, str, int]] = []
     for domain in Domain.objects.filter(org_id=org_id).order_by("slug"):
         for name, count in preview(Scope(org_id, domain.pk), ForgetRequest(all=True)).items():
             rows.append((domain.slug, name, count))
     return rows
+
+
+# --- undoing an import ----------------------------------------------------------------
+
+
+def undoing_for_sweep(older_than: timedelta | None = None) -> list[int]:
+    """Undos whose message never arrived."""
+    if older_than is None:
+        older_than = timedelta(seconds=memoryhub_settings.SWEEP_PENDING_AFTER)
+    cutoff = timezone.now() - older_than
+    return list(
+        ImportJob.unscoped.filter(
+            status=ImportJob.Status.UNDOING, updated_at__lte=cutoff
+        ).values_list("pk", flat=True)[:100]
+    )
+
+
+def undo_job(scope: Scope, job_id: int, *, principal: policy.Principal) -> ImportJob:
+    """Queue the erasure of the records this job created (done by a worker: it can be a
+    million records). A running job is cancelled first by the caller."""
+    with transaction.atomic():
+        job = imports.get_job(scope, job_id, lock=True)
+        if job.status not in (
+            ImportJob.Status.DONE,
+            ImportJob.Status.FAILED,
+            ImportJob.Status.CANCELLED,
+        ):
+            raise imports.JobStateError(f"the import is {job.get_status_display().lower()}.")
+        ImportJob.unscoped.filter(pk=job.pk).update(
+            status=ImportJob.Status.UNDOING, updated_at=timezone.now()
+        )
+        ImportChunk.objects.filter(job=job).delete()
+        transaction.on_commit(partial(enqueue_undo, job.pk, principal=principal))
+    return imports.get_job(scope, job_id)
+
+
+def enqueue_undo(job_id: int, *, principal: policy.Principal) -> None:
+    """Send the undo to a worker, which acts for ``principal``
+    (:func:`memoryhub.policy.principal_for_task`)."""
+    send(
+        "undo_import",
+        job_id,
+        policy.actor_label(principal),
+        what=f"undo of import {job_id}",
+        left="left undoing",
+    )
+
+
+def finish_undo(job_id: int, *, principal: policy.Principal) -> ImportJob | None:
+    """Erase the job's records (the worker's side of :func:`undo_job`), with a receipt."""
+    job = ImportJob.unscoped.filter(pk=job_id).first()
+    if job is None or job.status != ImportJob.Status.UNDOING:
+        return job
+    scope = Scope(job.org_id, job.domain_id)
+    with transaction.atomic():
+        result = forget(scope, ForgetRequest(import_job=job.pk), principal=principal)
+        now = timezone.now()
+        ImportJob.unscoped.filter(pk=job.pk).update(
+            status=ImportJob.Status.UNDONE,
+            receipt=result.receipt or "",
+            finished_at=now,
+            updated_at=now,
+        )
+    return ImportJob.unscoped.get(pk=job_id)

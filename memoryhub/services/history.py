@@ -19,6 +19,7 @@ from ..conf import memoryhub_settings
 from ..items import STORED_FIELDS
 from ..models import MemoryRecord, RecordVersion
 from ..scope import Scope, tenant_scope
+from .records import get_record
 
 __all__ = ["HISTORY_FIELDS", "history", "snapshot", "version_fields"]
 
@@ -100,8 +101,6 @@ def history(scope: Scope, record_id: Any) -> dict[str, Any]:
     Raises ``RecordNotFound`` for a record the scope does not hold (another tenant's
     included).
     """
-    from .records import get_record
-
     record = get_record(scope, record_id)
     with tenant_scope(scope):
         versions = list(

@@ -13,8 +13,8 @@ request, whatever the file's size. A worker then
    drops the file.
 
 Records the job creates carry its id (``MemoryRecord.import_job``): undoing the job erases
-exactly those, through the erasure service, with a receipt. Memory stays bounded at any
-file size: the worker holds one chunk and one batch at a time.
+exactly those, through the erasure service (``forget.undo_job``), with a receipt. Memory
+stays bounded at any file size: the worker holds one chunk and one batch at a time.
 
 Markdown is split into chunks by headings, then by size with overlap; each chunk keeps
 its heading, position and starting line as metadata.
@@ -37,7 +37,7 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models import Count, F, Q
 from django.utils import timezone
 
-from .. import observe
+from .. import observe, policy
 from ..conf import memoryhub_settings
 from ..exceptions import ValidationFailed
 from ..models import ImportChunk, ImportJob, KnowledgeBase, MemoryRecord, Observation
@@ -55,13 +55,13 @@ __all__ = [
     "cancel_job",
     "chunk_markdown",
     "create_job",
+    "get_job",
     "iter_rows",
     "may_write",
     "parse",
     "progress",
     "rerun_job",
     "run_job",
-    "undo_job",
 ]
 
 CHUNK_SIZE = 1200
@@ -321,9 +321,11 @@ def create_job(
     text: str | None = None,
     file: IO[bytes] | None = None,
     namespace: str = "",
-    actor: str = "",
+    principal: policy.Principal = policy.AGENT,
 ) -> ImportJob:
-    """Store the file (``file``, streamed, or ``text``) and queue the job.
+    """Store the file (``file``, streamed, or ``text``) and queue the job, which a worker
+    runs for ``principal`` (:func:`memoryhub.policy.principal_for_task`: the job keeps
+    its :func:`~memoryhub.policy.actor_label`).
 
     Only what can be told without reading the items is checked here (format, UTF-8, NULs,
     emptiness); the worker validates the lines. :class:`ImportFailed` stores nothing.
@@ -344,7 +346,7 @@ def create_job(
             filename=filename[:255],
             format=format,
             namespace=namespace,
-            actor=actor,
+            actor=policy.actor_label(principal),
         )
         job.size = _store(job, pieces)
         job.save(update_fields=["size"])
@@ -377,18 +379,6 @@ def queued_for_sweep(older_than: timedelta | None = None) -> list[int]:
     waiting = Q(status=ImportJob.Status.QUEUED, created_at__lte=cutoff)
     stalled = Q(status=ImportJob.Status.RUNNING, updated_at__lte=cutoff)
     return list(ImportJob.unscoped.filter(waiting | stalled).values_list("pk", flat=True)[:100])
-
-
-def undoing_for_sweep(older_than: timedelta | None = None) -> list[int]:
-    """Undos whose message never arrived."""
-    if older_than is None:
-        older_than = timedelta(seconds=memoryhub_settings.SWEEP_PENDING_AFTER)
-    cutoff = timezone.now() - older_than
-    return list(
-        ImportJob.unscoped.filter(
-            status=ImportJob.Status.UNDOING, updated_at__lte=cutoff
-        ).values_list("pk", flat=True)[:100]
-    )
 
 
 def _claim(job_id: int) -> bool:
@@ -614,8 +604,7 @@ def _write_batch(
                 scope,
                 items[start : start + step],
                 sources=[job.knowledge_base.name],
-                actor=job.actor,
-                operator=True,
+                principal=policy.principal_for_task(job.actor),
                 import_job=job.pk,
             )
             deduplicated += sum(1 for record in result.records if record.deduplicated)
@@ -638,10 +627,12 @@ def _finish(job_id: int, status: str, errors: dict[str, Any], *, drop_file: bool
         ImportChunk.objects.filter(job_id=job_id).delete()
 
 
-# --- cancel, re-run, undo --------------------------------------------------------------
+# --- cancel, re-run ------------------------------------------------------------------------
 
 
-def _job(scope: Scope, job_id: Any, *, lock: bool = False) -> ImportJob:
+def get_job(scope: Scope, job_id: Any, *, lock: bool = False) -> ImportJob:
+    """The scope's import job ``job_id`` (``ImportJob.DoesNotExist`` otherwise), locked
+    when ``lock``."""
     jobs = ImportJob.unscoped.filter(org_id=scope.org_id, domain_id=scope.domain_id)
     if lock:
         jobs = jobs.select_for_update(of=("self",))
@@ -651,73 +642,31 @@ def _job(scope: Scope, job_id: Any, *, lock: bool = False) -> ImportJob:
     return job
 
 
-def cancel_job(scope: Scope, job_id: int, *, actor: str = "") -> ImportJob:
+def cancel_job(
+    scope: Scope, job_id: int, *, principal: policy.Principal = policy.AGENT
+) -> ImportJob:
     """Stop a queued or running job; what it wrote so far stays (undo erases it)."""
     with transaction.atomic():
-        job = _job(scope, job_id, lock=True)  # waits for a batch in flight
+        job = get_job(scope, job_id, lock=True)  # waits for a batch in flight
         if job.status not in (ImportJob.Status.QUEUED, ImportJob.Status.RUNNING):
             raise JobStateError(f"the import is {job.get_status_display().lower()}.")
+        actor = policy.actor_label(principal)
         message = f"cancelled by {actor}" if actor else "cancelled"
         _finish(job.pk, ImportJob.Status.CANCELLED, {"file": [message]}, drop_file=True)
-    return _job(scope, job_id)
+    return get_job(scope, job_id)
 
 
 def rerun_job(scope: Scope, job_id: int) -> ImportJob:
     """Queue a failed job again; it resumes after the last batch it committed."""
     with transaction.atomic():
-        job = _job(scope, job_id, lock=True)
+        job = get_job(scope, job_id, lock=True)
         if job.status != ImportJob.Status.FAILED or not job.chunks.exists():
             raise JobStateError("only a failed import whose file is kept can run again.")
         ImportJob.unscoped.filter(pk=job.pk).update(
             status=ImportJob.Status.QUEUED, errors={}, finished_at=None, updated_at=timezone.now()
         )
         schedule_job(job)
-    return _job(scope, job_id)
-
-
-def undo_job(scope: Scope, job_id: int, *, actor: str = "") -> ImportJob:
-    """Queue the erasure of the records this job created (done by a worker: it can be a
-    million records). A running job is cancelled first by the caller."""
-    with transaction.atomic():
-        job = _job(scope, job_id, lock=True)
-        if job.status not in (
-            ImportJob.Status.DONE,
-            ImportJob.Status.FAILED,
-            ImportJob.Status.CANCELLED,
-        ):
-            raise JobStateError(f"the import is {job.get_status_display().lower()}.")
-        ImportJob.unscoped.filter(pk=job.pk).update(
-            status=ImportJob.Status.UNDOING, updated_at=timezone.now()
-        )
-        ImportChunk.objects.filter(job=job).delete()
-        transaction.on_commit(partial(enqueue_undo, job.pk, actor))
-    return _job(scope, job_id)
-
-
-def enqueue_undo(job_id: int, actor: str) -> None:
-    send("undo_import", job_id, actor, what=f"undo of import {job_id}", left="left undoing")
-
-
-def finish_undo(job_id: int, actor: str = "") -> ImportJob | None:
-    """Erase the job's records (the worker's side of :func:`undo_job`), with a receipt."""
-    from . import forget
-
-    job = ImportJob.unscoped.filter(pk=job_id).first()
-    if job is None or job.status != ImportJob.Status.UNDOING:
-        return job
-    scope = Scope(job.org_id, job.domain_id)
-    with transaction.atomic():
-        result = forget.forget(
-            scope, forget.ForgetRequest(import_job=job.pk), actor=actor, operator=True
-        )
-        now = timezone.now()
-        ImportJob.unscoped.filter(pk=job.pk).update(
-            status=ImportJob.Status.UNDONE,
-            receipt=result.receipt or "",
-            finished_at=now,
-            updated_at=now,
-        )
-    return ImportJob.unscoped.get(pk=job_id)
+    return get_job(scope, job_id)
 
 
 # --- what erasures and the admin ask ---------------------------------------------------

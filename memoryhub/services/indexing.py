@@ -10,23 +10,25 @@ record's content is still the content that was embedded (a concurrent update win
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from .. import observe
-from ..cache import bump_generation, bump_generation_on_commit
+from ..cache import bump_generation_on_commit
 from ..conf import memoryhub_settings
 from ..embedders import EmbedderError
-from ..models import MemoryRecord, Observation
+from ..models import MemoryRecord, Observation, WorkerHeartbeat
 from ..scope import Scope
-from . import bulk
 from .scheduling import send
+from .store import bulk
 from .vector_indexes import (
     OWN_INDEX_ONLY,
     OwnIndex,
@@ -59,9 +61,9 @@ __all__ = [
     "own_index",
     "pending_for_sweep",
     "pipeline_status",
-    "purge_expired",
     "records_to_reembed",
     "reembed",
+    "schedule_indexing",
     "tenant_index_name",
     "tenant_index_share",
     "vector_expression",
@@ -178,8 +180,6 @@ def _store_vectors(
     index when it has one (``OWN_INDEX_ONLY``: its queries never search the shared index,
     so an entry there would cost an insert into the largest graph for nothing), else the
     shared index."""
-    from django.db import connection
-
     batch_of: dict[tuple[int, int], int | None] = {}
     for _, _, org_id, domain_id in rows:
         if (org_id, domain_id) not in batch_of:
@@ -243,13 +243,50 @@ def _record_failure(record_ids: list[Any], exc: Exception) -> list[str]:
     return [str(pk) for pk, _, _ in exhausted]
 
 
+def schedule_indexing(
+    record_ids: Sequence[str], *, force: bool = False, bulk: bool = False
+) -> None:
+    """Enqueue indexing of ``record_ids`` in batches, once the transaction commits:
+    of ``INDEX_BATCH_SIZE``, or of ``BULK_INDEX_BATCH_SIZE`` for a ``bulk`` write (the
+    batches a worker then stores in bulk).
+
+    The write is committed by then, so a broker that cannot be reached does not fail it
+    (``delay_on_commit`` would raise out of the commit): the failure is logged, the
+    records stay ``pending``, and the sweeper enqueues them once the broker is back.
+    """
+    if not record_ids:
+        return
+    size = memoryhub_settings.BULK_INDEX_BATCH_SIZE if bulk else memoryhub_settings.INDEX_BATCH_SIZE
+    batches = [
+        [str(pk) for pk in record_ids[start : start + size]]
+        for start in range(0, len(record_ids), size)
+    ]
+    transaction.on_commit(partial(_enqueue_indexing, batches, force))
+
+
+def _enqueue_indexing(batches: list[list[str]], force: bool = False) -> None:
+    # A forced batch goes with its flag; a plain one as before (a worker still running the
+    # previous release takes it).
+    extra = (True,) if force else ()
+    for number, batch in enumerate(batches):
+        waiting = sum(len(rest) for rest in batches[number:])
+        if not send(
+            "index_records",
+            batch,
+            *extra,
+            what=f"indexing of {waiting} record(s)",
+            left="left pending",
+        ):
+            # A broker that refused this batch refuses the next ones too, each after
+            # Celery's publish retries: stop here, the sweeper has them all.
+            return
+
+
 def wait_until_indexed(
     scope: Scope, record_ids: Sequence[str], seconds: float
 ) -> tuple[dict[str, str], bool]:
     """Read-your-writes: poll until no record of ``record_ids`` (in ``scope``) is pending,
     or ``seconds`` pass. Returns each record's status and whether all are done."""
-    import time
-
     ids = {str(pk) for pk in record_ids}
     deadline = time.monotonic() + seconds
     delay = 0.02
@@ -267,8 +304,6 @@ def wait_until_indexed(
 
 def worker_seen_recently() -> bool:
     """Whether a worker sent a heartbeat within ``WORKER_STALE_AFTER`` seconds."""
-    from ..models import WorkerHeartbeat
-
     cutoff = timezone.now() - timedelta(seconds=memoryhub_settings.WORKER_STALE_AFTER)
     return WorkerHeartbeat.objects.filter(seen_at__gte=cutoff).exists()
 
@@ -298,8 +333,6 @@ def pipeline_status(*, eager: bool) -> dict[str, Any]:
     not ``ok`` when records have waited longer than ``WORKER_STALE_AFTER`` and no worker
     has been seen for as long: nobody is indexing them.
     """
-    from ..models import WorkerHeartbeat
-
     now = timezone.now()
     pending_records = MemoryRecord.unscoped.filter(status=MemoryRecord.Status.PENDING)
     pending = pending_records.order_by().values("pk")[: PENDING_COUNT_CAP + 1].count()
@@ -326,32 +359,12 @@ def pipeline_status(*, eager: bool) -> dict[str, Any]:
     }
 
 
-def purge_expired() -> int:
-    """Delete expired records and observations past retention; bump affected caches."""
-    now = timezone.now()
-    expired = MemoryRecord.unscoped.expired(now)
-    scopes = set(expired.values_list("org_id", "domain_id").distinct())
-    from .forget import delete_records
-
-    # The erasures' delete: versions, the admin log, and facts whose every source
-    # expired go with them (no fact outlives its sources).
-    deleted, orphans = delete_records(expired)
-    deleted += sum(orphans.values())
-    for org_id, domain_id in scopes:
-        bump_generation(Scope(org_id, domain_id))
-    retention = timedelta(days=memoryhub_settings.OBSERVATION_RETENTION_DAYS)
-    Observation.unscoped.filter(created_at__lt=now - retention).delete()
-    return deleted
-
-
 # --- vector indexes -------------------------------------------------------------------
 
 
 def models_in_use() -> list[str]:
     """Every embedding model some record's vector is stored under: a skip scan of the
     model index (one probe per model, whatever the number of records)."""
-    from django.db import connection
-
     table = MemoryRecord._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute(
@@ -372,8 +385,6 @@ def models_in_use() -> list[str]:
 def models_in_domain(scope: Scope) -> list[str]:
     """The models whose vectors serve queries in ``scope``'s domain (indexed records),
     from the model index: one probe per model in use."""
-    from django.db import connection
-
     table = MemoryRecord._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute(
@@ -418,8 +429,6 @@ def reembed(records: QuerySet[MemoryRecord], *, force: bool = False) -> int:
     same name). Their attempts start again from zero. Returns how many records were
     scheduled; ids are read and sent in batches, never all at once.
     """
-    from .write import schedule_indexing
-
     embedder = memoryhub_settings.embedder()
     ensure_vector_index(embedder.name, embedder.dimensions)
     if not force:

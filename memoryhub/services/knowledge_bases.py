@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import policy
+from ..cache import bump_generation_on_commit
 from ..exceptions import UnknownSource, ValidationFailed
 from ..models import KnowledgeBase
 from ..scope import Scope, tenant_scope
@@ -24,8 +25,6 @@ def save_knowledge_base(knowledge_base: KnowledgeBase) -> KnowledgeBase:
     """Save an operator's change to a knowledge base (its org is its domain's): a
     rename or a new policy changes what queries select and what writes do, so the
     domain's cached plans and results go when it commits."""
-    from ..cache import bump_generation_on_commit
-
     knowledge_base.org_id = knowledge_base.domain.org_id
     knowledge_base.save()
     bump_generation_on_commit(Scope(knowledge_base.org_id, knowledge_base.domain_id))
@@ -82,7 +81,7 @@ def accepts_writes(scope: Scope, source: str = KnowledgeBase.DEFAULT_NAME) -> bo
         return source == KnowledgeBase.DEFAULT_NAME
     if knowledge_base.deleting_since is not None:
         return False
-    return not policy.refuses_change([knowledge_base], operator=False)
+    return not policy.refuses_change([knowledge_base], principal=policy.AGENT)
 
 
 def _being_deleted(scope: Scope, name: str) -> bool:

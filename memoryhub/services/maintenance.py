@@ -8,29 +8,40 @@ Expired memory is purged, and tenant HNSW indexes are maintained in their own ta
 
 from __future__ import annotations
 
+from datetime import timedelta
+
+from django.utils import timezone
+
+from .. import policy
+from ..cache import bump_generation
 from ..conf import memoryhub_settings
+from ..models import MemoryRecord, Observation
+from ..scope import Scope
 from . import consolidation, forget, imports, indexing
 from .scheduling import send
-from .write import schedule_indexing
+from .store.deletion import delete_records
 
-__all__ = ["sweep"]
+__all__ = ["purge_expired", "sweep"]
+
+#: Who the sweep re-sends lost work for: unnamed (who queued it is not kept).
+SWEEPER = policy.principal_for_task("")
 
 
 def sweep() -> dict[str, int]:
     """One sweep; returns what it re-sent and purged."""
     pending = indexing.pending_for_sweep()
-    schedule_indexing(pending)
+    indexing.schedule_indexing(pending)
     jobs = imports.queued_for_sweep()
     for job_id in jobs:
         imports.enqueue_job(job_id)
-    for job_id in imports.undoing_for_sweep():
-        imports.enqueue_undo(job_id, "")
+    for job_id in forget.undoing_for_sweep():
+        forget.enqueue_undo(job_id, principal=SWEEPER)
     for knowledge_base_id in forget.deletions_for_sweep():
-        forget.enqueue_knowledge_base_deletion(knowledge_base_id)
+        forget.enqueue_knowledge_base_deletion(knowledge_base_id, principal=SWEEPER)
     waiting = consolidation.waiting()
     for knowledge_base_id, namespace in waiting:
         consolidation.enqueue(knowledge_base_id, namespace)
-    purged = indexing.purge_expired()
+    purged = purge_expired()
     if (
         memoryhub_settings.TENANT_INDEX_MIN_RECORDS
         or indexing.has_tenant_indexes()
@@ -44,3 +55,19 @@ def sweep() -> dict[str, int]:
         "consolidations_requeued": len(waiting),
         "purged": purged,
     }
+
+
+def purge_expired() -> int:
+    """Delete expired records and observations past retention; bump affected caches."""
+    now = timezone.now()
+    expired = MemoryRecord.unscoped.expired(now)
+    scopes = set(expired.values_list("org_id", "domain_id").distinct())
+    # The erasures' delete: versions, the admin log, and facts whose every source
+    # expired go with them (no fact outlives its sources).
+    deleted, orphans = delete_records(expired)
+    deleted += sum(orphans.values())
+    for org_id, domain_id in scopes:
+        bump_generation(Scope(org_id, domain_id))
+    retention = timedelta(days=memoryhub_settings.OBSERVATION_RETENTION_DAYS)
+    Observation.unscoped.filter(created_at__lt=now - retention).delete()
+    return deleted

@@ -6,14 +6,18 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from celery import current_app
 from django.db.models import Count, Q, Sum
 from django.utils import timezone
+
+from tenants.models import Domain
 
 from .. import policy
 from ..conf import memoryhub_settings
 from ..embedders.base import is_lexical
 from ..models import ErasureReceipt, ImportJob, MemoryRecord, Observation
 from ..policy import Action
+from .indexing import models_in_use, pipeline_status
 
 #: Domains the home page lists (the largest first); the rest are counted, not listed.
 MAX_DOMAINS = 50
@@ -25,8 +29,6 @@ def overview(principal: policy.Principal) -> dict[str, Any]:
 
     Longer than most on purpose: each count is gathered once for all the listed domains
     (by the helpers below), then shaped into one row per domain, in one place."""
-    from tenants.models import Domain
-
     orgs = policy.orgs_allowing(principal, Action.READ)
     domains = list(
         Domain.objects.filter(org__in=orgs)
@@ -93,8 +95,6 @@ def overview(principal: policy.Principal) -> dict[str, Any]:
 def _previous_model_counts(records: Any, current: str) -> dict[int, int]:
     """A change of embedder in progress: indexed records still on a previous model, per
     domain (one range of the model index per previous model; shrinks as they go)."""
-    from .indexing import models_in_use
-
     previous: dict[int, int] = {}
     for model in models_in_use():
         if model == current:
@@ -137,11 +137,7 @@ def _recent_events(ids: list[int]) -> dict[int, Any]:
 def _pipeline() -> dict[str, Any]:
     """The indexing pipeline's status; the page still shows what the database says when
     asking the broker fails."""
-    from .indexing import pipeline_status
-
     try:
-        from celery import current_app
-
         return pipeline_status(eager=bool(current_app.conf.task_always_eager))
     except Exception as exc:
         return {"ok": False, "error": type(exc).__name__}

@@ -8,6 +8,7 @@ import re
 from typing import Any
 
 from django.db import connection
+from psycopg import sql
 
 from ..models import MemoryRecord
 
@@ -46,8 +47,6 @@ def build(statement: Any, *, concurrently: bool) -> None:
 
 
 def drop(name: str, *, concurrently: bool) -> None:
-    from psycopg import sql
-
     statement = sql.SQL("DROP INDEX {concurrently} IF EXISTS {name}").format(
         concurrently=sql.SQL("CONCURRENTLY" if concurrently else ""), name=sql.Identifier(name)
     )

@@ -7,7 +7,9 @@ import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db import connection
+from django.db.models import Count, QuerySet
+from django.utils import timezone
 
 from .. import boundary
 from ..exceptions import RecordNotFound, ValidationFailed
@@ -111,9 +113,6 @@ def get_record(scope: Scope, record_id: Any) -> MemoryRecord:
 
 def summarize_sources(scope: Scope) -> list[dict[str, Any]]:
     """The scope's knowledge bases with their policies and live record counts."""
-    from django.db.models import Count
-    from django.utils import timezone
-
     now = timezone.now()
     live = live_q("records__", now)
     with tenant_scope(scope):
@@ -155,8 +154,6 @@ def knowledge_base_stats(knowledge_base: KnowledgeBase) -> dict[str, Any]:
     are counted exactly up to ``NAMESPACE_EXACT_MAX`` records and estimated above it
     from a page sample (``namespaces_estimated``). Nothing here loads a record.
     """
-    from django.db.models import Count
-
     records = MemoryRecord.unscoped.filter(knowledge_base=knowledge_base)
     total = records.order_by().count()
     unindexed = dict(
@@ -188,8 +185,6 @@ def knowledge_base_stats(knowledge_base: KnowledgeBase) -> dict[str, Any]:
 def _sampled_namespaces(knowledge_base: KnowledgeBase, total: int) -> list[tuple[str, int]]:
     """The largest namespaces of a big knowledge base, from ``TABLESAMPLE SYSTEM`` pages
     holding about ``NAMESPACE_SAMPLE`` of its records; counts scaled to the total."""
-    from django.db import connection
-
     table = MemoryRecord._meta.db_table
     percent = min(100.0, max(0.01, 100.0 * NAMESPACE_SAMPLE / total))
     with connection.cursor() as cursor:

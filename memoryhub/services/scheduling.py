@@ -12,6 +12,8 @@ import importlib
 import logging
 from typing import Any
 
+from celery import current_app
+
 __all__ = ["TASKS_MODULE", "send"]
 
 logger = logging.getLogger(__name__)
@@ -21,8 +23,6 @@ TASKS_MODULE = "memoryhub.tasks"
 
 
 def _task(name: str) -> Any:
-    from celery import current_app
-
     full = f"{TASKS_MODULE}.{name}"
     if full not in current_app.tasks:
         # Not registered yet in this process (a host whose Celery app did not

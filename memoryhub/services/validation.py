@@ -22,6 +22,7 @@ from ..conf import memoryhub_settings
 from ..exceptions import ValidationFailed
 from ..models import SESSION_KEY, SESSION_MAX_LENGTH, MemoryRecord, content_hash
 from ..vocabulary import MAX_TTL_SECONDS, Bounds, ItemInSerializer, bounds, field_names
+from .filter_indexes import MAX_INDEXED_VALUE_BYTES
 
 __all__ = [
     "EXPIRY_RANGE",
@@ -304,8 +305,6 @@ def _validate_indexed_values(
 ) -> None:
     """The value of a key in ``INDEXED_METADATA_KEYS`` is an entry of its btree index,
     which holds at most about 2.7 kB: larger ones are refused here, not by the index."""
-    from .filter_indexes import MAX_INDEXED_VALUE_BYTES
-
     for key in memoryhub_settings.INDEXED_METADATA_KEYS or ():
         if key not in metadata:
             continue

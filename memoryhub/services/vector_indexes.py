@@ -26,13 +26,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from django.db import connection, transaction
 from django.utils import timezone
+from psycopg import sql
 
-from ..cache import bump_generation
+from ..cache import bump_generation, bump_generation_on_commit
 from ..conf import memoryhub_settings
 from ..models import MemoryRecord
 from ..scope import Scope
-from . import filter_indexes, locks, record_indexes, word_statistics
+from . import filter_indexes, record_indexes, word_statistics
+from .store.locks import int4_key
 
 logger = logging.getLogger(__name__)
 
@@ -91,9 +94,6 @@ def _create_hnsw_index(
     The shared index holds the vectors stored row by row; a ``tenant``'s (org, domain)
     holds its domain's, and those of its bulk stores up to number ``covers``.
     """
-    from django.db import connection
-    from psycopg import sql
-
     if concurrently is None:
         concurrently = not connection.in_atomic_block
     with connection.cursor() as cursor:
@@ -229,8 +229,6 @@ def placement(scope: Scope, model_name: str) -> Placement:
     written): outside the shared index when the domain is small enough to be scanned
     exactly, or has or qualifies for its own index (built in bulk over them); else into
     the shared index, row by row."""
-    from django.db import connection
-
     threshold = memoryhub_settings.EXACT_SCAN_THRESHOLD
     minimum = memoryhub_settings.TENANT_INDEX_MIN_RECORDS
     own = own_index(scope, model_name)
@@ -327,8 +325,6 @@ def ensure_tenant_indexes(
     bulk store asks for it, and by ``memoryhub_ensure_indexes``; one run at a time (an
     advisory lock; a second run returns ``busy``).
     """
-    from django.db import connection
-
     if model_name is None or dimensions is None:
         embedder = memoryhub_settings.embedder()
         model_name, dimensions = embedder.name, embedder.dimensions
@@ -451,8 +447,6 @@ def _kept_tenants(
 
 @contextmanager
 def _connection_cursor() -> Iterator[object]:
-    from django.db import connection
-
     with connection.cursor() as cursor:
         yield cursor
 
@@ -475,8 +469,6 @@ def _due(
     """What a domain's own index needs for its delta: ``"rebuild"`` (built again over
     it), ``"insert"`` (a settled delta small beside the index: inserted row by row) or
     None (nothing yet)."""
-    from django.db import connection
-
     own = _own_index_by_name(name)
     if own is None:
         return None
@@ -517,9 +509,6 @@ def _rebuild(
 
 
 def _swap(successor: str, name: str, *, concurrently: bool) -> None:
-    from django.db import connection
-    from psycopg import sql
-
     record_indexes.drop(name, concurrently=concurrently)
     with connection.cursor() as cursor:
         cursor.execute(
@@ -539,8 +528,6 @@ def _fold(
     """Move a domain's bulk-stored vectors numbered above ``after`` into an index row by
     row: the shared one (``into`` None) or the domain's own (``OWN_INDEX_ONLY``); how
     many. Waits for a worker folding the same domain (:func:`fold_delta`)."""
-    from django.db import transaction
-
     with transaction.atomic():
         folded = _fold_rows(tenant, model_name, after=after, into=into, wait=True)
     bump_generation(Scope(org_id=tenant[0], domain_id=tenant[1]))
@@ -553,8 +540,6 @@ def fold_delta(scope: Scope, model_name: str) -> int:
     that stores the batch which took it past does it, so the load's workers share that
     work instead of leaving it to one maintenance run after the load. Another
     transaction folding the same domain does it instead (0)."""
-    from ..cache import bump_generation_on_commit
-
     folded = _fold_rows((scope.org_id, scope.domain_id), model_name, wait=False)
     if folded:
         bump_generation_on_commit(scope)
@@ -575,7 +560,7 @@ def _fold_rows(
     function = "pg_advisory_xact_lock" if wait else "pg_try_advisory_xact_lock"
     with _connection_cursor() as cursor:
         cursor.execute(  # type: ignore[attr-defined]
-            f"SELECT {function}(%s, %s)::text", [FOLD_LOCK_CLASS, locks.int4_key(tenant[1])]
+            f"SELECT {function}(%s, %s)::text", [FOLD_LOCK_CLASS, int4_key(tenant[1])]
         )
         if cursor.fetchone()[0] == "false":  # type: ignore[attr-defined]
             return 0
@@ -617,8 +602,6 @@ def _predicate(name: str) -> str | None:
 
 def _domain_sizes() -> dict[tuple[int, int], int]:
     """Records per (org, domain), any status: an index-only scan of the tenant btree."""
-    from django.db import connection
-
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT org_id, domain_id, count(*) FROM {MemoryRecord._meta.db_table} GROUP BY 1, 2"
@@ -643,8 +626,6 @@ def _bump(name: str) -> None:
 def _maintenance_lock() -> Iterator[bool]:
     """An advisory lock (not waited for) held for one maintenance run: a transaction
     lock inside a transaction (released however it ends), else a session lock."""
-    from django.db import connection
-
     key = "memoryhub tenant indexes"
     in_transaction = connection.in_atomic_block
     function = "pg_try_advisory_xact_lock" if in_transaction else "pg_try_advisory_lock"
@@ -663,8 +644,6 @@ def _maintenance_lock() -> Iterator[bool]:
 def _no_statement_timeout(session: bool) -> Iterator[None]:
     """Index builds take minutes on a large domain: a role's ``statement_timeout`` would
     leave an invalid index behind, dropped and rebuilt at every run."""
-    from django.db import connection
-
     with connection.cursor() as cursor:
         cursor.execute(
             "SET statement_timeout = 0" if session else "SET LOCAL statement_timeout = 0"

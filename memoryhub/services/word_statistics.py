@@ -31,12 +31,14 @@ import re
 from typing import Any
 
 from django.db import connection, transaction
+from psycopg import sql
 
 from ..cache import bump_generation_on_commit
 from ..conf import memoryhub_settings
 from ..models import SEARCH_CONFIG, MemoryRecord, WordFrequency, WordStatistics
 from ..scope import Scope
-from . import locks, record_indexes
+from . import record_indexes
+from .store.locks import int4_key
 
 logger = logging.getLogger(__name__)
 
@@ -198,8 +200,6 @@ def ensure_keyword_indexes(
     thrown away. A domain's own index finds its
     records only (the planner picks it: the query names the domain, as the predicate
     does)."""
-    from psycopg import sql
-
     minimum = int(memoryhub_settings.KEYWORD_STATISTICS_MIN_RECORDS)
     existing = _keyword_indexes()
     created: list[str] = []
@@ -305,7 +305,7 @@ def _lock(scope: Scope) -> None:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT pg_advisory_xact_lock(%s, %s)",
-            [WORDS_LOCK_CLASS, locks.int4_key(scope.domain_id)],
+            [WORDS_LOCK_CLASS, int4_key(scope.domain_id)],
         )
 
 

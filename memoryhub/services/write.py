@@ -14,26 +14,29 @@ rolled-back write schedules nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from functools import partial
 from typing import Any
 
-from django.db import connection, transaction
-from django.db.models import F
+from django.db import transaction
 from django.utils import timezone
 
 from .. import observe, policy, signals
 from ..cache import bump_generation_on_commit
 from ..conf import memoryhub_settings
-from ..exceptions import UnknownSource, ValidationFailed, WriteRefused
+from ..exceptions import RecordNotFound, UnknownSource, ValidationFailed, WriteRefused
 from ..models import KnowledgeBase, MemoryRecord, Observation, RecordVersion
 from ..scope import Scope, tenant_scope
 from ..vocabulary import RecordUpdateSerializer, WriteRequestSerializer, field_names
-from . import bulk, consolidation, history, locks
+from . import history
+from .indexing import schedule_indexing
 from .knowledge_bases import accepts_writes, ensure_knowledge_base, resolve_sources, source_names
-from .scheduling import send
+from .records import get_record
+from .store import persistence
+from .store.locks import lock_domain, lock_namespaces
+from .store.persistence import CONSOLIDATION_PENDING
+from .store.refusals import refuse, refuse_record_change
 from .validation import WriteItem, validate_items
 
 __all__ = [
@@ -45,14 +48,8 @@ __all__ = [
     "WriteRequest",
     "WriteResult",
     "accepts_writes",
-    "count_refusal",
     "ensure_knowledge_base",
-    "lock_domain",
-    "lock_namespaces",
-    "record_to_change",
-    "refuse",
     "restore_version",
-    "schedule_indexing",
     "update_record",
     "validate_items",
     "write",
@@ -96,12 +93,18 @@ class WriteRequest:
         return cls(items=body["items"], sources=sources, consolidate=consolidate)
 
 
-def write_body(scope: Scope, body: Mapping[str, Any], *, actor: str = "") -> WriteResult:
+def write_body(
+    scope: Scope, body: Mapping[str, Any], *, principal: policy.Principal = policy.AGENT
+) -> WriteResult:
     """A door's write (a REST body, an MCP tool's arguments): checked as a whole
     (:meth:`WriteRequest.from_body`), then :func:`write`."""
     asked = WriteRequest.from_body(body)
     return write(
-        scope, asked.items, sources=asked.sources, actor=actor, consolidate=asked.consolidate
+        scope,
+        asked.items,
+        sources=asked.sources,
+        principal=principal,
+        consolidate=asked.consolidate,
     )
 
 
@@ -118,88 +121,6 @@ class WriteResult:
     @property
     def record_ids(self) -> list[str]:
         return [record.id for record in self.records]
-
-
-# --- validation ---------------------------------------------------------------------
-
-
-def count_refusal(
-    scope: Scope, knowledge_base: KnowledgeBase, n: int, actor: str, *, change: str = "write"
-) -> None:
-    """Count a read-only knowledge base's refusal of an agent's ``change`` (write,
-    update, forget): its ``refused_writes`` counter and a ``memory.write_refused``
-    observation."""
-    KnowledgeBase.unscoped.filter(pk=knowledge_base.pk).update(
-        refused_writes=F("refused_writes") + 1
-    )
-    observe.record_in_scope(
-        Observation.Kind.MEMORY_WRITE_REFUSED,
-        scope,
-        source=knowledge_base.name,
-        count=n,
-        payload={
-            "source": knowledge_base.name,
-            "n": n,
-            "policy": knowledge_base.on_write,
-            "change": change,
-        },
-        actor=actor,
-    )
-
-
-def refuse(
-    scope: Scope, knowledge_base: KnowledgeBase, n: int, actor: str, *, change: str = "write"
-) -> WriteRefused | None:
-    """Count a read-only knowledge base's refusal of an agent's ``change`` of ``n``
-    records; ``None`` when it ignores the change (``on_write="ignore"``: reported as
-    refused, not an error), else the :class:`WriteRefused` that refuses it."""
-    count_refusal(scope, knowledge_base, n, actor, change=change)
-    if knowledge_base.on_write == KnowledgeBase.OnWrite.IGNORE:
-        return None
-    return WriteRefused(knowledge_base.name, n)
-
-
-def record_to_change(
-    scope: Scope, record_id: Any, *, change: str, actor: str, operator: bool
-) -> MemoryRecord:
-    """The scope's record ``record_id`` (``RecordNotFound`` otherwise), if an agent may
-    ``change`` it by id (update, forget): a record of a read-only knowledge base is
-    refused whatever its ``on_write`` (``WriteRefused``, counted) unless ``operator``."""
-    from .records import get_record
-
-    record = get_record(scope, record_id)
-    knowledge_base = record.knowledge_base
-    if policy.refuses_change([knowledge_base], operator=operator):
-        with transaction.atomic():
-            count_refusal(scope, knowledge_base, 1, actor, change=change)
-        raise WriteRefused(knowledge_base.name, 1)
-    return record
-
-
-#: The first key of the domain-wide writer lock (namespace locks use knowledge base ids,
-#: which are positive, so the two never meet).
-DOMAIN_LOCK_CLASS = -1
-
-
-def lock_domain(scope: Scope, *, exclusive: bool = False) -> None:
-    """The domain's writer lock: writes and namespace erasures take it shared, erasures
-    of whole knowledge bases or of the domain exclusively (before any namespace lock)."""
-    function = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT {function}(%s, %s)", [DOMAIN_LOCK_CLASS, locks.int4_key(scope.domain_id)]
-        )
-
-
-def lock_namespaces(knowledge_base: KnowledgeBase, namespaces: Iterable[str]) -> None:
-    """Serialise writers (and erasures) of the same (KB, namespace), so dedupe, upsert
-    and erasure cannot race. Take several in knowledge base id order."""
-    with connection.cursor() as cursor:
-        for namespace in sorted(set(namespaces)):
-            cursor.execute(
-                "SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
-                [locks.int4_key(knowledge_base.pk), namespace],
-            )
 
 
 def _apply(record: MemoryRecord, item: WriteItem, *, content_changed: bool) -> None:
@@ -219,30 +140,6 @@ def _apply(record: MemoryRecord, item: WriteItem, *, content_changed: bool) -> N
         record.attempts = 0
         record.last_error = ""
         record.indexed_at = None
-
-
-#: What an upsert of an existing record may change (``bulk_update``'s fields).
-UPSERT_FIELDS = [
-    "content",
-    "content_hash",
-    "kind",
-    "tags",
-    "metadata",
-    "expires_at",
-    "occurred_at",
-    "updated_at",
-    "status",
-    "embedding",
-    "embedding_model",
-    "vector_batch",
-    "attempts",
-    "last_error",
-    "indexed_at",
-    "version",
-    "changed_by",
-    "change_cause",
-    "consolidation",
-]
 
 
 @dataclass
@@ -284,8 +181,7 @@ def _write_to(
     scope: Scope,
     knowledge_base: KnowledgeBase,
     items: Sequence[WriteItem],
-    actor: str,
-    operator: bool,
+    principal: policy.Principal,
     import_job: int | None = None,
     cause: str = RecordVersion.Cause.UPSERT,
     consolidate: bool = False,
@@ -294,6 +190,7 @@ def _write_to(
 
     A record written again by key keeps its previous state in its history (``cause``)
     when a field changes."""
+    actor = policy.actor_label(principal)
     lock_namespaces(knowledge_base, (item.namespace for item in items))
     by_key, by_hash = _existing(knowledge_base, items)
     now = timezone.now()
@@ -308,7 +205,7 @@ def _write_to(
             content_changed = existing.content_hash != digest
             _apply(existing, item, content_changed=content_changed)
             if consolidate and content_changed and item.kind == MemoryRecord.Kind.EPISODIC:
-                existing.consolidation = consolidation.PENDING
+                existing.consolidation = CONSOLIDATION_PENDING
             existing.updated_at = now
             batch.changed.append(existing)
             by_hash.setdefault((item.namespace, digest), str(existing.pk))
@@ -327,7 +224,7 @@ def _write_to(
         record.import_job_id = import_job
         record.changed_by, record.change_cause = actor[:200], _creation_cause(cause)
         if consolidate and item.kind == MemoryRecord.Kind.EPISODIC:
-            record.consolidation = consolidation.PENDING
+            record.consolidation = CONSOLIDATION_PENDING
         batch.new_records.append(record)
         created.add(record.pk)
         if item.key is not None:
@@ -336,13 +233,12 @@ def _write_to(
         batch.results.append(
             RecordResult(str(record.pk), item.key, record.status, False, knowledge_base.name)
         )
-    _save(batch)
+    persistence.save_records(batch.new_records, batch.changed)
     _announce(
         scope,
         knowledge_base,
         batch,
-        actor=actor,
-        operator=operator,
+        principal=principal,
         observations=import_job is None,
     )
     return batch.results
@@ -370,32 +266,19 @@ def _new_record(
     )
 
 
-def _save(batch: _Batch) -> None:
-    """Store the batch: new records with one binary COPY when there are at least
-    ``BULK_MIN_RECORDS`` of them (the rows ``bulk_create`` would insert, without
-    compiling an INSERT of them), else with ``bulk_create``; changed ones (kept in
-    their history first) with ``bulk_update`` either way."""
-    if len(batch.new_records) >= memoryhub_settings.BULK_MIN_RECORDS:
-        bulk.copy_records(batch.new_records)
-    elif batch.new_records:
-        MemoryRecord.objects.bulk_create(batch.new_records)
-    if batch.changed:
-        MemoryRecord.objects.bulk_update(batch.changed, UPSERT_FIELDS)
-
-
 def _announce(
     scope: Scope,
     knowledge_base: KnowledgeBase,
     batch: _Batch,
     *,
-    actor: str,
-    operator: bool,
+    principal: policy.Principal,
     observations: bool = True,
 ) -> None:
     """What a saved batch tells the rest: the ``record_written`` signal, the dedupe and
     written observations (not for an import's batches, ``observations=False``: the import
     records one summary of each, :func:`memoryhub.services.imports.observe_run`), and the
     records to embed (once the transaction commits)."""
+    actor = policy.actor_label(principal)
     written = [*batch.new_records, *batch.changed]
     if written:
         signals.send_on_commit(
@@ -421,8 +304,7 @@ def _announce(
             knowledge_base,
             created=len(batch.new_records),
             updated=len(batch.changed),
-            actor=actor,
-            operator=operator,
+            principal=principal,
         )
     statuses = {str(record.pk): record.status for record in written}
     pending = [pk for pk, status in statuses.items() if status == MemoryRecord.Status.PENDING]
@@ -435,10 +317,10 @@ def _observe_written(
     *,
     created: int,
     updated: int,
-    actor: str,
-    operator: bool,
+    principal: policy.Principal,
 ) -> None:
-    """The ``memory.written`` observation of a write or an update by id."""
+    """The ``memory.written`` observation of a write or an update by id (``operator``:
+    whether the read-only rule left ``principal`` free)."""
     n = created + updated
     observe.record_in_scope(
         Observation.Kind.MEMORY_WRITTEN,
@@ -450,9 +332,9 @@ def _observe_written(
             "n": n,
             "created": created,
             "updated": updated,
-            "operator": operator,
+            "operator": policy.may_bypass_read_only(principal, scope.org_id),
         },
-        actor=actor,
+        actor=policy.actor_label(principal),
     )
 
 
@@ -473,60 +355,24 @@ def _fill_dedupe_status(records: list[RecordResult]) -> list[RecordResult]:
     ]
 
 
-def schedule_indexing(
-    record_ids: Sequence[str], *, force: bool = False, bulk: bool = False
-) -> None:
-    """Enqueue indexing of ``record_ids`` in batches, once the transaction commits:
-    of ``INDEX_BATCH_SIZE``, or of ``BULK_INDEX_BATCH_SIZE`` for a ``bulk`` write (the
-    batches a worker then stores in bulk).
-
-    The write is committed by then, so a broker that cannot be reached does not fail it
-    (``delay_on_commit`` would raise out of the commit): the failure is logged, the
-    records stay ``pending``, and the sweeper enqueues them once the broker is back.
-    """
-    if not record_ids:
-        return
-    size = memoryhub_settings.BULK_INDEX_BATCH_SIZE if bulk else memoryhub_settings.INDEX_BATCH_SIZE
-    batches = [
-        [str(pk) for pk in record_ids[start : start + size]]
-        for start in range(0, len(record_ids), size)
-    ]
-    transaction.on_commit(partial(_enqueue_indexing, batches, force))
-
-
-def _enqueue_indexing(batches: list[list[str]], force: bool = False) -> None:
-    # A forced batch goes with its flag; a plain one as before (a worker still running the
-    # previous release takes it).
-    extra = (True,) if force else ()
-    for number, batch in enumerate(batches):
-        waiting = sum(len(rest) for rest in batches[number:])
-        if not send(
-            "index_records",
-            batch,
-            *extra,
-            what=f"indexing of {waiting} record(s)",
-            left="left pending",
-        ):
-            # A broker that refused this batch refuses the next ones too, each after
-            # Celery's publish retries: stop here, the sweeper has them all.
-            return
-
-
 def write(
     scope: Scope,
     items: Sequence[Mapping[str, Any] | WriteItem],
     *,
     sources: Sequence[str] | None = None,
-    actor: str = "",
-    operator: bool = False,
+    principal: policy.Principal = policy.AGENT,
     import_job: int | None = None,
     cause: str | None = None,
     consolidate: bool = False,
 ) -> WriteResult:
     """Write ``items`` to the knowledge bases ``sources`` (default ``["memory"]``).
 
+    ``principal`` is who writes (:mod:`memoryhub.policy`; by default an unnamed agent):
+    named in the records' history and the observations, and asked whether the read-only
+    rule binds it.
+
     ``cause`` is what a record's history says of the change (default: ``import`` for an
-    import's writes, ``admin`` for an operator's, ``upsert`` otherwise).
+    import's writes, ``admin`` for a curator's, ``upsert`` otherwise).
 
     ``consolidate`` (or the knowledge base's ``consolidate`` flag) has the episodic
     records this call writes consolidated into semantic facts once they are indexed
@@ -538,8 +384,8 @@ def write(
     Raises :class:`ValidationFailed` (nothing written) for invalid input,
     :class:`UnknownSource` for a knowledge base the domain lacks, and
     :class:`WriteRefused` when the only target is read-only with ``on_write="refuse"``
-    (after counting the refusal). ``operator=True`` is the admin's curation path: it
-    is not bound by the read-only policy.
+    (after counting the refusal). Whoever may curate in the scope's org is not bound by
+    the read-only policy (:func:`memoryhub.policy.may_bypass_read_only`).
     """
     if not isinstance(scope, Scope):
         raise TypeError("write() needs a Scope.")
@@ -551,8 +397,8 @@ def write(
     with transaction.atomic(), tenant_scope(scope):
         _lock_targets(scope, knowledge_bases, validated)
         for knowledge_base in knowledge_bases:
-            if policy.refuses_change([knowledge_base], operator=operator):
-                refused = refuse(scope, knowledge_base, len(validated), actor)
+            if policy.refuses_change([knowledge_base], principal=principal):
+                refused = refuse(scope, knowledge_base, len(validated), principal)
                 if refused is None:
                     result.refused.append(knowledge_base.name)
                 else:
@@ -566,10 +412,9 @@ def write(
                             scope,
                             knowledge_base,
                             validated,
-                            actor,
-                            operator,
+                            principal,
                             import_job,
-                            cause or _default_cause(operator, import_job),
+                            cause or _default_cause(scope, principal, import_job),
                             consolidate or knowledge_base.consolidate,
                         )
                     )
@@ -594,10 +439,12 @@ def _lock_targets(
         lock_namespaces(knowledge_base, namespaces)
 
 
-def _default_cause(operator: bool, import_job: int | None) -> str:
+def _default_cause(scope: Scope, principal: policy.Principal, import_job: int | None) -> str:
     if import_job is not None:
         return RecordVersion.Cause.IMPORT
-    return RecordVersion.Cause.ADMIN if operator else RecordVersion.Cause.UPSERT
+    if policy.may_bypass_read_only(principal, scope.org_id):
+        return RecordVersion.Cause.ADMIN
+    return RecordVersion.Cause.UPSERT
 
 
 def _creation_cause(cause: str) -> str:
@@ -663,23 +510,21 @@ def update_record(
     changes: Mapping[str, Any],
     *,
     partial: bool,
-    actor: str = "",
-    operator: bool = False,
+    principal: policy.Principal = policy.AGENT,
     cause: str | None = None,
 ) -> RecordResult:
     """Update one record by id (PUT replaces the updatable fields, PATCH merges).
 
     The previous state is kept in the record's history (``cause``: default ``admin`` for
-    an operator, ``update`` otherwise).
+    a curator, ``update`` otherwise).
 
     The namespace and knowledge base of a record do not change. A record of a read-only
-    knowledge base is refused (``WriteRefused``, counted) unless ``operator=True`` (the
-    admin's curation path). A content change sends the record back to pending.
+    knowledge base is refused (``WriteRefused``, counted) unless ``principal`` may curate
+    in its org. A content change sends the record back to pending.
     """
-    from .records import RecordNotFound
-
     _check_update_fields(changes)
-    record = record_to_change(scope, record_id, change="update", actor=actor, operator=operator)
+    record = get_record(scope, record_id)
+    refuse_record_change(scope, record, change="update", principal=principal)
     knowledge_base = record.knowledge_base
     item = _updated_item(record, changes, partial=partial)
     if _unchanged(record, item):
@@ -695,16 +540,20 @@ def update_record(
         content_changed = locked.content_hash != item.content_hash
         history.snapshot(
             [locked],
-            actor=actor,
-            cause=cause or (RecordVersion.Cause.ADMIN if operator else RecordVersion.Cause.UPDATE),
+            actor=policy.actor_label(principal),
+            cause=cause or _update_cause(scope, principal),
         )
         locked.key = item.key
         _apply(locked, item, content_changed=content_changed)
         locked.save()
-        _announce_update(
-            scope, knowledge_base, locked, content_changed, actor=actor, operator=operator
-        )
+        _announce_update(scope, knowledge_base, locked, content_changed, principal=principal)
     return RecordResult(str(locked.pk), locked.key, locked.status, False, knowledge_base.name)
+
+
+def _update_cause(scope: Scope, principal: policy.Principal) -> str:
+    if policy.may_bypass_read_only(principal, scope.org_id):
+        return RecordVersion.Cause.ADMIN
+    return RecordVersion.Cause.UPDATE
 
 
 def _check_key_free(record: MemoryRecord, key: str | None) -> None:
@@ -724,8 +573,7 @@ def _announce_update(
     record: MemoryRecord,
     content_changed: bool,
     *,
-    actor: str,
-    operator: bool,
+    principal: policy.Principal,
 ) -> None:
     """What an updated record tells the rest: the ``record_written`` signal and the
     written observation, its embedding (when its content changed) and the domain's cache
@@ -736,16 +584,20 @@ def _announce_update(
         source=knowledge_base.name,
         created=[],
         updated=[str(record.pk)],
-        actor=actor,
+        actor=policy.actor_label(principal),
     )
-    _observe_written(scope, knowledge_base, created=0, updated=1, actor=actor, operator=operator)
+    _observe_written(scope, knowledge_base, created=0, updated=1, principal=principal)
     if content_changed:
         schedule_indexing([str(record.pk)])
     bump_generation_on_commit(scope)
 
 
 def restore_version(
-    scope: Scope, record_id: Any, version: int, *, actor: str = "", operator: bool = False
+    scope: Scope,
+    record_id: Any,
+    version: int,
+    *,
+    principal: policy.Principal = policy.AGENT,
 ) -> RecordResult:
     """Make a previous state of a record its current one: a new version (cause
     ``restore``) through :func:`update_record`, so the read-only policy, validation,
@@ -753,8 +605,6 @@ def restore_version(
 
     Raises ``RecordNotFound`` when the record, or that version of it, is not in scope.
     """
-    from .records import RecordNotFound, get_record
-
     record = get_record(scope, record_id)
     with tenant_scope(scope):
         previous = RecordVersion.objects.filter(record_id=record.pk, version=version).first()
@@ -766,7 +616,6 @@ def restore_version(
         record.pk,
         fields,
         partial=False,
-        actor=actor,
-        operator=operator,
+        principal=principal,
         cause=RecordVersion.Cause.RESTORE,
     )

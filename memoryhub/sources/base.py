@@ -12,6 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 from asgiref.sync import sync_to_async
 
 from ..items import MemoryItem
+from ..observe import record_in_scope
 from ..scope import Scope
 
 logger = logging.getLogger(__name__)
@@ -79,8 +80,6 @@ class MemoryContext:
 
 
 def _persist(scope: Scope, actor: str, kind: str, payload: dict[str, Any]) -> None:
-    from ..observe import record_in_scope
-
     record_in_scope(
         kind,
         scope,

@@ -10,6 +10,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Self
 
+from ..conf import memoryhub_settings
 from ..items import DedupeMode, MemoryItem, dedupe_items, sort_by_score
 from ..rerankers import DocumentReranker, RerankerError, checked_ranking
 from .base import MemoryContext, accepts_writes, observes_writes, refused_by_outcome
@@ -59,8 +60,6 @@ class ItemReranker:
     def from_settings(cls, *, fallback: Any = score_sort_rerank) -> Self:
         """Over the reranker of ``MEMORYHUB["RERANKER"]``, the very instance the query
         service uses; ``ValueError`` when none is configured."""
-        from ..conf import memoryhub_settings
-
         reranker = memoryhub_settings.reranker()
         if reranker is None:
             raise ValueError('MEMORYHUB["RERANKER"] is not set')

@@ -158,7 +158,10 @@ class DjangoMemory:
         raw = [as_write_item(item, default_namespace=default) for item in items]
         try:
             result = await sync_to_async(write_service.write, thread_sensitive=True)(
-                scope, raw, sources=[self.write_to], actor=getattr(ctx, "actor", "") or ""
+                scope,
+                raw,
+                sources=[self.write_to],
+                principal=policy.AgentPrincipal(label=getattr(ctx, "actor", "") or ""),
             )
         except WriteRefused:
             self._learn(scope, accepts=False)

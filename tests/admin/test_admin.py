@@ -9,6 +9,7 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.core.files.uploadedfile import SimpleUploadedFile
 
+from memoryhub import policy
 from memoryhub.exceptions import UnknownSource
 from memoryhub.models import ImportJob, KnowledgeBase, MemoryRecord, Observation
 from memoryhub.services import knowledge_bases, query, write
@@ -33,7 +34,10 @@ def operator(client, tenant):  # type: ignore[no-untyped-def]
 def data(tenant, other_tenant):  # type: ignore[no-untyped-def]
     knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
     write.write(
-        tenant.scope, [{"content": "acme handbook entry"}], sources=["handbook"], operator=True
+        tenant.scope,
+        [{"content": "acme handbook entry"}],
+        sources=["handbook"],
+        principal=policy.SYSTEM,
     )
     write.write(tenant.scope, [{"content": "alice likes tea", "namespace": "user:alice"}])
     knowledge_bases.ensure_knowledge_base(other_tenant.scope, "handbook", read_only=True)
@@ -41,7 +45,7 @@ def data(tenant, other_tenant):  # type: ignore[no-untyped-def]
         other_tenant.scope,
         [{"content": "globex secret entry"}],
         sources=["handbook"],
-        operator=True,
+        principal=policy.SYSTEM,
     )
     return {
         "acme_kb": KnowledgeBase.unscoped.get(org=tenant.org, name="handbook"),
@@ -473,16 +477,19 @@ def test_deleting_a_kb_is_a_job_that_forgets_its_records_through_the_service(
     listing = admin_client.get("/admin/memoryhub/knowledgebase/").content.decode()
     assert "handbook <em>(being deleted)</em>" in listing
     with pytest.raises(UnknownSource):  # no writes meanwhile
-        write.write(tenant.scope, [{"content": "late"}], sources=["handbook"], operator=True)
+        write.write(
+            tenant.scope, [{"content": "late"}], sources=["handbook"], principal=policy.SYSTEM
+        )
 
     from memoryhub.services.forget import deletions_for_sweep
     from memoryhub.tasks import delete_knowledge_base
 
     assert kb.pk in deletions_for_sweep(older_than=timedelta(0))  # if the message was lost
-    delete_knowledge_base(kb.pk, "admin:root")  # the worker
+    delete_knowledge_base(kb.pk, "admin:root")  # the worker, for the operator who asked
     assert not KnowledgeBase.unscoped.filter(pk=kb.pk).exists()
     audit = Observation.unscoped.get(kind="memory.forgotten", org=tenant.org)
     assert audit.payload["by_source"] == {"handbook": 1}
+    assert audit.actor == "admin:root"
     assert MemoryRecord.unscoped.filter(content="globex secret entry").exists()
 
 

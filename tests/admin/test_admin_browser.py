@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from memoryhub import policy
 from memoryhub.models import KnowledgeBase, MemoryRecord
 from memoryhub.services import knowledge_bases
 from tests.factories import DomainFactory, OrgFactory
@@ -340,7 +341,11 @@ def test_operator_reads_a_records_history_restores_it_and_follows_provenance(
     )
     fact = MemoryRecord.unscoped.get(key="home city")
     write.update_record(
-        scope, fact.pk, {"content": "home city: Munich"}, partial=True, actor="api-key:demo"
+        scope,
+        fact.pk,
+        {"content": "home city: Munich"},
+        partial=True,
+        principal=policy.AgentPrincipal(label="api-key:demo"),
     )
     django_user_model.objects.create_superuser("operator", "op@example.com", "s3cret-pass")
     browser.get(f"{live_server.url}/admin/login/")
@@ -407,7 +412,11 @@ def test_lists_fit_the_page_and_give_the_content_room(browser, live_server, djan
     from memoryhub.services.forget import ForgetRequest, forget
 
     write.write(scope, [{"content": "to erase", "namespace": "user:alice"}])
-    forget(scope, ForgetRequest(namespace="user:alice"), actor="admin:operator", operator=True)
+    forget(
+        scope,
+        ForgetRequest(namespace="user:alice"),
+        principal=policy.SystemPrincipal(label="admin:operator"),
+    )
     django_user_model.objects.create_superuser("operator", "op@example.com", "s3cret-pass")
     login(browser, live_server)
     for width in (1280, 1920):

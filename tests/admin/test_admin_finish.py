@@ -12,6 +12,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.utils import timezone
 from django.utils.formats import date_format
 
+from memoryhub import policy
 from memoryhub.models import ImportJob, MemoryRecord, Observation
 from memoryhub.services import knowledge_bases, write
 from tests.factories import DomainFactory, MembershipFactory
@@ -203,7 +204,11 @@ def test_every_date_is_shown_in_the_admins_one_format(operator, kbs, tenant, imp
     from memoryhub.services.forget import ForgetRequest, forget
 
     write.write(tenant.scope, [{"content": "alice likes tea", "namespace": "user:alice"}])
-    forget(tenant.scope, ForgetRequest(namespace="user:alice"), actor="admin:x", operator=True)
+    forget(
+        tenant.scope,
+        ForgetRequest(namespace="user:alice"),
+        principal=policy.SystemPrincipal(label="admin:x"),
+    )
     record = MemoryRecord.unscoped.filter(knowledge_base=kbs["handbook"]).first()
     pages = {
         "/admin/": [imported.created_at],
@@ -237,7 +242,7 @@ def test_the_receipts_download_is_named_for_what_it_is(operator, tenant):
     from memoryhub.services.forget import ForgetRequest, forget
 
     write.write(tenant.scope, [{"content": "alice likes tea", "namespace": "user:alice"}])
-    result = forget(tenant.scope, ForgetRequest(namespace="user:alice"), operator=True)
+    result = forget(tenant.scope, ForgetRequest(namespace="user:alice"), principal=policy.SYSTEM)
     from memoryhub.models import ErasureReceipt
 
     receipt = ErasureReceipt.unscoped.get(pk=result.receipt)

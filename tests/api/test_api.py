@@ -8,6 +8,7 @@ from unittest.mock import ANY
 import pytest
 from rest_framework.test import APIClient
 
+from memoryhub import policy
 from memoryhub.models import KnowledgeBase, MemoryRecord, Observation
 from memoryhub.scope import tenant_scope
 from memoryhub.services import knowledge_bases, write
@@ -340,7 +341,7 @@ def test_update_key_collision_is_400(api, tenant):
 def test_records_of_read_only_kbs_cannot_be_edited_through_the_api(api, tenant):
     knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
     [record] = write.write(
-        tenant.scope, [{"content": "curated"}], sources=["handbook"], operator=True
+        tenant.scope, [{"content": "curated"}], sources=["handbook"], principal=policy.SYSTEM
     ).records
     response = api.patch(url(f"records/{record.id}"), {"content": "edited"}, format="json")
     assert response.status_code == 403

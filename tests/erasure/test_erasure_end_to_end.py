@@ -21,6 +21,7 @@ import pytest
 from django.db import connection, transaction
 from rest_framework.test import APIClient
 
+from memoryhub import policy
 from memoryhub.models import ErasureReceipt, ImportJob, MemoryRecord
 from memoryhub.services import imports, knowledge_bases, write
 from memoryhub.services.forget import vacuum_erased_tables
@@ -97,7 +98,9 @@ def test_nothing_of_100_erased_subjects_survives_anywhere(
     handbook = knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
     memory = knowledge_bases.ensure_knowledge_base(tenant.scope, "memory")
     bystander = "Refunds are issued within 5 business days."
-    write.write(tenant.scope, [{"content": bystander}], sources=["handbook"], operator=True)
+    write.write(
+        tenant.scope, [{"content": bystander}], sources=["handbook"], principal=policy.SYSTEM
+    )
 
     for n in range(SUBJECTS):
         items = [
@@ -120,7 +123,7 @@ def test_nothing_of_100_erased_subjects_survives_anywhere(
             tenant.scope,
             [{"content": f"{marker(n)} is a VIP.", "namespace": namespace(n)}],
             sources=["handbook"],
-            operator=True,
+            principal=policy.SYSTEM,
         )
         added = admin_client.post(
             "/admin/memoryhub/memoryrecord/add/",
@@ -146,7 +149,7 @@ def test_nothing_of_100_erased_subjects_survives_anywhere(
                 format="jsonl",
                 filename=f"{marker(n)}-export.jsonl",
                 namespace="" if n % 2 else namespace(n),
-                actor="admin:ops",
+                principal=policy.AgentPrincipal(label="admin:ops"),
             )
             imports.schedule_job(job)
     assert MemoryRecord.unscoped.filter(status="pending").count() >= SUBJECTS

@@ -10,6 +10,7 @@ from django.contrib.admin.models import ADDITION, LogEntry
 from django.contrib.contenttypes.models import ContentType
 from rest_framework.test import APIClient
 
+from memoryhub import policy
 from memoryhub.models import ImportJob, KnowledgeBase, MemoryRecord
 from memoryhub.services import imports, knowledge_bases, write
 from memoryhub.services.forget import ForgetRequest, forget
@@ -31,7 +32,7 @@ def queue(tenant, text: str, *, namespace: str = "", kb: str = "memory", filenam
         format="jsonl",
         filename=filename,
         namespace=namespace,
-        actor="admin:ops",
+        principal=policy.AgentPrincipal(label="admin:ops"),
     )
 
 

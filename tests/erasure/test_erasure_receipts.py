@@ -10,7 +10,7 @@ from django.test import Client
 from django.utils import timezone
 
 from memoryhub.models import ErasureReceipt, Observation
-from memoryhub.services import indexing, knowledge_bases, write
+from memoryhub.services import knowledge_bases, maintenance, write
 from memoryhub.services.forget import ForgetRequest, forget, salted_hash
 from tests.factories import MembershipFactory, key_client
 
@@ -61,7 +61,7 @@ def test_receipts_outlive_retention_and_the_org(tenant, erased, settings):
     settings.MEMORYHUB = {"OBSERVATION_RETENTION_DAYS": 1}
     Observation.unscoped.update(created_at=timezone.now() - timedelta(days=30))
     ErasureReceipt.unscoped.update(created_at=timezone.now() - timedelta(days=3650))
-    indexing.purge_expired()
+    maintenance.purge_expired()
     assert not Observation.unscoped.filter(kind="memory.forgotten").exists()
     assert ErasureReceipt.unscoped.filter(pk=erased).exists()
     tenant.org.delete()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth import get_user_model
 
-from memoryhub import signals
+from memoryhub import policy, signals
 from memoryhub.namespaces import for_user
 from memoryhub.services import write
 from memoryhub.services.forget import ForgetRequest, forget
@@ -41,7 +41,12 @@ def test_signals_are_sent_after_commit_with_their_payloads(tenant, received, com
     assert payload["scope"] == tenant.scope and payload["source"] == "memory"
     assert payload["created"] == result.record_ids and payload["updated"] == []
     received.clear()
-    erased = committed(forget, tenant.scope, ForgetRequest(namespace="user:alice"), actor="t")
+    erased = committed(
+        forget,
+        tenant.scope,
+        ForgetRequest(namespace="user:alice"),
+        principal=policy.AgentPrincipal(label="t"),
+    )
     names = [name for name, _ in received]
     assert names == ["records_forgotten", "subject_erased"]
     forgotten, subject = received[0][1], received[1][1]
@@ -54,7 +59,7 @@ def test_an_update_by_id_is_announced_too(tenant, received, committed):
     [record_id] = committed(write.write, tenant.scope, [{"content": "Alice likes tea."}]).record_ids
     received.clear()
     committed(write.update_record, tenant.scope, record_id, {"content": "Alice likes coffee."},
-              partial=True, actor="api-key:abc")  # fmt: skip
+              partial=True, principal=policy.AgentPrincipal(label="api-key:abc"))  # fmt: skip
     [(name, payload)] = received
     assert name == "record_written"
     assert payload["created"] == [] and payload["updated"] == [record_id]

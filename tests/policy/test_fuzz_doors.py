@@ -27,6 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
+from memoryhub import policy
 from memoryhub.models import KnowledgeBase, MemoryRecord
 from memoryhub.services import knowledge_bases, write
 from tenants.models import ApiKey, Domain, Org
@@ -52,7 +53,9 @@ HOSTILE = st.one_of(TEXT, ANY, DEEP)
 def world(tenant, other_tenant):  # type: ignore[no-untyped-def]
     """acme's support domain (records, a read-only handbook) and globex's secret."""
     knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
-    write.write(tenant.scope, [{"content": "acme handbook"}], sources=["handbook"], operator=True)
+    write.write(
+        tenant.scope, [{"content": "acme handbook"}], sources=["handbook"], principal=policy.SYSTEM
+    )
     write.write(
         tenant.scope,
         [

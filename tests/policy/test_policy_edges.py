@@ -16,6 +16,7 @@ from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from memoryhub import policy
 from memoryhub.models import KnowledgeBase, MemoryRecord, Observation
 from memoryhub.services import knowledge_bases, write
 from memoryhub.sources import DjangoMemoryStore
@@ -37,7 +38,7 @@ def curated(tenant):  # type: ignore[no-untyped-def]
             {"content": "Alice is the VIP contact.", "namespace": "user:alice"},
         ],
         sources=["handbook"],
-        operator=True,
+        principal=policy.SYSTEM,
     )
     write.write(
         tenant.scope,
@@ -329,7 +330,7 @@ def test_a_kb_delete_page_stays_small_with_many_records(curated, admin_client):
         curated.scope,
         [{"content": f"bulk fact {n}"} for n in range(100)],
         sources=["handbook"],
-        operator=True,
+        principal=policy.SYSTEM,
     )
     handbook = KnowledgeBase.unscoped.get(name="handbook")
     page = admin_client.get(f"/admin/memoryhub/knowledgebase/{handbook.pk}/delete/")
@@ -594,7 +595,7 @@ def test_only_subject_namespaces_reach_read_only_kbs(curated, agent, admin_clien
         curated.scope,
         [{"content": "Curated FAQ answer.", "namespace": "faq"}],
         sources=["handbook"],
-        operator=True,
+        principal=policy.SYSTEM,
     )
     response = forget(agent, {"namespace": "faq"})
     assert response.status_code == 403
@@ -613,7 +614,7 @@ def test_subject_prefixes_are_a_setting(settings, curated, agent):
         curated.scope,
         [{"content": "FAQ.", "namespace": "faq"}],
         sources=["handbook"],
-        operator=True,
+        principal=policy.SYSTEM,
     )
     assert forget(agent, {"namespace": "faq"}).status_code == 200
     from memoryhub.checks import check_settings
@@ -762,3 +763,70 @@ def test_retry_after_is_when_the_next_request_fits():
     assert wait > 59  # not at the window's edge: the previous window still weighs
     assert not window.hit("k", now=start + wait - 1)
     assert window.hit("k", now=start + wait)
+
+
+def test_the_policy_not_the_door_decides_who_a_read_only_knowledge_base_binds(tenant, other_tenant):
+    from memoryhub.exceptions import WriteRefused
+    from memoryhub.services import forget
+
+    write.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
+    item = [{"content": "Curated answer."}]
+    outsider = MembershipFactory(org=other_tenant.org, role="operator", user__is_staff=True)
+    viewer = MembershipFactory(org=tenant.org, role="viewer", user__is_staff=True)
+    curator = MembershipFactory(org=tenant.org, role="operator")
+    key, _ = create_api_key(org=tenant.org, can_read=True, can_write=True, can_forget=True)
+    bound = [
+        policy.principal_for_user(outsider.user, door="admin"),  # staff, operator elsewhere
+        policy.principal_for_user(viewer.user, door="admin"),  # staff, viewer here
+        policy.principal_for_key(key),  # a key never curates
+        policy.AGENT,
+    ]
+    for principal in bound:
+        with pytest.raises(WriteRefused):
+            write.write(tenant.scope, item, sources=["handbook"], principal=principal)
+    admin = policy.principal_for_user(curator.user, door="admin")
+    written = write.write(tenant.scope, item, sources=["handbook"], principal=admin)
+    assert written.accepted == ["handbook"]
+    record_id = written.records[0].id
+    for principal in bound:
+        with pytest.raises(WriteRefused):
+            write.update_record(
+                tenant.scope, record_id, {"content": "Changed."}, partial=True, principal=principal
+            )
+        with pytest.raises(WriteRefused):
+            forget.forget_record(tenant.scope, record_id, principal=principal)
+    refused = Observation.unscoped.filter(kind="memory.write_refused", org=tenant.org)
+    assert sorted(set(refused.values_list("actor", flat=True))) == sorted(
+        {
+            "",
+            f"admin:{outsider.user.username}",
+            f"admin:{viewer.user.username}",
+            f"api-key:{key.prefix}",
+        }
+    )
+    # The curator is named as the door names it, and the observation says it curated.
+    observed = Observation.unscoped.get(kind="memory.written", org=tenant.org)
+    assert observed.actor == f"admin:{curator.user.username}"
+    assert observed.payload["operator"] is True
+    assert forget.forget_record(tenant.scope, record_id, principal=admin).deleted == 1
+
+
+def test_the_actor_is_named_from_the_principal_in_one_place(tenant, acme_user):
+    from django.contrib.auth.models import AnonymousUser
+
+    key, _ = create_api_key(org=tenant.org, can_read=True)
+    name = acme_user.get_username()
+    labels = {
+        policy.actor_label(policy.principal_for_key(key)): f"api-key:{key.prefix}",
+        policy.actor_label(policy.principal_for_key(key, door="mcp")): f"mcp:{key.prefix}",
+        policy.actor_label(policy.principal_for_user(acme_user)): f"user:{name}",
+        policy.actor_label(policy.principal_for_user(acme_user, door="admin")): f"admin:{name}",
+        policy.actor_label(policy.principal_for_user(AnonymousUser())): "",
+        policy.actor_label(policy.SYSTEM): "system",
+        policy.actor_label(policy.AGENT): "",
+    }
+    assert list(labels) == list(labels.values())
+    # A task carries the label and acts for it as operator code.
+    worker = policy.principal_for_task(f"admin:{name}")
+    assert policy.actor_label(worker) == f"admin:{name}"
+    assert policy.may_bypass_read_only(worker, tenant.org.pk)

@@ -24,6 +24,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from rest_framework.test import APIClient
 
+from memoryhub import policy
 from memoryhub.models import ImportJob, KnowledgeBase, MemoryRecord
 from memoryhub.scope import Scope
 from memoryhub.services import imports, knowledge_bases, write
@@ -61,7 +62,10 @@ def _org(slug: str, domain_slug: str) -> OrgData:
     scope_ = Scope.for_domain(domain)
     handbook = knowledge_bases.ensure_knowledge_base(scope_, "handbook", read_only=True)
     [hb] = write.write(
-        scope_, [{"content": f"{slug} handbook entry"}], sources=["handbook"], operator=True
+        scope_,
+        [{"content": f"{slug} handbook entry"}],
+        sources=["handbook"],
+        principal=policy.SYSTEM,
     ).records
     [alice] = write.write(
         scope_, [{"content": f"{slug} alice likes tea", "namespace": "user:alice"}]

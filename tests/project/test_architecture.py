@@ -1,5 +1,6 @@
 """The direction of calls: front doors (API, admin, tasks, commands, sources) call the
-services; the services never import a front door, not even inside a function."""
+services; the services never import a front door, not even inside a function; and the
+services import each other in one order only (:data:`LAYERS`, lowest first)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-import memoryhub
+from memoryhub.tools import layers
+from memoryhub.tools.layers import LAYERS, PACKAGE, imported_modules
 
-PACKAGE = Path(memoryhub.__file__).parent
 FRONT_DOORS = (
     "memoryhub.tasks",
     "memoryhub.api",
@@ -24,26 +25,31 @@ FRONT_DOORS = (
 )
 
 
-def imported_modules(path: Path) -> set[str]:
-    """Every module ``path`` imports, top-level and function-level, resolved to absolute
-    names (``from ..tasks import x`` in ``memoryhub/services/write.py`` is
-    ``memoryhub.tasks``)."""
-    module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
-    package = module.rsplit(".", 1)[0]
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[: len(base) - (node.level - 1)]
-                prefix = ".".join(base + ([node.module] if node.module else []))
-            else:
-                prefix = node.module or ""
-            found.add(prefix)
-            found.update(f"{prefix}.{alias.name}" for alias in node.names)
-    return found
+def test_services_import_only_earlier_layers():
+    assert layers.unlisted_services() == [], "place every service in LAYERS"
+    assert layers.backward_imports() == [], (
+        f"a service imports only services of earlier layers: {LAYERS}"
+    )
+
+
+def test_a_backward_import_is_found(tmp_path, monkeypatch):
+    services = tmp_path / "memoryhub" / "services"
+    (services / "store").mkdir(parents=True)
+    (services / "store" / "__init__.py").write_text("")
+    (services / "store" / "locks.py").write_text("def f():\n    from .. import write\n")
+    (services / "write.py").write_text("from .store import locks\n")
+    monkeypatch.setattr(layers, "PACKAGE", tmp_path / "memoryhub")
+    assert layers.backward_imports() == [
+        "memoryhub/services/store/locks.py imports memoryhub.services.write (layer 5 from layer 1)"
+    ]
+
+
+def test_the_layers_tool_reports_no_backward_import(capsys):
+    assert layers.main([]) == 0
+    out = capsys.readouterr().out
+    assert "1. store, " in out
+    assert "Backward imports: 0" in out
+    assert "Function-level imports in memoryhub/: " in out
 
 
 def test_the_walker_sees_relative_and_function_level_imports(tmp_path):

@@ -17,11 +17,13 @@ import pytest
 from django.core.cache import cache
 from django.db import connection, transaction
 
+from memoryhub import policy
 from memoryhub.embedders import HashingEmbedder
 from memoryhub.models import MemoryRecord, Observation
 from memoryhub.scope import Scope, tenant_scope
-from memoryhub.services import bulk, indexing, query, vector_indexes, write
+from memoryhub.services import indexing, query, vector_indexes, write
 from memoryhub.services.query import plans
+from memoryhub.services.store import bulk
 
 pytestmark = pytest.mark.django_db
 
@@ -59,6 +61,21 @@ def assert_found_by_its_org_only(scope: Scope, org: str, *, strategy: str) -> No
             assert result.strategy.removeprefix("hybrid+") == strategy, mode
 
 
+def hold_maintenance(monkeypatch: pytest.MonkeyPatch, asked: list[str] | None = None) -> None:
+    """No tenant index maintenance runs (each request is noted in ``asked``); indexing
+    is sent as usual."""
+    send = indexing.send
+
+    def held(task: str, *args: Any, **kwargs: Any) -> bool:
+        if task != "tenant_indexes":
+            return send(task, *args, **kwargs)
+        if asked is not None:
+            asked.append(task)
+        return True
+
+    monkeypatch.setattr(indexing, "send", held)
+
+
 def test_a_bulk_write_stores_the_rows_a_row_by_row_write_stores(tenant, other_tenant, settings):
     items = [
         {
@@ -74,9 +91,13 @@ def test_a_bulk_write_stores_the_rows_a_row_by_row_write_stores(tenant, other_te
     ]
     items = [{key: value for key, value in item.items() if value is not None} for item in items]
     settings.MEMORYHUB = {"BULK_MIN_RECORDS": 6}
-    write.write(tenant.scope, items, actor="bulk", consolidate=True)
+    write.write(
+        tenant.scope, items, principal=policy.AgentPrincipal(label="bulk"), consolidate=True
+    )
     settings.MEMORYHUB = {"BULK_MIN_RECORDS": 7}
-    write.write(other_tenant.scope, items, actor="bulk", consolidate=True)
+    write.write(
+        other_tenant.scope, items, principal=policy.AgentPrincipal(label="bulk"), consolidate=True
+    )
 
     def rows(scope: Scope) -> list[dict]:
         varying = {"id", "org_id", "domain_id", "knowledge_base_id", "created_at", "updated_at"}
@@ -125,7 +146,7 @@ def test_a_plan_compiled_before_a_bulk_store_finds_what_it_stored(
     first = query.query(tenant.scope, query="parking", k=3, mode="vector")
     assert first.strategy == "hnsw-tenant" and len(first.items) == 1
     # A bulk store the maintenance task has not caught up with yet.
-    monkeypatch.setattr(indexing, "send", lambda *args, **kwargs: True)
+    hold_maintenance(monkeypatch)
     settings.MEMORYHUB = {
         "TENANT_INDEX_MIN_RECORDS": 1,
         "EXACT_SCAN_THRESHOLD": 0,
@@ -349,7 +370,7 @@ def test_past_its_most_a_delta_takes_no_more_and_vectors_go_into_the_own_index_o
 ):
     _own_index_with_memos(tenant, committed, settings, 8)
     asked: list[str] = []
-    monkeypatch.setattr(indexing, "send", lambda name, **kwargs: asked.append(name))
+    hold_maintenance(monkeypatch, asked)
     settings.MEMORYHUB = {
         "BULK_MIN_RECORDS": 5,
         "TENANT_INDEX_MIN_RECORDS": 8,
@@ -411,7 +432,7 @@ def test_a_domain_outgrowing_the_exact_scan_takes_its_delta_into_the_shared_inde
     # No index of its own: the batch that takes the domain past the exact scan folds the
     # delta it gathered while small into the shared index, in the indexing worker (not
     # left for one maintenance run after the load, which many such domains would swamp).
-    monkeypatch.setattr(indexing, "send", lambda *args, **kwargs: True)  # no maintenance
+    hold_maintenance(monkeypatch)
     settings.MEMORYHUB = {
         "BULK_MIN_RECORDS": 5,
         "TENANT_INDEX_MIN_RECORDS": 0,

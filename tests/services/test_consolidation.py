@@ -11,7 +11,7 @@ import pytest
 
 from memoryhub.models import KnowledgeBase, MemoryRecord, Observation, RecordVersion
 from memoryhub.scope import tenant_scope
-from memoryhub.services import consolidation, indexing, write
+from memoryhub.services import consolidation, maintenance, write
 from tests.factories import key_client
 from tests.services.test_consolidation_extractors import FakeChatAPI, Reply, answer, op
 
@@ -175,7 +175,7 @@ def test_no_fact_outlives_all_its_sources(client, tenant):
     [source] = turns["My favourite colour is green."]
     colour = facts(tenant)["favourite colour: green"]
     MemoryRecord.unscoped.filter(pk=source).update(expires_at="2000-01-01T00:00:00Z")
-    assert indexing.purge_expired() == 2
+    assert maintenance.purge_expired() == 2
     assert not MemoryRecord.unscoped.filter(pk=colour.pk).exists()
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from memoryhub import cache
+from memoryhub import cache, policy
 from memoryhub.exceptions import UnknownSource
 from memoryhub.models import MemoryRecord, Observation
 from memoryhub.scope import tenant_scope
@@ -46,7 +46,11 @@ def contents(tenant):  # type: ignore[no-untyped-def]
 
 
 def test_forget_a_namespace_erases_the_data_subject_in_every_kb(tenant, other_tenant, memory):
-    result = forget(tenant.scope, ForgetRequest(namespace="user:alice"), actor="dpo")
+    result = forget(
+        tenant.scope,
+        ForgetRequest(namespace="user:alice"),
+        principal=policy.AgentPrincipal(label="dpo"),
+    )
     assert result.deleted == 3
     assert result.by_source == {"memory": 2, "notes": 1}
     assert contents(tenant) == ["Bob likes coffee.", "Shared fact."]
@@ -86,7 +90,11 @@ def test_forget_of_an_unknown_source_is_an_error_and_nothing_matching_is_zero(te
 
 
 def test_audit_holds_counts_and_a_salted_hash_never_content(tenant, memory):
-    forget(tenant.scope, ForgetRequest(namespace="user:alice"), actor="dpo")
+    forget(
+        tenant.scope,
+        ForgetRequest(namespace="user:alice"),
+        principal=policy.AgentPrincipal(label="dpo"),
+    )
     with tenant_scope(tenant.scope):
         [audit] = Observation.objects.filter(kind="memory.forgotten")
     assert audit.count == 3
@@ -116,7 +124,7 @@ def test_forget_org_erases_every_domain_of_that_org_only(tenant, other_tenant, m
     from memoryhub.scope import Scope
 
     write.write(Scope.for_domain(sales), [{"content": "Sales fact."}])
-    result = forget_org(tenant.org.pk, actor="admin")
+    result = forget_org(tenant.org.pk, principal=policy.SystemPrincipal(label="admin"))
     assert result.deleted == 6
     assert MemoryRecord.unscoped.filter(org=tenant.org).count() == 0
     assert contents(other_tenant) == ["Alice at Globex."]
@@ -132,3 +140,25 @@ def test_queued_task_for_forgotten_ids_is_a_no_op(tenant, memory):
     assert result.indexed == []
     assert sorted(result.skipped) == sorted(ids)
     assert MemoryRecord.unscoped.filter(pk__in=ids).count() == 0
+
+
+def test_a_deletion_task_carries_the_label_of_who_asked_and_acts_for_it(
+    tenant, acme_user, monkeypatch, django_capture_on_commit_callbacks
+):
+    from memoryhub import tasks
+    from memoryhub.services import forget as forget_service
+
+    knowledge_base = write.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
+    write.write(
+        tenant.scope, [{"content": "Curated."}], sources=["handbook"], principal=policy.SYSTEM
+    )
+    sent: list[tuple[object, ...]] = []
+    monkeypatch.setattr(forget_service, "send", lambda *args, **kwargs: sent.append(args))
+    admin = policy.principal_for_user(acme_user, door="admin")
+    with django_capture_on_commit_callbacks(execute=True):
+        forget_service.schedule_knowledge_base_deletion(knowledge_base, principal=admin)
+    label = f"admin:{acme_user.get_username()}"
+    assert sent == [("delete_knowledge_base", knowledge_base.pk, label)]
+    assert tasks.delete_knowledge_base(*sent[0][1:]) == 1  # the worker: read-only erased too
+    audit = Observation.unscoped.get(kind="memory.forgotten", org=tenant.org)
+    assert audit.actor == label

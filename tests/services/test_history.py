@@ -9,10 +9,18 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.db import connection, connections
 
+from memoryhub import policy
 from memoryhub.exceptions import RecordNotFound
 from memoryhub.models import MemoryRecord, RecordVersion
 from memoryhub.scope import Scope
-from memoryhub.services import forget, history, imports, indexing, knowledge_bases, write
+from memoryhub.services import (
+    forget,
+    history,
+    imports,
+    knowledge_bases,
+    maintenance,
+    write,
+)
 from memoryhub.sources import DjangoMemoryStore, HttpMemoryStore, SyncHttpMemoryStore
 from memoryhub.sources.stores import StoredRecord
 from tests.factories import MembershipFactory, create_api_key, key_client
@@ -108,8 +116,16 @@ def test_history_is_bounded(tenant, settings):
 
 def test_restore_makes_an_old_state_current_as_a_new_version(tenant):
     [record] = write.write(tenant.scope, [{"content": "first", "key": "k", "tags": ["a"]}]).records
-    write.update_record(tenant.scope, record.id, {"content": "second"}, partial=True, actor="bob")
-    write.restore_version(tenant.scope, record.id, 1, actor="carol")
+    write.update_record(
+        tenant.scope,
+        record.id,
+        {"content": "second"},
+        partial=True,
+        principal=policy.AgentPrincipal(label="bob"),
+    )
+    write.restore_version(
+        tenant.scope, record.id, 1, principal=policy.AgentPrincipal(label="carol")
+    )
     assert summary(history.history(tenant.scope, record.id)) == [
         (3, "first", "restore"),
         (2, "second", "update"),
@@ -133,7 +149,11 @@ def test_imports_and_operator_edits_are_named_in_history(tenant, committed):
     committed(imports.run_job, job.pk)
     record = MemoryRecord.unscoped.get(key="refunds")
     write.update_record(
-        tenant.scope, record.pk, {"content": "Refunds: 3 days."}, partial=True, operator=True
+        tenant.scope,
+        record.pk,
+        {"content": "Refunds: 3 days."},
+        partial=True,
+        principal=policy.SYSTEM,
     )
     job = imports.create_job(
         tenant.scope,
@@ -166,7 +186,7 @@ def test_every_erasure_path_leaves_no_version(tenant, other_tenant, committed):
     forget.forget(tenant.scope, forget.ForgetRequest(namespace="user:alice"))
     forget.forget_record(tenant.scope, by_id)
     MemoryRecord.unscoped.filter(pk=expiring).update(expires_at="2000-01-01T00:00:00Z")
-    indexing.purge_expired()
+    maintenance.purge_expired()
     assert versions_in_db() == 1  # the other org's
     assert RecordVersion.unscoped.get().record_id == MemoryRecord.unscoped.get(pk=kept).pk
     with connection.cursor() as cursor:
@@ -175,7 +195,7 @@ def test_every_erasure_path_leaves_no_version(tenant, other_tenant, committed):
             [tenant.org.pk],
         )
         assert cursor.fetchone()[0] == 0
-    forget.forget_org(other_tenant.org.pk)
+    forget.forget_org(other_tenant.org.pk, principal=policy.SYSTEM)
     assert versions_in_db() == 0
 
 
@@ -183,7 +203,7 @@ def test_purge_counts_records_not_their_versions(tenant):
     [record] = write.write(tenant.scope, [{"content": "a", "key": "k"}]).records
     write.write(tenant.scope, [{"content": "b", "key": "k"}])
     MemoryRecord.unscoped.filter(pk=record.id).update(expires_at="2000-01-01T00:00:00Z")
-    assert indexing.purge_expired() == 1
+    assert maintenance.purge_expired() == 1
 
 
 def test_admin_record_page_shows_versions_with_a_diff_and_restores(admin_client, tenant):

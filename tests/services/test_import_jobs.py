@@ -5,14 +5,16 @@ re-run and undone (exactly the records the job created, with a receipt), per ten
 from __future__ import annotations
 
 import json
+from functools import partial
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
+from memoryhub import policy
 from memoryhub.models import ErasureReceipt, ImportChunk, ImportJob, MemoryRecord
 from memoryhub.scope import Scope
-from memoryhub.services import imports, knowledge_bases, write
-from memoryhub.services.forget import ForgetRequest, forget
+from memoryhub.services import forget, imports, knowledge_bases, write
+from memoryhub.services.forget import ForgetRequest
 from tests.factories import MembershipFactory
 
 pytestmark = pytest.mark.django_db
@@ -86,29 +88,32 @@ def test_cancel_stops_at_the_next_batch_and_undo_erases_exactly_what_the_job_cre
     ImportJob.unscoped.filter(pk=job.pk).update(status="running", validated=True, total=21)
     job.refresh_from_db()
     imports._write_batch(job, tenant.scope, [{"content": f"fact {i}"} for i in range(10)])
-    imports.cancel_job(tenant.scope, job.pk, actor="admin:ops")
+    imports.cancel_job(tenant.scope, job.pk, principal=policy.SystemPrincipal(label="admin:ops"))
     imports.run_job(job.pk)  # the worker's next batch finds it cancelled
     job.refresh_from_db()
     assert (job.status, job.imported) == ("cancelled", 10)
     # "fact 2" existed before: deduplicated, not created by the job.
     assert created_by(job) == 9
 
-    imports.undo_job(tenant.scope, job.pk, actor="admin:ops")
-    imports.finish_undo(job.pk, "admin:ops")  # the worker's side (eager here)
+    forget.undo_job(tenant.scope, job.pk, principal=policy.SystemPrincipal(label="admin:ops"))
+    # The worker's side (eager here): the task carries the label, and acts for it.
+    forget.finish_undo(job.pk, principal=policy.principal_for_task("admin:ops"))
     job.refresh_from_db()
     assert job.status == ImportJob.Status.UNDONE and created_by(job) == 0
     receipt = ErasureReceipt.unscoped.get(pk=job.receipt)
     assert (receipt.deleted, receipt.selector["import_job"]) == (9, job.pk)
+    assert receipt.actor == "admin:ops"
     assert MemoryRecord.unscoped.filter(content="fact 2", org=tenant.org).count() == 1
     assert MemoryRecord.unscoped.get(key="kept").content == "old text"
     assert created_by(theirs) == 3  # the other org's import is untouched
     with pytest.raises(imports.JobStateError):
-        imports.undo_job(tenant.scope, job.pk)
+        forget.undo_job(tenant.scope, job.pk, principal=policy.SYSTEM)
 
 
 def test_another_orgs_job_is_not_found_by_its_id(tenant, other_tenant):
     theirs = queue(other_tenant.scope, jsonl(3))
-    for act in (imports.cancel_job, imports.rerun_job, imports.undo_job):
+    undo = partial(forget.undo_job, principal=policy.SYSTEM)
+    for act in (imports.cancel_job, imports.rerun_job, undo):
         with pytest.raises(ImportJob.DoesNotExist):
             act(tenant.scope, theirs.pk)
     assert ImportJob.unscoped.get(pk=theirs.pk).status == ImportJob.Status.QUEUED
@@ -128,7 +133,9 @@ def test_a_failed_job_runs_again_from_where_it_stopped(tenant):
 
 def test_an_erasure_mid_import_cancels_it_and_scrubs_the_subjects_traces(tenant):
     text = jsonl(6, namespace="user:carol") + "\n" + jsonl(6, 6, namespace="user:dave")
-    job = queue(tenant.scope, text, namespace="", actor="admin:ops")
+    job = queue(
+        tenant.scope, text, namespace="", principal=policy.SystemPrincipal(label="admin:ops")
+    )
     imports._claim(job.pk)  # a worker is on it
     imports._release(job.pk)
     ImportJob.unscoped.filter(pk=job.pk).update(status="running")
@@ -137,7 +144,7 @@ def test_an_erasure_mid_import_cancels_it_and_scrubs_the_subjects_traces(tenant)
     job.refresh_from_db()
     assert job.namespaces == ["user:carol", "user:dave"]
     imports._write_batch(job, tenant.scope, [json.loads(line) for line in text.splitlines()[:3]])
-    result = forget(tenant.scope, ForgetRequest(namespace="user:carol"))
+    result = forget.forget(tenant.scope, ForgetRequest(namespace="user:carol"))
     assert (result.deleted, result.cancelled_imports) == (3, 1)
     job.refresh_from_db()
     assert job.status == ImportJob.Status.CANCELLED
@@ -216,7 +223,7 @@ def test_a_job_cancelled_during_validation_does_not_record_the_subjects_namespac
     job = queue(tenant.scope, jsonl(3, namespace="user:carol"))
     ImportJob.unscoped.filter(pk=job.pk).update(status="running")
     job.refresh_from_db()
-    forget(tenant.scope, ForgetRequest(namespace="user:carol"))  # cancels it meanwhile
+    forget.forget(tenant.scope, ForgetRequest(namespace="user:carol"))  # cancels it meanwhile
     assert imports._validate(job) is False
     job.refresh_from_db()
     assert (job.status, job.namespaces, job.validated) == ("cancelled", None, False)

@@ -13,7 +13,7 @@ from memoryhub import tasks
 from memoryhub.embedders import EmbedderError, HashingEmbedder
 from memoryhub.models import MemoryRecord, Observation
 from memoryhub.scope import tenant_scope
-from memoryhub.services import indexing, knowledge_bases, vector_indexes, write
+from memoryhub.services import indexing, knowledge_bases, maintenance, vector_indexes, write
 from tests.factories import KnowledgeBaseFactory, MemoryRecordFactory
 
 pytestmark = pytest.mark.django_db
@@ -125,7 +125,7 @@ def test_sweep_purges_expired_records_and_old_observations(tenant, other_tenant)
         org=tenant.org, kind="memory.written", created_at=now - timedelta(days=91)
     )
     recent = Observation.unscoped.create(org=tenant.org, kind="memory.written")
-    assert indexing.purge_expired() == 1
+    assert maintenance.purge_expired() == 1
     assert not MemoryRecord.unscoped.filter(pk=expired.pk).exists()
     assert MemoryRecord.unscoped.filter(pk=alive.pk).exists()
     assert list(Observation.unscoped.all()) == [recent]

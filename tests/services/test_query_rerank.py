@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from memoryhub import policy
 from memoryhub.exceptions import ValidationFailed
 from memoryhub.models import Observation
 from memoryhub.scope import tenant_scope
@@ -211,7 +212,11 @@ def test_a_cached_answer_keeps_the_rerankers_order_without_asking_again(tenant, 
 def test_duplicates_merge_before_reranking(tenant, notes, api, committed):
     knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
     committed(
-        write.write, tenant.scope, [{"content": NOTES[4]}], sources=["handbook"], operator=True
+        write.write,
+        tenant.scope,
+        [{"content": NOTES[4]}],
+        sources=["handbook"],
+        principal=policy.SYSTEM,
     )
     api.scores = {NOTES[4]: 9.0}
     for _ in range(2):  # computed, then from the cache

@@ -10,7 +10,7 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from memoryhub import cache
+from memoryhub import cache, policy
 from memoryhub.embedders import HashingEmbedder
 from memoryhub.embedders.base import DEFAULT_HYBRID_VECTOR_WEIGHT
 from memoryhub.exceptions import UnknownSource, ValidationFailed
@@ -38,7 +38,7 @@ def handbook(tenant, committed):  # type: ignore[no-untyped-def]
         tenant.scope,
         [{"content": text, "metadata": {"n": i}} for i, text in enumerate(HANDBOOK)],
         sources=["handbook"],
-        operator=True,
+        principal=policy.SYSTEM,
     )
 
 

@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from memoryhub import policy
 from memoryhub.exceptions import UnknownSource, ValidationFailed, WriteRefused
 from memoryhub.models import KnowledgeBase, MemoryRecord, Observation
 from memoryhub.scope import operator_access, tenant_scope
@@ -35,7 +36,7 @@ def test_write_stores_records_and_indexes_them_on_commit(tenant, committed):
             {"content": "Refunds take 5 days.", "tags": ["billing"], "metadata": {"tier": 1}},
             {"content": "Alice prefers EUR.", "namespace": "user:alice", "kind": "semantic"},
         ],
-        actor="test",
+        principal=policy.AgentPrincipal(label="test"),
     )
     assert result.accepted == ["memory"]
     assert result.refused == []
@@ -203,7 +204,12 @@ def registry(tenant):  # type: ignore[no-untyped-def]
 def test_read_only_refuse_raises_with_source_and_count(tenant, registry):
     guess = [{"content": "I think it is eu-west-2."}]
     with pytest.raises(WriteRefused) as raised:
-        write.write(tenant.scope, guess, sources=["registry"], actor="agent")
+        write.write(
+            tenant.scope,
+            guess,
+            sources=["registry"],
+            principal=policy.AgentPrincipal(label="agent"),
+        )
     assert (raised.value.source, raised.value.n) == ("registry", 1)
     assert records(tenant) == []
     registry.refresh_from_db()
@@ -279,8 +285,7 @@ def test_operator_writes_are_not_bound_by_read_only(tenant, registry):
         tenant.scope,
         [{"content": "eu-west-1 is the GDPR-resident region."}],
         sources=["registry"],
-        actor="operator:alice",
-        operator=True,
+        principal=policy.SystemPrincipal(label="operator:alice"),
     )
     assert result.accepted == ["registry"]
     [written] = observations(tenant, Observation.Kind.MEMORY_WRITTEN)

@@ -53,7 +53,7 @@ def curated(tenant):  # type: ignore[no-untyped-def]
             tenant.scope,
             [{"content": f"{name} about Alice", "key": "profile", "namespace": "user:alice"}],
             sources=[name],
-            operator=True,
+            principal=policy.SYSTEM,
         )
     return tenant
 

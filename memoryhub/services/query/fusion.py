@@ -3,6 +3,7 @@ during a model change, and the recency boost."""
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -88,8 +89,6 @@ def _calibrated(rankings: Sequence[list[tuple[Any, float]]]) -> list[tuple[Any, 
     stands out under its own model stands out as much under the other's. The configured
     model's scores stay its cosines; too few candidates to measure a spread
     (``CALIBRATION_MIN``): as they are."""
-    import statistics
-
     target = rankings[0]
     merged = list(target)
     if len(target) < CALIBRATION_MIN:
@@ -164,8 +163,6 @@ def weighted_rrf(
 
 
 def _normalised(ranking: list[tuple[Any, float]], how: str) -> dict[Any, float]:
-    import statistics
-
     if not ranking:
         return {}
     values = [score for _, score in ranking]

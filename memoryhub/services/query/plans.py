@@ -17,6 +17,8 @@ from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast, Now
 from pgvector.django import CosineDistance, VectorField
 
+from tenants.models import Domain
+
 from ... import cache
 from ...conf import memoryhub_settings
 from ...embedders import Embedder
@@ -274,8 +276,6 @@ def _previous_embedders(scope: Scope) -> list[tuple[str, Embedder]]:
 def hybrid_weight(scope: Scope) -> float:
     """The vector leg's share of ``scope``'s hybrid scores: the domain's own weight, else
     ``HYBRID_VECTOR_WEIGHT``, else the configured embedder's ``hybrid_vector_weight``."""
-    from tenants.models import Domain
-
     own = Domain.objects.filter(pk=scope.domain_id).values_list("hybrid_vector_weight").first()
     if own is not None and own[0] is not None:
         return float(own[0])

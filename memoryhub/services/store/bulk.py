@@ -21,9 +21,10 @@ import numpy as np
 from django.db import connection, connections, transaction
 from django.db.models import Field
 from django.utils import timezone
+from pgvector.psycopg.vector import VectorBinaryDumper
 from psycopg import sql
 
-from ..models import MemoryRecord
+from ...models import MemoryRecord
 
 __all__ = ["copy_records", "store_vectors"]
 
@@ -48,8 +49,6 @@ def _column_types(cursor: Any, table: str) -> dict[str, int]:
 def _dump_vectors(cursor: Any, oid: int) -> None:
     """Numpy arrays go to this cursor's COPY as binary ``vector`` values (on the cursor
     only: the connection's other statements keep Django's text adaptation)."""
-    from pgvector.psycopg.vector import VectorBinaryDumper
-
     dumper = type("VectorDumper", (VectorBinaryDumper,), {"oid": oid})
     _raw(cursor).adapters.register_dumper(np.ndarray, dumper)
 

@@ -1,0 +1,67 @@
+"""Deleting records, with what must go with them: every path that deletes records
+(erasures, undoing an import, the expiry purge, consolidation's deletes) comes here."""
+
+from __future__ import annotations
+
+from django.contrib.admin.models import LogEntry
+from django.contrib.contenttypes.models import ContentType
+from django.db import connection
+from django.db.models import QuerySet, TextField
+from django.db.models.functions import Cast
+
+from ...models import MemoryRecord
+
+__all__ = ["delete_records", "detach_sources"]
+
+
+def delete_records(records: QuerySet[MemoryRecord]) -> tuple[int, dict[int, int]]:
+    """Delete ``records`` (their versions go with them), the admin log about them, and
+    the consolidated facts they leave with no source. Returns how many of ``records``
+    went, and the facts per knowledge base id (erased records too, counted as such)."""
+    orphans = detach_sources(records)
+    _scrub_admin_log(records)
+    _, per_model = MemoryRecord.unscoped.filter(pk__in=records.values("pk")).delete()
+    deleted = per_model.get(MemoryRecord._meta.label, 0)
+    if not orphans:
+        return deleted, {}
+    facts = MemoryRecord.unscoped.filter(pk__in=orphans)
+    counts: dict[int, int] = {}
+    for kb_id in facts.values_list("knowledge_base_id", flat=True):
+        counts[kb_id] = counts.get(kb_id, 0) + 1
+    _scrub_admin_log(facts)
+    facts.delete()
+    return deleted, counts
+
+
+def detach_sources(records: QuerySet[MemoryRecord]) -> list[str]:
+    """Before ``records`` are deleted: remove them from the ``derived_from`` of the facts
+    citing them (in the same domains) and return the ids of facts left with no source
+    (the caller erases them too). Facts among ``records`` themselves are left alone."""
+    selected, params = records.order_by().values("pk").query.sql_with_params()
+    table = MemoryRecord._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            WITH erased AS (SELECT coalesce(array_agg(pk), '{{}}') AS ids
+                              FROM ({selected}) AS chosen(pk))
+            UPDATE {table} AS fact
+               SET derived_from = ARRAY(SELECT source FROM unnest(fact.derived_from) AS source
+                                         WHERE source <> ALL(erased.ids))
+              FROM erased
+             WHERE fact.derived_from <> '{{}}' AND fact.derived_from && erased.ids
+               AND NOT (fact.id = ANY(erased.ids))
+         RETURNING fact.id, cardinality(fact.derived_from)
+            """,
+            params,
+        )
+        return [str(pk) for pk, remaining in cursor.fetchall() if remaining == 0]
+
+
+def _scrub_admin_log(records: QuerySet[MemoryRecord]) -> None:
+    """Drop the admin's log entries about the erased records (their object_repr was the
+    record's content before records stopped saying it)."""
+    content_type = ContentType.objects.get_for_model(MemoryRecord)
+    LogEntry.objects.filter(
+        content_type=content_type,
+        object_id__in=records.annotate(text_id=Cast("pk", TextField())).values("text_id"),
+    ).delete()

@@ -1,0 +1,75 @@
+"""Storing records: a write's new and changed records, a consolidated fact's sources,
+and the states of a record's consolidation."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from django.db import connection
+
+from ...conf import memoryhub_settings
+from ...models import MemoryRecord
+from . import bulk
+
+__all__ = [
+    "CONSOLIDATION_DONE",
+    "CONSOLIDATION_FAILED",
+    "CONSOLIDATION_PENDING",
+    "UPSERT_FIELDS",
+    "add_sources",
+    "save_records",
+]
+
+#: A record's ``consolidation``: waiting for a run, consolidated, or failed.
+CONSOLIDATION_PENDING, CONSOLIDATION_DONE, CONSOLIDATION_FAILED = "pending", "done", "failed"
+
+#: What an upsert of an existing record may change (``bulk_update``'s fields).
+UPSERT_FIELDS = [
+    "content",
+    "content_hash",
+    "kind",
+    "tags",
+    "metadata",
+    "expires_at",
+    "occurred_at",
+    "updated_at",
+    "status",
+    "embedding",
+    "embedding_model",
+    "vector_batch",
+    "attempts",
+    "last_error",
+    "indexed_at",
+    "version",
+    "changed_by",
+    "change_cause",
+    "consolidation",
+]
+
+
+def save_records(new_records: Sequence[MemoryRecord], changed: Sequence[MemoryRecord]) -> None:
+    """Store a write's records: new ones with one binary COPY when there are at least
+    ``BULK_MIN_RECORDS`` of them (the rows ``bulk_create`` would insert, without
+    compiling an INSERT of them), else with ``bulk_create``; changed ones (kept in
+    their history first) with ``bulk_update`` either way."""
+    if len(new_records) >= memoryhub_settings.BULK_MIN_RECORDS:
+        bulk.copy_records(new_records)
+    elif new_records:
+        MemoryRecord.objects.bulk_create(new_records)
+    if changed:
+        MemoryRecord.objects.bulk_update(changed, UPSERT_FIELDS)
+
+
+def add_sources(fact_id: str, sources: Sequence[str]) -> None:
+    """Add ``sources`` to a fact's ``derived_from`` (sources are never dropped here: a
+    reworded fact may still carry what an earlier turn said)."""
+    if not sources:
+        return
+    table = MemoryRecord._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET derived_from = ARRAY("
+            " SELECT DISTINCT unnest(derived_from || %s::uuid[]) ORDER BY 1)"
+            " WHERE id = %s",
+            [list(sources), fact_id],
+        )

@@ -1,0 +1,190 @@
+"""The services' layers: which service may import which, measured.
+
+The services form one strict order, :data:`LAYERS`, lowest first: a service imports only
+services of earlier layers (the store at the bottom; the sweep, the home page and the
+health check at the top), never one of its own layer or a later one, not even inside a
+function. ``tests/test_architecture.py`` fails on such a backward import; run
+``python -m memoryhub.tools.layers`` to print the order, the backward imports, and how
+many imports in ``memoryhub/`` are made inside a function (each one either defers an
+optional or heavy dependency, or hides a circle this order forbids).
+
+Nothing here imports Django: the code is read, not run.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "LAYERS",
+    "PACKAGE",
+    "FunctionImport",
+    "backward_imports",
+    "function_level_imports",
+    "imported_modules",
+    "main",
+    "service_of",
+    "unlisted_services",
+]
+
+#: The ``memoryhub`` package directory.
+PACKAGE = Path(__file__).resolve().parent.parent
+SERVICES = "memoryhub.services"
+
+#: The services (modules and packages of ``memoryhub/services/``), lowest layer first.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("store", "records", "record_indexes", "scheduling", "knowledge_bases"),
+    ("filter_indexes", "word_statistics", "history"),
+    ("validation", "vector_indexes"),
+    ("indexing",),
+    ("write", "query"),
+    ("imports",),
+    ("forget",),
+    ("consolidation",),
+    ("maintenance", "overview", "health"),
+)
+
+
+def module_name(path: Path) -> str:
+    """The dotted name of the module at ``path`` (a package's ``__init__`` is the
+    package)."""
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module ``path`` imports, top-level and function-level, resolved to absolute
+    names (``from ..tasks import x`` in ``memoryhub/services/write.py`` is
+    ``memoryhub.tasks``; the imported name itself is listed too, ``memoryhub.tasks.x``,
+    since it may be a module)."""
+    module = module_name(path)
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                prefix = ".".join(base + ([node.module] if node.module else []))
+            else:
+                prefix = node.module or ""
+            found.add(prefix)
+            found.update(f"{prefix}.{alias.name}" for alias in node.names)
+    return found
+
+
+def service_of(name: str) -> str | None:
+    """The service a dotted module name belongs to (``memoryhub.services.query.plans``:
+    ``query``), or None outside the services."""
+    parts = name.split(".")
+    if parts[:2] != SERVICES.split(".") or len(parts) < 3:
+        return None
+    return parts[2]
+
+
+def _service_files() -> Iterator[Path]:
+    yield from sorted((PACKAGE / "services").rglob("*.py"))
+
+
+def _layer_of() -> dict[str, int]:
+    return {service: number for number, layer in enumerate(LAYERS) for service in layer}
+
+
+def unlisted_services() -> list[str]:
+    """Services found in ``memoryhub/services/`` that :data:`LAYERS` does not place."""
+    layer_of = _layer_of()
+    found = {service_of(module_name(path)) for path in _service_files()}
+    return sorted(service for service in found if service and service not in layer_of)
+
+
+def backward_imports() -> list[str]:
+    """Each import by a service of a service in its own layer or a later one."""
+    layer_of = _layer_of()
+    offences = []
+    for path in _service_files():
+        service = service_of(module_name(path))
+        if service is None or service not in layer_of:
+            continue
+        for name in sorted(imported_modules(path)):
+            target = service_of(name)
+            if target is None or target == service or target not in layer_of:
+                continue
+            if layer_of[target] >= layer_of[service]:
+                offences.append(
+                    f"{path.relative_to(PACKAGE.parent)} imports {name}"
+                    f" (layer {layer_of[target] + 1} from layer {layer_of[service] + 1})"
+                )
+    return offences
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionImport:
+    path: str
+    line: int
+    statement: str
+
+
+def function_level_imports(root: Path = PACKAGE) -> list[FunctionImport]:
+    """The import statements made inside a function body in ``root`` (migrations
+    aside)."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if "migrations" in path.parts:
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        for function in ast.walk(tree):
+            if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in _own_body(function):
+                if isinstance(node, ast.Import | ast.ImportFrom):
+                    found.append(
+                        FunctionImport(
+                            str(path.relative_to(root.parent)), node.lineno, ast.unparse(node)
+                        )
+                    )
+    return sorted(found, key=lambda found: (found.path, found.line))
+
+
+def _own_body(function: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[ast.AST]:
+    """The nodes of ``function``'s body, not those of functions nested in it (they are
+    walked on their own)."""
+    pending: list[ast.AST] = list(function.body)
+    while pending:
+        node = pending.pop()
+        yield node
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            pending.extend(ast.iter_child_nodes(node))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the layers, the backward imports and the function-level imports; exit 1
+    when a service imports backward or is not placed in a layer."""
+    verbose = "--verbose" in (argv if argv is not None else sys.argv[1:])
+    print("Service layers, lowest first:")
+    for number, layer in enumerate(LAYERS, start=1):
+        print(f"  {number}. {', '.join(layer)}")
+    backward = backward_imports()
+    unlisted = unlisted_services()
+    print(f"Backward imports: {len(backward)}")
+    for offence in backward:
+        print(f"  {offence}")
+    if unlisted:
+        print(f"Services in no layer: {', '.join(unlisted)}")
+    imports = function_level_imports()
+    print(f"Function-level imports in memoryhub/: {len(imports)}")
+    if verbose:
+        for found in imports:
+            print(f"  {found.path}:{found.line}: {found.statement}")
+    return 1 if backward or unlisted else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

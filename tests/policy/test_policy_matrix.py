@@ -25,7 +25,7 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from memoryhub import policy
-from memoryhub.models import ImportJob, KnowledgeBase, MemoryRecord
+from memoryhub.models import ImportJob, KnowledgeBase, MemoryRecord, Observation
 from memoryhub.scope import Scope
 from memoryhub.services import imports, knowledge_bases, write
 from tenants.models import ApiKey, Domain, Membership, Org
@@ -614,3 +614,22 @@ def test_the_documented_role_table_is_the_one_this_matrix_checks():
     assert set().union(*ROLE_TABLE_ROWS.values()) == set(ADMIN_ACTIONS)
     for role in roles:
         assert documented[role] == ALLOWED_IN_OWN_ORG[role], role
+
+
+def test_the_read_only_rule_binds_by_principal_not_by_door(world):
+    """Through the same REST door: a session of the org's operator curates the read-only
+    handbook (the policy lets it), a key with every permission is refused."""
+    own = world["own"]
+    url = f"/api/v1/domains/{own.domain.slug}/records"
+    body = {"source": "handbook", "items": [{"content": "curated through the API"}]}
+    curator = APIClient()
+    curator.force_login(
+        MembershipFactory(org=own.org, role="operator", user__username="curator-api").user
+    )
+    assert curator.post(url, body, format="json").status_code == 202
+    _, key = create_api_key(org=own.org, can_read=True, can_write=True, can_forget=True)
+    refused = _api(key).post(url, body, format="json")
+    assert refused.status_code == 403
+    assert refused.json()["code"] == "write_refused"
+    written = Observation.unscoped.filter(kind="memory.written", org=own.org).latest("created_at")
+    assert (written.actor, written.payload["operator"]) == ("user:curator-api", True)

@@ -1,16 +1,20 @@
 from typing import Any
 
+from celery.signals import before_task_publish, worker_ready, worker_shutdown
 from django.apps import AppConfig
 from django.core import checks
+from django.db import connections
 from django.db.models.signals import post_migrate, post_save
 from django.utils.translation import gettext_lazy as _
+
+from .checks import check_broker, check_database, check_deploy_settings, check_settings
+from .conf import memoryhub_settings
+from .log import stamp_task_headers
 
 
 def ensure_configured_vector_index(using: str = "default", **kwargs: Any) -> None:
     """After migrate: the HNSW index of the configured embedder exists."""
-    from django.db import connections
-
-    from .conf import memoryhub_settings
+    # The services use the models, so they are imported once the apps are ready.
     from .services.vector_indexes import ensure_vector_index
 
     if connections[using].vendor != "postgresql":
@@ -25,11 +29,7 @@ class MemoryhubConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from celery.signals import before_task_publish, worker_ready, worker_shutdown
-
         from .cache import domain_saved
-        from .checks import check_broker, check_database, check_deploy_settings, check_settings
-        from .log import stamp_task_headers
         from .worker import start_heartbeat, stop_heartbeat
 
         checks.register(check_settings, "memoryhub")

@@ -18,11 +18,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from celery import current_app
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning
+from django.db import connections
 from django.utils.module_loading import import_string
 
 from .conf import DEFAULTS, MAX_INDEXED_METADATA_KEYS, SETTINGS, memoryhub_settings, parse_rate
+from .embedders import Embedder
+from .filters import MAX_KEY_LENGTH
+from .items import grounding_fields
+from .rerankers import DocumentReranker
+from .schedule import SWEEP_TASK, beat_schedule
 
 
 @dataclass(frozen=True)
@@ -332,8 +339,6 @@ def _check_numbers() -> list[CheckMessage]:
 def _check_search() -> list[CheckMessage]:
     """``DEFAULT_K`` within ``MAX_K``, ``HYBRID_VECTOR_WEIGHT`` and
     ``INDEXED_METADATA_KEYS``."""
-    from .filters import MAX_KEY_LENGTH
-
     messages: list[CheckMessage] = []
     default_k, max_k = memoryhub_settings.DEFAULT_K, memoryhub_settings.MAX_K
     if _is_integer(default_k) and _is_integer(max_k) and default_k > max_k:
@@ -386,8 +391,6 @@ def _check_erasure_settings() -> list[CheckMessage]:
 def _check_time_aware() -> list[CheckMessage]:
     """A recency half-life that is seconds or a timedelta, and a grounding format that
     renders an item."""
-    from .items import grounding_fields
-
     messages: list[CheckMessage] = []
     try:
         memoryhub_settings.recency_half_life()
@@ -433,8 +436,6 @@ def _check_cache_alias() -> list[CheckMessage]:
 def _check_embedder() -> list[CheckMessage]:
     """``EMBEDDER`` builds an ``Embedder`` with ``EMBEDDER_OPTIONS``, and so does each
     of ``PREVIOUS_EMBEDDERS``."""
-    from .embedders import Embedder
-
     path = memoryhub_settings.EMBEDDER
     options = memoryhub_settings.EMBEDDER_OPTIONS
     if not isinstance(options, dict):
@@ -484,8 +485,6 @@ def _check_reranker() -> list[CheckMessage]:
     """A ``RERANKER`` that cannot be imported or built, or is not a ``DocumentReranker``,
     would fail every query's rerank (each then answers in the fused order, with a
     warning): say so at startup instead."""
-    from .rerankers import DocumentReranker
-
     path = memoryhub_settings.RERANKER
     options = memoryhub_settings.RERANKER_OPTIONS
     if path is None:
@@ -518,8 +517,6 @@ def check_database(databases: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """Database checks (``migrate`` runs them first): the database must be PostgreSQL
     with the ``vector`` extension available, which SQLite and a PostgreSQL without
     pgvector are not (the first migration would fail with a syntax error half-way)."""
-    from django.db import connections
-
     messages: list[CheckMessage] = []
     for alias in databases or []:
         connection = connections[alias]
@@ -541,8 +538,6 @@ def check_broker(**kwargs: Any) -> list[CheckMessage]:
     """Tasks are eager or go to a configured broker (else Celery would publish to its
     default, ``amqp://localhost``, whatever answers there); with a broker, the sweep is
     on beat's schedule."""
-    from celery import current_app
-
     conf = current_app.conf
     # The Celery app, or the Django settings it is configured from (namespace CELERY),
     # when the app is not imported at check time.
@@ -558,8 +553,6 @@ def check_broker(**kwargs: Any) -> list[CheckMessage]:
 def _check_beat(conf: Any) -> list[CheckMessage]:
     """With a broker, the sweep (re-sending lost work, purging expired memory) must be on
     beat's schedule, every ``SWEEP_INTERVAL``."""
-    from .schedule import SWEEP_TASK, beat_schedule
-
     schedule = dict(conf.beat_schedule or {}) or dict(
         getattr(settings, "CELERY_BEAT_SCHEDULE", None) or {}
     )

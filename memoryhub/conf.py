@@ -17,8 +17,9 @@ from django.conf import settings
 from django.core.signals import setting_changed
 from django.utils.module_loading import import_string
 
+from .embedders import Embedder, HashingEmbedder
+
 if TYPE_CHECKING:
-    from .embedders import Embedder
     from .rerankers import DocumentReranker
 
 
@@ -356,8 +357,6 @@ class MemoryhubSettings:
             self._previous = previous
         if model_name in self._previous:
             return self._previous[model_name]
-        from .embedders import HashingEmbedder
-
         return HashingEmbedder.from_name(model_name)
 
     def recency_half_life(self) -> float | None:

@@ -1,10 +1,11 @@
 """Every domain error memoryhub raises, in one place; the API and the admin map them.
 
-Defined here: :class:`MemoryhubError` and its subclasses. Re-exported from where they
-must live, with the reason: ``PolicyDenied`` is Django's ``PermissionDenied`` (so every
-door, including Django's own views, answers 403), ``ScopeRequired`` is a
-``PermissionError`` (a tenant violation wants a different fix than a domain error),
-``EmbedderError`` and ``ExtractionError`` belong to their pluggable protocols.
+Defined here: :class:`MemoryhubError` and its subclasses. Four errors live where they
+must, and are imported from there only: ``memoryhub.policy.PolicyDenied`` is Django's
+``PermissionDenied`` (so every door, including Django's own views, answers 403),
+``memoryhub.scope.ScopeRequired`` is a ``PermissionError`` (a tenant violation wants a
+different fix than a domain error), ``memoryhub.embedders.EmbedderError`` and
+``memoryhub.consolidation.ExtractionError`` belong to their pluggable protocols.
 """
 
 from __future__ import annotations
@@ -66,24 +67,3 @@ class ReceiptNotFound(MemoryhubError, LookupError):
     """No erasure receipt with that id in this scope."""
 
     code = "receipt_not_found"
-
-
-def __getattr__(name: str) -> object:
-    # The re-exports, imported lazily: they import Django (policy) or optional parts.
-    if name == "PolicyDenied":
-        from .policy import PolicyDenied
-
-        return PolicyDenied
-    if name == "ScopeRequired":
-        from .scope import ScopeRequired
-
-        return ScopeRequired
-    if name == "EmbedderError":
-        from .embedders import EmbedderError
-
-        return EmbedderError
-    if name == "ExtractionError":
-        from .consolidation import ExtractionError
-
-        return ExtractionError
-    raise AttributeError(name)

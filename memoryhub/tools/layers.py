@@ -3,7 +3,7 @@
 The services form one strict order, :data:`LAYERS`, lowest first: a service imports only
 services of earlier layers (the store at the bottom; the sweep, the home page and the
 health check at the top), never one of its own layer or a later one, not even inside a
-function. ``tests/test_architecture.py`` fails on such a backward import; run
+function. ``tests/project/test_architecture.py`` fails on such a backward import; run
 ``python -m memoryhub.tools.layers`` to print the order, the backward imports, and how
 many imports in ``memoryhub/`` are made inside a function (each one either defers an
 optional or heavy dependency, or hides a circle this order forbids).

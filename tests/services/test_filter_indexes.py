@@ -43,7 +43,7 @@ def fresh(scope, where, **kwargs) -> query.QueryResult:
 
 
 def explain(scope, where) -> str:
-    plan = query._plan(scope, QueryRequest.build(query="x", k=5, mode="vector", where=where))
+    plan = query.plan_for(scope, QueryRequest.build(query="x", k=5, mode="vector", where=where))
     assert plan.vector is not None
     vector = Vector(HashingEmbedder().embed_query("refund note 7")).to_text()
     with transaction.atomic(), connection.cursor() as cursor:

@@ -206,7 +206,7 @@ def raw_sql(
 
     from memoryhub.conf import memoryhub_settings
     from memoryhub.services import word_statistics
-    from memoryhub.services.query.request import _WORD
+    from memoryhub.services.query import keyword_words
 
     embedder = memoryhub_settings.embedder()
     literal = "[" + ",".join(repr(float(x)) for x in vector) + "]"
@@ -239,7 +239,7 @@ def raw_sql(
             f"ORDER BY c.distance LIMIT {K}"
         )
     else:
-        words = " | ".join(_WORD.findall(text.lower())[:64])
+        words = keyword_words(text) or ""
         weight, rarest_words = _hybrid_choices(scope.org_id, scope.domain_id)
         # A large domain's keyword leg ranks the records holding the query's rarest
         # words, as the service's does (services/word_statistics.py).
@@ -612,7 +612,7 @@ def tenant_latency(
     exact_plan = size <= memoryhub_settings.EXACT_SCAN_THRESHOLD
     # The floors search HNSW with the service's ef_search for this scope and mode.
     plans = {
-        mode: query_service._plan(
+        mode: query_service.plan_for(
             scope, query_service.QueryRequest.build(query="plan", k=K, mode=mode)
         )
         for mode in ("vector", "hybrid")

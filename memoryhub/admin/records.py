@@ -29,6 +29,7 @@ from tenants.admin import preselect_single_choice
 from tenants.models import Domain, Org
 
 from ..exceptions import RecordNotFound
+from ..items import STORED_FIELDS
 from ..models import MemoryRecord
 from ..namespaces import for_user
 from ..policy import Action
@@ -38,7 +39,6 @@ from ..services import forget as forget_service
 from ..services import history as history_service
 from ..services import indexing as indexing_service
 from ..services import write as write_service
-from ..services.history import HISTORY_FIELDS
 from ..templatetags.memoryhub_admin import when
 from .base import OperatorAdmin, admin_context, operator_view, principal
 from .erasure import erasure_batch, show_receipt
@@ -480,7 +480,7 @@ def _changes(older: dict[str, Any] | None, state: dict[str, Any]) -> str:
     if older is None:
         return format_html("<em>{}</em>", _("first state"))
     items = []
-    for name in HISTORY_FIELDS:
+    for name in STORED_FIELDS:
         if older[name] == state[name]:
             continue
         if name == "content":

@@ -42,12 +42,12 @@ from ..consolidation import (
     extractor_from_env,
     validate_operations,
 )
+from ..exceptions import RecordNotFound
 from ..models import KnowledgeBase, MemoryRecord, Observation
 from ..scope import Scope, tenant_scope
 from . import forget as forget_service
 from . import query as query_service
 from . import write as write_service
-from .records import RecordNotFound
 from .scheduling import send
 from .store.locks import int4_key
 from .store.persistence import (

@@ -16,19 +16,15 @@ from typing import Any
 from django.db import connection
 
 from ..conf import memoryhub_settings
-from ..items import STORED_FIELDS
 from ..models import MemoryRecord, RecordVersion
 from ..scope import Scope, tenant_scope
 from .records import get_record
 
-__all__ = ["HISTORY_FIELDS", "history", "snapshot", "version_fields"]
-
-#: What a version keeps (and what a change of which makes one): a record's stored fields.
-HISTORY_FIELDS = STORED_FIELDS
+__all__ = ["history", "snapshot", "version_fields"]
 
 
 def version_fields(state: Any) -> dict[str, Any]:
-    """The history fields of a record or a version."""
+    """The stored fields (:data:`memoryhub.items.STORED_FIELDS`) of a record or a version."""
     return {
         "content": state.content,
         "key": state.key,
@@ -95,7 +91,7 @@ def _trim(records: Sequence[MemoryRecord], keep: int) -> None:
 
 def history(scope: Scope, record_id: Any) -> dict[str, Any]:
     """A record's states, newest first, the current one first: each with its version
-    number, the history fields, when it came to be, by whom and why. A state without an
+    number, the stored fields, when it came to be, by whom and why. A state without an
     ``occurred_at`` shows the record's creation time (what it means).
 
     Raises ``RecordNotFound`` for a record the scope does not hold (another tenant's

@@ -44,6 +44,7 @@ from ..models import ImportChunk, ImportJob, KnowledgeBase, MemoryRecord, Observ
 from ..scope import Scope
 from . import write
 from .scheduling import send
+from .validation import validate_items
 
 logger = logging.getLogger("memoryhub.imports")
 
@@ -208,7 +209,7 @@ def iter_rows(
 def check_row(row: Row) -> list[str]:
     """What is wrong with one row, as ``field: message`` strings (empty: nothing)."""
     try:
-        write.validate_items([row.item])
+        validate_items([row.item])
     except ValidationFailed as exc:
         return [
             f"{path.removeprefix('items[0]').lstrip('.') or 'item'}: {message}"

@@ -29,45 +29,19 @@ from ..models import MemoryRecord, Observation, WorkerHeartbeat
 from ..scope import Scope
 from .scheduling import send
 from .store import bulk
-from .vector_indexes import (
-    OWN_INDEX_ONLY,
-    OwnIndex,
-    TenantIndexChanges,
-    ensure_tenant_indexes,
-    ensure_vector_index,
-    fold_delta,
-    has_deltas,
-    has_tenant_indexes,
-    own_index,
-    placement,
-    tenant_index_name,
-    tenant_index_share,
-    vector_expression,
-    vector_index_name,
-)
+from .vector_indexes import OWN_INDEX_ONLY, ensure_vector_index, fold_delta, own_index, placement
 
 __all__ = [
     "IndexResult",
-    "OwnIndex",
-    "TenantIndexChanges",
-    "ensure_tenant_indexes",
-    "ensure_vector_index",
-    "has_deltas",
-    "has_tenant_indexes",
     "index_records",
     "model_change_progress",
     "models_in_domain",
     "models_in_use",
-    "own_index",
     "pending_for_sweep",
     "pipeline_status",
     "records_to_reembed",
     "reembed",
     "schedule_indexing",
-    "tenant_index_name",
-    "tenant_index_share",
-    "vector_expression",
-    "vector_index_name",
     "wait_until_indexed",
 ]
 

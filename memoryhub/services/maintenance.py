@@ -17,7 +17,7 @@ from ..cache import bump_generation
 from ..conf import memoryhub_settings
 from ..models import MemoryRecord, Observation
 from ..scope import Scope
-from . import consolidation, forget, imports, indexing
+from . import consolidation, forget, imports, indexing, vector_indexes
 from .scheduling import send
 from .store.deletion import delete_records
 
@@ -44,8 +44,8 @@ def sweep() -> dict[str, int]:
     purged = purge_expired()
     if (
         memoryhub_settings.TENANT_INDEX_MIN_RECORDS
-        or indexing.has_tenant_indexes()
-        or indexing.has_deltas()
+        or vector_indexes.has_tenant_indexes()
+        or vector_indexes.has_deltas()
     ):
         # Its own task: a build takes minutes on a large domain; the sweep stays quick.
         send("tenant_indexes", what="tenant index maintenance", left="left")

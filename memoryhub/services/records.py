@@ -20,7 +20,6 @@ from ..scope import Scope, tenant_scope
 __all__ = [
     "LIST_FILTERS",
     "LIST_ORDERINGS",
-    "RecordNotFound",
     "export_lines",
     "get_record",
     "knowledge_base_stats",

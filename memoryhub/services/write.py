@@ -25,13 +25,13 @@ from django.utils import timezone
 from .. import observe, policy, signals
 from ..cache import bump_generation_on_commit
 from ..conf import memoryhub_settings
-from ..exceptions import RecordNotFound, UnknownSource, ValidationFailed, WriteRefused
+from ..exceptions import RecordNotFound, ValidationFailed, WriteRefused
 from ..models import KnowledgeBase, MemoryRecord, Observation, RecordVersion
 from ..scope import Scope, tenant_scope
 from ..vocabulary import RecordUpdateSerializer, WriteRequestSerializer, field_names
 from . import history
 from .indexing import schedule_indexing
-from .knowledge_bases import accepts_writes, ensure_knowledge_base, resolve_sources, source_names
+from .knowledge_bases import resolve_sources, source_names
 from .records import get_record
 from .store import persistence
 from .store.locks import lock_domain, lock_namespaces
@@ -41,17 +41,10 @@ from .validation import WriteItem, validate_items
 
 __all__ = [
     "RecordResult",
-    "UnknownSource",
-    "ValidationFailed",
-    "WriteItem",
-    "WriteRefused",
     "WriteRequest",
     "WriteResult",
-    "accepts_writes",
-    "ensure_knowledge_base",
     "restore_version",
     "update_record",
-    "validate_items",
     "write",
 ]
 

@@ -17,7 +17,7 @@ from drf_spectacular.generators import SchemaGenerator
 from memoryhub import vocabulary
 from memoryhub.exceptions import ValidationFailed
 from memoryhub.mcp.tools import TOOLS
-from memoryhub.services import forget, imports, write
+from memoryhub.services import forget, imports, validation, write
 from memoryhub.services.query import QueryRequest
 
 #: What an MCP tool leaves out of the request it takes, and why: an MCP answer carries
@@ -49,7 +49,7 @@ def refused_as_unknown(check: Callable[[dict[str, Any]], object], name: str) -> 
 
 
 def check_item(fields: dict[str, Any]) -> object:
-    return write.validate_items([{"content": "x", **fields}])
+    return validation.validate_items([{"content": "x", **fields}])
 
 
 def check_import_line(fields: dict[str, Any]) -> object:
@@ -131,12 +131,12 @@ def test_every_door_states_and_enforces_the_bounds_the_settings_give(tight):
     assert item["items"]["properties"]["tags"]["maxItems"] == 2
     assert (query["k"]["maximum"], query["k"]["default"]) == (7, 4)
     assert components["QueryRequest"]["properties"]["k"]["maximum"] == 7
-    write.validate_items([{"content": "x" * 30, "tags": ["a", "b"]}] * 3)
+    validation.validate_items([{"content": "x" * 30, "tags": ["a", "b"]}] * 3)
     with pytest.raises(ValidationFailed) as refused:
-        write.validate_items([{"content": "x" * 31, "tags": ["a", "b", "c"]}])
+        validation.validate_items([{"content": "x" * 31, "tags": ["a", "b", "c"]}])
     assert set(refused.value.errors) == {"items[0].content", "items[0].tags"}
     with pytest.raises(ValidationFailed, match="items"):
-        write.validate_items([{"content": "x"}] * 4)
+        validation.validate_items([{"content": "x"}] * 4)
     assert QueryRequest.build(query="x").k == 4
     assert QueryRequest.build(query="x", k=7).k == 7
     with pytest.raises(ValidationFailed, match="k"):

@@ -769,7 +769,7 @@ def test_the_policy_not_the_door_decides_who_a_read_only_knowledge_base_binds(te
     from memoryhub.exceptions import WriteRefused
     from memoryhub.services import forget
 
-    write.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
+    knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
     item = [{"content": "Curated answer."}]
     outsider = MembershipFactory(org=other_tenant.org, role="operator", user__is_staff=True)
     viewer = MembershipFactory(org=tenant.org, role="viewer", user__is_staff=True)

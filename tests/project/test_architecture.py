@@ -137,10 +137,6 @@ def test_a_project_with_tenants_and_without_memoryhub_checks_migrates_and_has_it
 
 # --- one public path per name ---------------------------------------------------------------
 
-#: The services still share private names among their modules; the store layer
-#: (``memoryhub/services/store/``) is where those move, so this check skips services/.
-SERVICES = PACKAGE / "services"
-
 
 def module_of(path: Path) -> str:
     parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
@@ -211,7 +207,7 @@ def test_no_module_takes_a_private_name_from_another():
         offence
         for root in (PACKAGE, TENANTS)
         for path in sorted(root.rglob("*.py"))
-        if not path.is_relative_to(SERVICES) and "migrations" not in path.parts
+        if "migrations" not in path.parts
         for offence in private_imports(path)
     ]
     assert offences == [], "a name shared across modules is public: drop its underscore"
@@ -310,7 +306,7 @@ def test_every_name_is_taken_from_its_one_path():
         offence
         for root in (PACKAGE, TENANTS)
         for path in sorted(root.rglob("*.py"))
-        if not path.is_relative_to(SERVICES) and "migrations" not in path.parts
+        if "migrations" not in path.parts
         for offence in second_paths(path)
     ]
     assert offences == [], "import a name from the module that defines it (or its package)"
@@ -357,7 +353,6 @@ def test_public_name_lists_offer_only_their_own_names():
         offence
         for root in (PACKAGE, TENANTS)
         for path in sorted(root.rglob("*.py"))
-        if not path.is_relative_to(SERVICES)
         for offence in foreign_exports(path)
     ]
     assert offences == [], "a name has one public path: the module that defines it"

@@ -162,7 +162,7 @@ def _explain(scope: Scope, text: str) -> str:
     from pgvector import Vector
 
     query.clear_plans()
-    plan = query._plan(scope, query.QueryRequest.build(query=text, k=3, mode="vector"))
+    plan = query.plan_for(scope, query.QueryRequest.build(query=text, k=3, mode="vector"))
     assert plan.vector is not None
     params = plan.vector.bind({query.VECTOR: Vector(HashingEmbedder().embed_query(text)).to_text()})
     with transaction.atomic(), connection.cursor() as cursor:
@@ -563,7 +563,7 @@ def test_a_vector_query_searches_a_domains_own_index_harder_than_a_hybrid_leg(
     vector_indexes.ensure_tenant_indexes(settle_after=timedelta(0))
     query.clear_plans()
     ef = {
-        mode: query._plan(tenant.scope, query.QueryRequest.build(query="x", k=3, mode=mode))
+        mode: query.plan_for(tenant.scope, query.QueryRequest.build(query="x", k=3, mode=mode))
         for mode in ("vector", "hybrid")
     }
     assert ef["vector"].strategy == "hnsw-tenant"
@@ -571,7 +571,7 @@ def test_a_vector_query_searches_a_domains_own_index_harder_than_a_hybrid_leg(
     assert ef["hybrid"].settings["hnsw.ef_search"] == "40"
     settings.MEMORYHUB = {**settings.MEMORYHUB, "HNSW_EF_SEARCH": 50}  # never above it
     query.clear_plans()
-    plan = query._plan(tenant.scope, query.QueryRequest.build(query="x", k=3, mode="vector"))
+    plan = query.plan_for(tenant.scope, query.QueryRequest.build(query="x", k=3, mode="vector"))
     assert plan.settings["hnsw.ef_search"] == "50"
 
 
@@ -593,7 +593,7 @@ def test_a_vector_query_searches_a_large_own_index_harder_still(
     query.clear_plans()
 
     def ef(scope: Any, mode: str) -> str:
-        plan = query._plan(scope, query.QueryRequest.build(query="x", k=3, mode=mode))
+        plan = query.plan_for(scope, query.QueryRequest.build(query="x", k=3, mode=mode))
         assert plan.strategy.endswith("hnsw-tenant")
         return plan.settings["hnsw.ef_search"]
 

@@ -51,7 +51,7 @@ def index_condition(scope, where, index: str) -> str:
     the plan does not use it), with the records' other btree indexes dropped for the
     moment (in a savepoint rolled back after): whether a key's index answers the filter,
     not which of several near-equal indexes a tiny table's costs favour."""
-    plan = query._plan(scope, QueryRequest.build(query="x", k=5, mode="vector", where=where))
+    plan = query.plan_for(scope, QueryRequest.build(query="x", k=5, mode="vector", where=where))
     assert plan.vector is not None
     vector = Vector(HashingEmbedder().embed_query("refund note 7")).to_text()
     lines: list[str] = []

@@ -148,7 +148,7 @@ def test_a_deletion_task_carries_the_label_of_who_asked_and_acts_for_it(
     from memoryhub import tasks
     from memoryhub.services import forget as forget_service
 
-    knowledge_base = write.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
+    knowledge_base = knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
     write.write(
         tenant.scope, [{"content": "Curated."}], sources=["handbook"], principal=policy.SYSTEM
     )

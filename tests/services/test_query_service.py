@@ -17,7 +17,7 @@ from memoryhub.exceptions import UnknownSource, ValidationFailed
 from memoryhub.models import MemoryRecord, Observation
 from memoryhub.scope import Scope, tenant_scope
 from memoryhub.services import knowledge_bases, query, vector_indexes, write
-from memoryhub.services.query import QueryRequest, fusion, plans, render_grounding
+from memoryhub.services.query import QueryRequest, execution, fusion, plans, render_grounding
 from tests.factories import DomainFactory, OrgFactory
 
 pytestmark = pytest.mark.django_db
@@ -420,7 +420,7 @@ def _explain_vector_leg(scope: Scope, text: str) -> str:
     """The plan PostgreSQL picks for the service's own vector statement."""
     from pgvector import Vector
 
-    plan = query._plan(scope, QueryRequest.build(query=text, k=2, mode="vector"))
+    plan = query.plan_for(scope, QueryRequest.build(query=text, k=2, mode="vector"))
     assert plan.vector is not None
     params = plan.vector.bind({query.VECTOR: Vector(HashingEmbedder().embed_query(text)).to_text()})
     with transaction.atomic(), connection.cursor() as cursor:
@@ -666,15 +666,15 @@ def test_outside_a_transaction_a_query_is_one_round_trip_and_leaves_no_settings(
 
 
 def test_the_final_row_fetch_is_bound_to_the_tenant(tenant, other_tenant, committed):
-    from memoryhub.services.query import _fetch
-
     mine = committed(write.write, tenant.scope, [{"content": "mine", "metadata": {"a": [1]}}])
     theirs = committed(write.write, other_tenant.scope, [{"content": "theirs"}])
     ids = [*mine.record_ids, *theirs.record_ids]
-    rows = _fetch(tenant.scope, ids)
+    rows = execution.fetch(tenant.scope, ids)
     assert [row["content"] for row in rows.values()] == ["mine"]
     assert next(iter(rows.values()))["metadata"] == {"a": [1]}  # decoded, as the ORM would
-    assert [row["content"] for row in _fetch(other_tenant.scope, ids).values()] == ["theirs"]
+    assert [row["content"] for row in execution.fetch(other_tenant.scope, ids).values()] == [
+        "theirs"
+    ]
 
 
 @pytest.mark.parametrize("mode", ["vector", "keyword", "hybrid"])

@@ -17,7 +17,7 @@ from memoryhub.models import WordFrequency, WordStatistics
 from memoryhub.scope import Scope, tenant_scope
 from memoryhub.services import query, vector_indexes, word_statistics, write
 from memoryhub.services.forget import ForgetRequest, forget
-from memoryhub.services.query.plans import WORDS, _keyword_words
+from memoryhub.services.query import WORDS, keyword_words
 
 pytestmark = pytest.mark.django_db
 
@@ -117,7 +117,7 @@ def test_the_leg_ranks_within_the_budget(tenant, committed, settings, few_common
     settings.MEMORYHUB = LARGE
     load(committed, tenant.scope, "Acme", 60, 15)
     sweep()
-    plan = query._plan(tenant.scope, query.QueryRequest.build(query="x", k=1, mode="keyword"))
+    plan = query.plan_for(tenant.scope, query.QueryRequest.build(query="x", k=1, mode="keyword"))
     assert plan.keyword is not None and plan.every_keyword is not None
     ranked = run_leg(plan.keyword, "zebra refund")
     # k=1: a depth of 12; the fifteen "zebra" records are enough, "refund" is not read.
@@ -128,7 +128,7 @@ def run_leg(leg, text: str) -> list[tuple]:
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute(leg.sql, leg.bind({WORDS: _keyword_words(text)}))
+        cursor.execute(leg.sql, leg.bind({WORDS: keyword_words(text)}))
         return cursor.fetchall()
 
 
@@ -138,7 +138,7 @@ def ranked_rows(leg, text: str) -> int:
 
     with connection.cursor() as cursor:
         cursor.execute(
-            "EXPLAIN (ANALYZE, FORMAT JSON) " + leg.sql, leg.bind({WORDS: _keyword_words(text)})
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + leg.sql, leg.bind({WORDS: keyword_words(text)})
         )
         plan = cursor.fetchone()[0]
     plan = (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
@@ -179,7 +179,7 @@ def test_a_query_of_common_words_ranks_the_records_holding_all_of_its_rarest_wor
     sweep()
     assert counts(tenant.scope)["refund"] == 105 and counts(tenant.scope)["invoic"] == 105
     for scope, org in ((tenant.scope, "Acme"), (other_tenant.scope, "Globex")):
-        plan = query._plan(scope, query.QueryRequest.build(query="x", k=1, mode="keyword"))
+        plan = query.plan_for(scope, query.QueryRequest.build(query="x", k=1, mode="keyword"))
         rows = run_leg(plan.keyword, "refund invoice")
         assert sorted(row[2] for row in rows) == [
             f"{org} refund invoice pair {n}." for n in range(5)
@@ -217,7 +217,7 @@ def test_a_large_domains_keyword_leg_ranks_a_bounded_number_of_records(
     settings.MEMORYHUB = LARGE
     load(committed, tenant.scope, "Acme", 100, 0)
     sweep()
-    plan = query._plan(tenant.scope, query.QueryRequest.build(query="x", k=1, mode="keyword"))
+    plan = query.plan_for(tenant.scope, query.QueryRequest.build(query="x", k=1, mode="keyword"))
     chosen = getattr(plan, leg)
     assert ranked_rows(chosen, "refund") == 60  # word_statistics.ranked_at_most(12)
     assert len(run_leg(chosen, "refund")) == 12
@@ -225,7 +225,7 @@ def test_a_large_domains_keyword_leg_ranks_a_bounded_number_of_records(
     # A domain without word statistics ranks every match (it is small).
     settings.MEMORYHUB = {**LARGE, "KEYWORD_STATISTICS_MIN_RECORDS": 250}
     committed(sweep)
-    plan = query._plan(tenant.scope, query.QueryRequest.build(query="x", k=1, mode="keyword"))
+    plan = query.plan_for(tenant.scope, query.QueryRequest.build(query="x", k=1, mode="keyword"))
     assert plan.every_keyword is None and ranked_rows(plan.keyword, "refund") == 100
 
 
@@ -380,7 +380,7 @@ def test_the_rarest_words_match_is_written_twice_only_in_a_domain_holding_much_o
     query.clear_plans()
 
     def rarest_matches(scope: Scope) -> int:
-        plan = query._plan(scope, query.QueryRequest.build(query="x", k=1, mode="keyword"))
+        plan = query.plan_for(scope, query.QueryRequest.build(query="x", k=1, mode="keyword"))
         assert plan.keyword is not None
         return plan.keyword.sql.count("memoryhub_wordfrequency")
 
@@ -388,7 +388,7 @@ def test_the_rarest_words_match_is_written_twice_only_in_a_domain_holding_much_o
     assert rarest_matches(other_tenant.scope) == 1
     # Either way, the same records: each domain's own.
     for scope, org in ((tenant.scope, "Acme"), (other_tenant.scope, "Globex")):
-        plan = query._plan(scope, query.QueryRequest.build(query="x", k=3, mode="keyword"))
+        plan = query.plan_for(scope, query.QueryRequest.build(query="x", k=3, mode="keyword"))
         rows = run_leg(plan.keyword, "zebra refund")
         assert rows and all(row[2].startswith(org) for row in rows)
 
@@ -415,13 +415,13 @@ def test_a_large_domain_gets_a_full_text_index_of_its_own(
         cursor.execute("ANALYZE memoryhub_memoryrecord")
         cursor.execute("SET LOCAL enable_seqscan = off")
     query.clear_plans()
-    plan = query._plan(tenant.scope, query.QueryRequest.build(query="x", k=3, mode="keyword"))
+    plan = query.plan_for(tenant.scope, query.QueryRequest.build(query="x", k=3, mode="keyword"))
     assert plan.keyword is not None
     # Its matches need no tenant bitmap, and are not written twice to avoid one.
     assert plan.keyword.sql.count("memoryhub_wordfrequency") == 1
     with connection.cursor() as cursor:
         cursor.execute(
-            "EXPLAIN " + plan.keyword.sql, plan.keyword.bind({WORDS: _keyword_words("zebra")})
+            "EXPLAIN " + plan.keyword.sql, plan.keyword.bind({WORDS: keyword_words("zebra")})
         )
         explained = "\n".join(row[0] for row in cursor.fetchall())
     assert mine in explained and "memoryhub_record_fts_idx" not in explained

@@ -45,10 +45,9 @@ from ...conf import memoryhub_settings
 from ...items import MemoryItem, Turns, dedupe_items, grounding_lines, sort_by_score
 from ...models import Observation
 from ...scope import Scope
-from . import rerank
-from .execution import _fetch, _run, _to_item, _turns
+from . import execution, rerank
 from .fusion import RRF_K, boost_recent, fuse, merge_models, union
-from .plans import VECTOR, WORDS, _keyword_words, _plan, _Slot, clear_plans
+from .plans import VECTOR, WORDS, Slot, clear_plans, keyword_words, plan_for
 from .request import Legs, QueryRequest, QueryResult
 
 __all__ = [
@@ -101,8 +100,8 @@ def _rank(
     """The ``(id, score)`` pairs for ``request``, best first, the strategy used, the
     candidates' rows, and where each candidate stood in each leg (:data:`Legs`);
     ``candidates`` is how many items the caller needs (k, or what the reranker sees)."""
-    plan = _plan(scope, request, gen, candidates)
-    values: dict[_Slot, Any] = {WORDS: _keyword_words(request.query)}
+    plan = plan_for(scope, request, gen, candidates)
+    values: dict[Slot, Any] = {WORDS: keyword_words(request.query)}
     if plan.vector is not None:
         values[VECTOR] = _query_vector(memoryhub_settings.embedder(), request.query)
     for name, leg in plan.previous:
@@ -110,12 +109,12 @@ def _rank(
         assert embedder is not None  # the plan was built with it
         values[leg.slot] = _query_vector(embedder, request.query)
     legs = [plan.vector, plan.keyword, plan.delta, *(leg for _, leg in plan.previous)]
-    (vector, keyword, delta, *rest), rows = _run(legs, values, plan.settings)
+    (vector, keyword, delta, *rest), rows = execution.run(legs, values, plan.settings)
     if plan.every_keyword is not None and len(keyword) < request.k:
         # The rarest words' records were too few: those holding any word join them (the
         # same ranking; the records holding any word are not all ranked, so the first
         # leg's may not be among them).
-        (every,), more = _run([plan.every_keyword], values, {})
+        (every,), more = execution.run([plan.every_keyword], values, {})
         keyword = union(keyword, every)
         rows.update(more)
     # A model's HNSW search and the exact scan of its delta rank parts of one scope.
@@ -170,8 +169,8 @@ def _items(
     taken = limit * 2
     while True:
         head = ranked[:taken]
-        found = rows if rows is not None else _fetch(scope, [pk for pk, _ in head])
-        items = [_to_item(found[pk], score) for pk, score in head if pk in found]
+        found = rows if rows is not None else execution.fetch(scope, [pk for pk, _ in head])
+        items = [execution.to_item(found[pk], score) for pk, score in head if pk in found]
         merged, collapsed = dedupe_items(items, "id")
         if len(merged) >= limit or taken >= len(ranked):
             break
@@ -196,7 +195,7 @@ def _with_turns(scope: Scope, items: list[MemoryItem], count: int) -> list[Memor
     they are."""
     if not count:
         return items
-    found = _turns(scope, [item.id for item in items if item.id], count)
+    found = execution.turns(scope, [item.id for item in items if item.id], count)
     return [dataclasses.replace(item, context=found.get(item.id or "", Turns())) for item in items]
 
 

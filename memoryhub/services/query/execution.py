@@ -20,7 +20,7 @@ from ...models import (
     MemoryRecord,
 )
 from ...scope import Scope
-from .plans import ROW_FIELDS, _Leg, _Slot
+from .plans import ROW_FIELDS, Leg, Slot
 
 _SET = "SELECT " + ", ".join(["set_config(%s, %s, true)"] * 4)
 
@@ -41,8 +41,8 @@ def _reset_value(cursor: Any, name: str) -> str:
     return str(row[0]) if row else ""
 
 
-def _run(
-    legs: Sequence[_Leg | None], values: dict[_Slot, Any], settings: dict[str, str]
+def run(
+    legs: Sequence[Leg | None], values: dict[Slot, Any], settings: dict[str, str]
 ) -> tuple[list[list[tuple[Any, float]]], dict[Any, dict[str, Any]]]:
     """Each leg's ``(id, score)`` list, best first, and the candidates' rows by id, from
     one round trip when possible; ``values`` fill the legs' slots.
@@ -124,7 +124,7 @@ def _row(pk: Any, values: Sequence[Any]) -> dict[str, Any]:
     return row
 
 
-def _fetch(scope: Scope, ids: list[Any]) -> dict[Any, dict[str, Any]]:
+def fetch(scope: Scope, ids: list[Any]) -> dict[Any, dict[str, Any]]:
     """The rows of a cached ranking's records, read again (erased or expired ones are
     gone).
 
@@ -154,7 +154,8 @@ def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str | bytes) else value
 
 
-def _to_item(row: dict[str, Any], score: float | None) -> MemoryItem:
+def to_item(row: dict[str, Any], score: float | None) -> MemoryItem:
+    """The item of a candidate's row (:data:`ROW_FIELDS` and its id), with ``score``."""
     return MemoryItem(
         content=row["content"],
         source=row["knowledge_base__name"],
@@ -172,7 +173,7 @@ def _to_item(row: dict[str, Any], score: float | None) -> MemoryItem:
 
 
 def _turns_sql() -> str:
-    """The statement behind :func:`_turns`: per hit that names a session, up to ``%s``
+    """The statement behind :func:`turns`: per hit that names a session, up to ``%s``
     turns before it and ``%s`` after it, each side an index range scan of the turns index
     (knowledge base, namespace, session, occurred) that stops after those rows; ties of
     ``occurred`` are broken by id."""
@@ -207,7 +208,7 @@ def _turns_sql() -> str:
     )
 
 
-def _turns(scope: Scope, ids: Sequence[str], count: int) -> dict[str, Turns]:
+def turns(scope: Scope, ids: Sequence[str], count: int) -> dict[str, Turns]:
     """The conversation around each of the records ``ids``: up to ``count`` turns before
     and after each (same tenant, knowledge base, namespace and session; live), oldest
     first, as items without a score. One statement for every hit; a record that names no
@@ -221,5 +222,5 @@ def _turns(scope: Scope, ids: Sequence[str], count: int) -> dict[str, Turns]:
     found: dict[str, tuple[list[MemoryItem], list[MemoryItem]]] = {}
     for hit, after, pk, *values in rows:
         sides = found.setdefault(str(hit), ([], []))
-        sides[1 if after else 0].append(_to_item(_row(pk, values), None))
+        sides[1 if after else 0].append(to_item(_row(pk, values), None))
     return {hit: Turns(tuple(before), tuple(after)) for hit, (before, after) in found.items()}

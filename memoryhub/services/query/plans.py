@@ -3,6 +3,7 @@ leg of a request shape, compiled once per domain generation and kept in this pro
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -33,8 +34,8 @@ from ...models import (
     occurred,
 )
 from ...scope import Scope, tenant_scope
-from .. import filter_indexes, indexing, word_statistics
-from .request import _WORD, QueryRequest
+from .. import filter_indexes, indexing, vector_indexes, word_statistics
+from .request import QueryRequest
 
 #: pgvector's default ``hnsw.ef_search``: the least a tenant index is searched with by a
 #: hybrid query's vector leg (one of its two candidate lists, depth 40 or more).
@@ -99,7 +100,7 @@ def _scope_size(scope: Scope, records: QuerySet[MemoryRecord], limit: int, descr
     return int(size)
 
 
-class _Slot:
+class Slot:
     """A parameter of a compiled statement filled in per query (found by identity)."""
 
     def __init__(self, name: str) -> None:
@@ -109,12 +110,12 @@ class _Slot:
         return f"<slot {self.name}>"
 
 
-VECTOR = _Slot("query vector")
-WORDS = _Slot("query words")
+VECTOR = Slot("query vector")
+WORDS = Slot("query words")
 
 
 @dataclass(frozen=True)
-class _Leg:
+class Leg:
     """A ranked candidate list: one statement selecting ``(id, value, *ROW_FIELDS)``, best
     first, with slots for the query, and how ``value`` (a distance or a rank) becomes the
     mode's score."""
@@ -122,12 +123,12 @@ class _Leg:
     sql: str
     params: tuple[Any, ...]
     to_score: Callable[[float], float]
-    slot: _Slot
+    slot: Slot
 
     @classmethod
     def compile(
-        cls, queryset: QuerySet[Any, Any], to_score: Callable[[float], float], slot: _Slot
-    ) -> _Leg | None:
+        cls, queryset: QuerySet[Any, Any], to_score: Callable[[float], float], slot: Slot
+    ) -> Leg | None:
         """None when the filter can match nothing (e.g. ``kinds=[]``): nothing to send."""
         try:
             sql, params = queryset.query.sql_with_params()
@@ -135,30 +136,30 @@ class _Leg:
             return None
         return cls(sql, tuple(params), to_score, slot)
 
-    def bind(self, values: dict[_Slot, Any]) -> list[Any]:
-        return [values[p] if isinstance(p, _Slot) else p for p in self.params]
+    def bind(self, values: dict[Slot, Any]) -> list[Any]:
+        return [values[p] if isinstance(p, Slot) else p for p in self.params]
 
 
 @dataclass(frozen=True)
-class _Plan:
+class Plan:
     """The compiled legs of one request shape (filters, mode, k) in one domain generation,
     the strategy they use, and the settings that strategy needs."""
 
-    vector: _Leg | None
-    keyword: _Leg | None
+    vector: Leg | None
+    keyword: Leg | None
     strategy: str
     settings: dict[str, str]
     #: During a change of embedder: the vector legs of each previous model still holding
     #: vectors in the scope, with its model's name (the query is embedded once per model).
-    previous: tuple[tuple[str, _Leg], ...] = ()
+    previous: tuple[tuple[str, Leg], ...] = ()
     #: Hybrid: the vector leg's share of the fused score (:func:`hybrid_weight`).
     vector_weight: float = DEFAULT_HYBRID_VECTOR_WEIGHT
     #: The exact scan of the vectors stored in bulk that the HNSW index the vector leg
     #: searches does not hold yet (the domain's delta), when the scope has any.
-    delta: _Leg | None = None
+    delta: Leg | None = None
     #: A large domain's keyword leg over every record holding any word of the query,
     #: sent when ``keyword`` (its rarest words' records) returns fewer than k.
-    every_keyword: _Leg | None = None
+    every_keyword: Leg | None = None
 
 
 def _vector_leg(
@@ -167,8 +168,8 @@ def _vector_leg(
     records: MemoryRecordQuerySet,
     depth: int,
     embedder: Embedder | None = None,
-    slot: _Slot | None = None,
-) -> tuple[_Leg | None, _Leg | None, str, dict[str, str]]:
+    slot: Slot | None = None,
+) -> tuple[Leg | None, Leg | None, str, dict[str, str]]:
     """The vector leg over ``embedder``'s vectors (default: the configured model's), the
     exact leg over its delta (None when the scope has none), the plan they use, and the
     settings that plan needs (HNSW)."""
@@ -196,7 +197,7 @@ def _vector_leg(
         expression = Cast("embedding", VectorField(dimensions=embedder.dimensions))
         ef_search = memoryhub_settings.HNSW_EF_SEARCH
         strategy = "hnsw"
-        own = indexing.own_index(scope, embedder.name)
+        own = vector_indexes.own_index(scope, embedder.name)
         if own is not None:
             # The domain's own index (the planner picks it: the predicate matches and it
             # is smaller): the same effort per record of the domain as a search of every
@@ -236,7 +237,7 @@ def _vector_leg(
         .order_by("distance")
         .values_list("id", "distance", *ROW_FIELDS)[:depth]
     )
-    leg = _Leg.compile(ranked, _similarity, slot)
+    leg = Leg.compile(ranked, _similarity, slot)
     if delta is None:
         return leg, None, strategy, settings
     # Not the indexed expression either: an exact scan of the delta's rows (a sort,
@@ -246,7 +247,7 @@ def _vector_leg(
         .order_by("distance")
         .values_list("id", "distance", *ROW_FIELDS)[:depth]
     )
-    return leg, _Leg.compile(exact, _similarity, slot), strategy, settings
+    return leg, Leg.compile(exact, _similarity, slot), strategy, settings
 
 
 def _similarity(distance: float) -> float:
@@ -285,7 +286,10 @@ def hybrid_weight(scope: Scope) -> float:
     return float(getattr(embedder, "hybrid_vector_weight", DEFAULT_HYBRID_VECTOR_WEIGHT))
 
 
-def _keyword_words(text: str) -> str | None:
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def keyword_words(text: str) -> str | None:
     """The query's words as a raw tsquery OR (stemmed, stop words dropped by PostgreSQL:
     any match ranks); None when it has no words."""
     words = _WORD.findall(text.lower())[:64]
@@ -294,7 +298,7 @@ def _keyword_words(text: str) -> str | None:
 
 def _keyword_legs(
     scope: Scope, records: QuerySet[MemoryRecord], depth: int
-) -> tuple[_Leg | None, _Leg | None]:
+) -> tuple[Leg | None, Leg | None]:
     """The best ``depth`` full-text matches, ranked by ``ts_rank`` normalised to [0, 1):
     the leg sent first, and the leg sent when the first returns fewer than k (or None).
 
@@ -317,19 +321,19 @@ def _keyword_legs(
     rank = Cast(SearchRank(F("search_vector"), search, normalization=32), FloatField())
     columns = ("id", "rank", *ROW_FIELDS)
 
-    def ranked(matching: QuerySet[MemoryRecord], most: int | None = None) -> _Leg | None:
+    def ranked(matching: QuerySet[MemoryRecord], most: int | None = None) -> Leg | None:
         candidates = matching.annotate(rank=rank, occurred=occurred())
         if most is None:
             ordered = candidates.order_by("-rank", "-created_at").values_list(*columns)
-            return _Leg.compile(ordered[:depth], float, WORDS)
+            return Leg.compile(ordered[:depth], float, WORDS)
         # The first ``most`` matches the index finds, then the best of them: the ranking
         # is of at most ``most`` rows whatever the words.
-        leg = _Leg.compile(candidates.order_by().values_list(*columns)[:most], float, WORDS)
+        leg = Leg.compile(candidates.order_by().values_list(*columns)[:most], float, WORDS)
         if leg is None:
             return None
         created = columns.index("created_at") + 1
         sql = f"SELECT * FROM ({leg.sql}) AS first_found ORDER BY 2 DESC, {created} DESC"
-        return _Leg(f"{sql} LIMIT {int(depth)}", leg.params, leg.to_score, leg.slot)
+        return Leg(f"{sql} LIMIT {int(depth)}", leg.params, leg.to_score, leg.slot)
 
     if not word_statistics.applies(scope):
         return ranked(records.filter(search_vector=search)), None
@@ -352,7 +356,7 @@ def _keyword_legs(
 #: Compiled plans by request shape, settings and domain generation, in this process:
 #: building and compiling the querysets costs about as much as a small tenant's
 #: statement. Kept at most ``PLAN_SECONDS``.
-_PLANS: OrderedDict[str, tuple[float, _Plan]] = OrderedDict()
+_PLANS: OrderedDict[str, tuple[float, Plan]] = OrderedDict()
 _PLANS_LOCK = threading.Lock()
 PLANS_KEPT = 512
 PLAN_SECONDS = 60.0
@@ -364,9 +368,9 @@ def clear_plans() -> None:
         _PLANS.clear()
 
 
-def _plan(
+def plan_for(
     scope: Scope, request: QueryRequest, gen: int | None = None, candidates: int = 0
-) -> _Plan:
+) -> Plan:
     """The compiled legs for ``request``'s shape, from this process's plans when the
     domain has not changed since (same generation ``gen``, default the current one), nor
     the settings the plan depends on, and the plan is younger than ``PLAN_SECONDS``.
@@ -402,18 +406,18 @@ def _plan(
         records = _base_queryset(scope, request)
         depth = max(request.k * 4, 40) if request.mode == "hybrid" else request.k * 2 + 10
         depth = max(depth, candidates)
-        vector: _Leg | None = None
-        delta: _Leg | None = None
-        keyword: _Leg | None = None
-        every_keyword: _Leg | None = None
+        vector: Leg | None = None
+        delta: Leg | None = None
+        keyword: Leg | None = None
+        every_keyword: Leg | None = None
         hnsw: dict[str, str] = {}
         strategy = request.mode
-        previous: list[tuple[str, _Leg]] = []
+        previous: list[tuple[str, Leg]] = []
         if request.mode in ("vector", "hybrid"):
             vector, delta, chosen, hnsw = _vector_leg(scope, request, records, depth)
             for name, embedder in _previous_embedders(scope):
                 leg, its_delta, _, leg_settings = _vector_leg(
-                    scope, request, records, depth, embedder, _Slot(f"query vector {name}")
+                    scope, request, records, depth, embedder, Slot(f"query vector {name}")
                 )
                 previous.extend((name, part) for part in (leg, its_delta) if part is not None)
                 if leg is not None:
@@ -424,7 +428,7 @@ def _plan(
         if request.mode in ("keyword", "hybrid"):
             keyword, every_keyword = _keyword_legs(scope, records, depth)
         weight = hybrid_weight(scope) if request.mode == "hybrid" else 0.0
-    plan = _Plan(vector, keyword, strategy, hnsw, tuple(previous), weight, delta, every_keyword)
+    plan = Plan(vector, keyword, strategy, hnsw, tuple(previous), weight, delta, every_keyword)
     with _PLANS_LOCK:
         _PLANS[key] = (now, plan)
         while len(_PLANS) > PLANS_KEPT:

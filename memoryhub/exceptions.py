@@ -1,11 +1,13 @@
 """Every domain error memoryhub raises, in one place; the API and the admin map them.
 
-Defined here: :class:`MemoryhubError` and its subclasses. Four errors live where they
-must, and are imported from there only: ``memoryhub.policy.PolicyDenied`` is Django's
-``PermissionDenied`` (so every door, including Django's own views, answers 403),
-``memoryhub.scope.ScopeRequired`` is a ``PermissionError`` (a tenant violation wants a
-different fix than a domain error), ``memoryhub.embedders.EmbedderError`` and
-``memoryhub.consolidation.ExtractionError`` belong to their pluggable protocols.
+Defined here: :class:`MemoryhubError` and its subclasses. Three errors live where they
+must, and are imported from there only: ``memoryhub.scope.ScopeRequired`` is a
+``PermissionError`` (a tenant violation wants a different fix than a domain error),
+``memoryhub.embedders.EmbedderError`` and ``memoryhub.consolidation.ExtractionError``
+belong to their pluggable protocols.
+
+Nothing here imports Django: :mod:`memoryhub.client` raises these errors (its ``Http*``
+subclasses of them) in a process without Django.
 """
 
 from __future__ import annotations
@@ -55,6 +57,21 @@ class WriteRefused(MemoryhubError):
         self.source = source
         self.n = n
         super().__init__(f"Knowledge base {source!r} is read-only; {n} item(s) refused.")
+
+
+class PolicyDenied(MemoryhubError):
+    """The principal may not do ``action`` here (a :class:`memoryhub.policy.Action`
+    value): the API answers 403 ``permission_denied``.
+
+    Not a Django ``PermissionDenied``, so that a process without Django can raise and
+    catch it; a host's own Django view that lets it escape maps it itself.
+    """
+
+    code = "permission_denied"
+
+    def __init__(self, action: str, message: str = "") -> None:
+        self.action = action
+        super().__init__(message or f"This credential lacks the {action} permission.")
 
 
 class RecordNotFound(MemoryhubError, LookupError):

@@ -1,8 +1,11 @@
-"""``MemoryItem``, the value every memory source returns, and dedupe across sources.
+"""``MemoryItem``, the value every memory source returns, what a write returns
+(``WriteResult``), and dedupe across sources.
 
-Shared by the query service and the ``memoryhub.sources`` compositions, so both merge
-duplicates by the same rules: "Deduping the fan-out" of seed 000, the memory contract
-(the seeds are the prototype's spec texts: see :mod:`memoryhub.sources`).
+Shared by the query and write services, the ``memoryhub.sources`` compositions and the
+HTTP client (:mod:`memoryhub.client`), so all of them merge duplicates by the same rules:
+"Deduping the fan-out" of seed 000, the memory contract (the seeds are the prototype's
+spec texts: see :mod:`memoryhub.sources`). Importing this module imports no Django: the
+client runs without it.
 """
 
 from __future__ import annotations
@@ -14,12 +17,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, NoReturn
 
-from .conf import memoryhub_settings
-
 __all__ = [
     "FrozenDict",
     "MemoryItem",
+    "RecordResult",
     "Turns",
+    "WriteResult",
     "as_write_item",
     "dedupe_items",
     "deep_freeze",
@@ -156,6 +159,33 @@ class Turns:
 
     before: tuple[MemoryItem, ...] = ()
     after: tuple[MemoryItem, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RecordResult:
+    """One written item's record: its id and key, its status, whether the item merged
+    into an existing record (``deduplicated``), and its knowledge base (``source``)."""
+
+    id: str
+    key: str | None
+    status: str
+    deduplicated: bool
+    source: str
+
+
+@dataclass(slots=True)
+class WriteResult:
+    """Per-KB outcome: ``refused`` is not a slice of ``accepted`` (as the seeds'
+    ``CompositeMemory`` reports a partial write)."""
+
+    accepted: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    records: list[RecordResult] = field(default_factory=list)
+
+    @property
+    def record_ids(self) -> list[str]:
+        return [record.id for record in self.records]
 
 
 DedupeMode = Literal["id", "content"] | None
@@ -353,6 +383,9 @@ def grounding_lines(items: Sequence[MemoryItem], line_format: str | None = None)
     (``context``) comes with them, in order; a turn already shown is not shown again.
     """
     if line_format is None:
+        # Django's settings only here: the HTTP client imports this module without Django.
+        from .conf import memoryhub_settings
+
         line_format = memoryhub_settings.GROUNDING_FORMAT
     names = grounding_fields(line_format)
     with_turns = any(item.context is not None for item in items)

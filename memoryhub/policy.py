@@ -39,11 +39,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from django.core.exceptions import PermissionDenied
-
 from tenants.models import Membership, Org
 
 from .conf import memoryhub_settings
+from .exceptions import PolicyDenied
 
 if TYPE_CHECKING:
     from tenants.models import ApiKey, OrgQuerySet
@@ -59,7 +58,6 @@ __all__ = [
     "Action",
     "AgentPrincipal",
     "KeyPrincipal",
-    "PolicyDenied",
     "Principal",
     "SystemPrincipal",
     "UserPrincipal",
@@ -144,14 +142,6 @@ _EVERYTHING = frozenset(Action)
 #: What an agent acting through the host's code may do: what all of a key's permissions
 #: grant.
 _AGENT = frozenset().union(*KEY_ACTIONS.values())
-
-
-class PolicyDenied(PermissionDenied):
-    """The principal may not do this here (the API answers 403, the admin too)."""
-
-    def __init__(self, action: Action, message: str = "") -> None:
-        self.action = action
-        super().__init__(message or f"This credential lacks the {action.value} permission.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,7 +290,8 @@ def allows(
 
 
 def require(principal: Principal, action: Action, scope: Scope) -> None:
-    """Raise :class:`PolicyDenied` unless ``principal`` may do ``action`` in ``scope``."""
+    """Raise :class:`~memoryhub.exceptions.PolicyDenied` unless ``principal`` may do
+    ``action`` in ``scope``."""
     if not allows(principal, action, org_id=scope.org_id, domain_id=scope.domain_id):
         raise PolicyDenied(action)
 

@@ -39,13 +39,15 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from .client import MemoryKind, StoredRecord
+from .client.stores import search_limit
 from .items import MemoryItem
 from .scope import Scope
 
 if TYPE_CHECKING:
     from rest_framework.test import APIClient
 
-    from .sources import MemoryContext, MemoryKind, StoredRecord
+    from .sources import MemoryContext
 
 __all__ = [
     "InMemoryMemory",
@@ -116,7 +118,7 @@ class InMemoryMemory:
 
 
 class InMemoryMemoryStore:
-    """A :class:`memoryhub.sources.MemoryStore` in a dict, for unit tests of code that
+    """A :class:`memoryhub.client.MemoryStore` in a dict, for unit tests of code that
     takes a store: the semantics of ``DjangoMemoryStore`` (and the HTTP stores) with no
     tenant, policy or validation.
 
@@ -171,8 +173,6 @@ class InMemoryMemoryStore:
         tag: str | None = None,
         limit: int = 100,
     ) -> list[StoredRecord]:
-        from .sources.stores import search_limit
-
         found = [
             record
             for (source, namespace, key), record in self._records.items()

@@ -2,7 +2,8 @@
 
 Domain exceptions from the services map here: ``ValidationFailed`` (and ``FilterError``)
 → 400 with ``errors`` naming each field, ``UnknownSource`` → 400, ``WriteRefused`` → 403
-``{"code": "write_refused", "source", "n"}``, ``RecordNotFound`` → 404, a body Django
+``{"code": "write_refused", "source", "n"}``, ``PolicyDenied`` → 403
+``permission_denied``, ``RecordNotFound`` → 404, a body Django
 finds too big → 413, a database that cannot be reached → 503. Every 400 carries
 ``errors`` (an unparsable body under ``non_field_errors``). Anything unexpected is logged
 and answered as JSON too.
@@ -20,7 +21,13 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from ..exceptions import RecordNotFound, UnknownSource, ValidationFailed, WriteRefused
+from ..exceptions import (
+    PolicyDenied,
+    RecordNotFound,
+    UnknownSource,
+    ValidationFailed,
+    WriteRefused,
+)
 from ..scope import ScopeRequired
 from .parsers import RequestTooLarge
 
@@ -77,6 +84,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         )
     if isinstance(exc, RecordNotFound):
         exc = exceptions.NotFound("No such record.", code="record_not_found")
+    elif isinstance(exc, PolicyDenied):
+        exc = exceptions.PermissionDenied(str(exc), code=exc.code)
     elif isinstance(exc, ScopeRequired):
         exc = exceptions.PermissionDenied(str(exc), code="scope_required")
     elif isinstance(exc, Http404):

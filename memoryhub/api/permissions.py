@@ -16,6 +16,7 @@ from rest_framework.request import Request
 from tenants.models import ApiKey, Domain
 
 from .. import observe, policy
+from ..exceptions import PolicyDenied
 from ..models import Observation
 from ..scope import Scope
 from .authentication import ApiKeyUser, request_api_key
@@ -89,7 +90,7 @@ def require(request: Request, action: policy.Action, scope: Scope) -> None:
     """403 ``permission_denied`` unless the policy lets the caller do ``action`` here."""
     try:
         policy.require(request_principal(request), action, scope)
-    except policy.PolicyDenied as exc:
+    except PolicyDenied as exc:
         raise MissingPermission(str(exc)) from None
 
 

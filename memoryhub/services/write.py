@@ -26,6 +26,7 @@ from .. import observe, policy, signals
 from ..cache import bump_generation_on_commit
 from ..conf import memoryhub_settings
 from ..exceptions import RecordNotFound, ValidationFailed, WriteRefused
+from ..items import RecordResult, WriteResult
 from ..models import KnowledgeBase, MemoryRecord, Observation, RecordVersion
 from ..scope import Scope, tenant_scope
 from ..vocabulary import RecordUpdateSerializer, WriteRequestSerializer, field_names
@@ -40,22 +41,11 @@ from .store.refusals import refuse, refuse_record_change
 from .validation import WriteItem, validate_items
 
 __all__ = [
-    "RecordResult",
     "WriteRequest",
-    "WriteResult",
     "restore_version",
     "update_record",
     "write",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class RecordResult:
-    id: str
-    key: str | None
-    status: str
-    deduplicated: bool
-    source: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,21 +89,6 @@ def write_body(
         principal=principal,
         consolidate=asked.consolidate,
     )
-
-
-@dataclass(slots=True)
-class WriteResult:
-    """Per-KB outcome: ``refused`` is not a slice of ``accepted`` (as the seeds'
-    ``CompositeMemory`` reports a partial write)."""
-
-    accepted: list[str] = field(default_factory=list)
-    refused: list[str] = field(default_factory=list)
-    failed: dict[str, str] = field(default_factory=dict)
-    records: list[RecordResult] = field(default_factory=list)
-
-    @property
-    def record_ids(self) -> list[str]:
-        return [record.id for record in self.records]
 
 
 def _apply(record: MemoryRecord, item: WriteItem, *, content_changed: bool) -> None:

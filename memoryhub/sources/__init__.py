@@ -14,9 +14,11 @@ decorators that nest::
     ]))
     items = await memory.query("how long do refunds take", k=5, ctx=MemoryContext(scope))
 
-and seed 004's key/value :class:`MemoryStore` (``put``, ``get``, ``search``, ``forget``
-of :class:`StoredRecord` values): :class:`DjangoMemoryStore` in process,
-:class:`HttpMemoryStore` and :class:`SyncHttpMemoryStore` over the REST API.
+and seed 004's key/value :class:`~memoryhub.client.MemoryStore` (``put``, ``get``,
+``search``, ``forget`` of :class:`~memoryhub.client.StoredRecord` values):
+:class:`DjangoMemoryStore` in process. Over the REST API, :class:`~memoryhub.client.HttpMemory`,
+:class:`~memoryhub.client.HttpMemoryStore` and :class:`~memoryhub.client.SyncHttpMemoryStore`
+live in :mod:`memoryhub.client`, which needs no Django; they compose with everything here.
 
 "The seeds" are the three texts of the prototype memoryhub carries over, written there
 under other names: seed 000, the memory contract (``MemorySource``, the compositions
@@ -40,15 +42,6 @@ from .compositions import (
 )
 from .decorators import CachedMemory, CompactedMemory, ReadOnlyMemory, ScopedMemory, require_scope
 from .django import DjangoMemory, DjangoMemoryStore
-from .http import HttpMemory, HttpMemoryError
-from .stores import (
-    HttpMemoryStore,
-    MemoryKind,
-    MemoryStore,
-    StoredRecord,
-    StoredVersion,
-    SyncHttpMemoryStore,
-)
 from .tools import ToolMemory, default_parse
 
 
@@ -84,21 +77,13 @@ __all__ = [
     "CompositeWriteError",
     "DjangoMemory",
     "DjangoMemoryStore",
-    "HttpMemory",
-    "HttpMemoryError",
-    "HttpMemoryStore",
     "ItemReranker",
     "MemoryContext",
-    "MemoryKind",
     "MemorySource",
-    "MemoryStore",
     "ReadOnlyMemory",
     "Reranker",
     "ScopedMemory",
     "SequentialMemory",
-    "StoredRecord",
-    "StoredVersion",
-    "SyncHttpMemoryStore",
     "ToolMemory",
     "accepts_writes",
     "as_grounder",

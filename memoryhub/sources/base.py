@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -109,22 +108,3 @@ def refused_by_outcome(outcome: Any, name: str) -> bool:
     else:
         refused, accepted = getattr(outcome, "refused", None), getattr(outcome, "accepted", None)
     return bool(refused) and not accepted and name in (refused or ())
-
-
-class WritePolicy:
-    """What a write target says of itself (does it take writes?), asked at most once per
-    ``seconds``; a write's own answer is news and replaces it at once. ``DjangoMemory``
-    and ``HttpMemory`` derive their ``accepts_writes`` from one of these."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self._known: tuple[float, bool] | None = None
-
-    def get(self, ask: Callable[[], bool]) -> bool:
-        if self._known is None or self._known[0] <= time.monotonic():
-            self.remember(ask())
-        assert self._known is not None
-        return self._known[1]
-
-    def remember(self, accepts: bool) -> None:
-        self._known = (time.monotonic() + self.seconds, accepts)

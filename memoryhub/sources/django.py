@@ -11,8 +11,11 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 
 from .. import policy
+from ..client import MemoryKind, StoredRecord, StoredVersion
+from ..client.http import WritePolicy
+from ..client.stores import search_limit, stored_content, stored_versions
 from ..exceptions import WriteRefused
-from ..items import MemoryItem, as_write_item, thaw
+from ..items import MemoryItem, WriteResult, as_write_item, thaw
 from ..scope import Scope, ScopeRequired
 from ..services import forget as forget_service
 from ..services import history as history_service
@@ -20,15 +23,7 @@ from ..services import knowledge_bases
 from ..services import query as query_service
 from ..services import records as records_service
 from ..services import write as write_service
-from .base import MemoryContext, WritePolicy
-from .stores import (
-    MemoryKind,
-    StoredRecord,
-    StoredVersion,
-    search_limit,
-    stored_content,
-    stored_versions,
-)
+from .base import MemoryContext
 
 __all__ = ["DjangoMemory", "DjangoMemoryStore"]
 
@@ -151,7 +146,7 @@ class DjangoMemory:
 
     async def write(
         self, items: Sequence[MemoryItem], *, ctx: MemoryContext | None = None
-    ) -> write_service.WriteResult:
+    ) -> WriteResult:
         scope = _scope_for(self.scope, ctx)
         policy.require(self.principal, policy.Action.WRITE, scope)
         default = self.namespaces[0] if len(self.namespaces) == 1 else None
@@ -185,7 +180,7 @@ class DjangoMemoryStore:
 
     ``principal`` is who the store acts for, as for :class:`DjangoMemory`: ``put`` needs
     ``write``, ``get`` and ``search`` ``read``, ``forget`` ``forget`` (and
-    ``erase_subject`` for a whole namespace), or :class:`~memoryhub.policy.PolicyDenied`.
+    ``erase_subject`` for a whole namespace), or :class:`~memoryhub.exceptions.PolicyDenied`.
     """
 
     def __init__(

@@ -9,6 +9,8 @@ import pytest
 from rest_framework.test import APIClient
 
 from memoryhub import policy
+from memoryhub.api.exceptions import exception_handler
+from memoryhub.exceptions import PolicyDenied
 from memoryhub.models import KnowledgeBase, MemoryRecord, Observation
 from memoryhub.scope import tenant_scope
 from memoryhub.services import knowledge_bases, write
@@ -159,6 +161,18 @@ def test_oversize_body_is_413_json(api, settings):
     assert response.status_code == 413
     assert response.json()["code"] == "request_too_large"
     assert MemoryRecord.unscoped.count() == 0
+
+
+def test_a_policy_denied_that_reaches_the_api_is_a_403_naming_the_permission():
+    """``PolicyDenied`` is no Django ``PermissionDenied`` (the HTTP client raises it
+    without Django): the API's handler answers it as its own 403."""
+    response = exception_handler(PolicyDenied(policy.Action.FORGET), {})
+    assert response is not None
+    assert response.status_code == 403
+    assert response.data == {
+        "code": "permission_denied",
+        "detail": "This credential lacks the forget permission.",
+    }
 
 
 def test_throttle_is_429_with_retry_after(tenant, settings):

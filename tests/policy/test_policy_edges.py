@@ -571,19 +571,20 @@ def test_health_in_eager_mode_reports_eager(tenant):
 @pytest.mark.django_db(transaction=True)
 def test_python_memory_acting_for_a_key_asks_the_policy(curated):
     from memoryhub import policy
+    from memoryhub.exceptions import PolicyDenied
     from memoryhub.items import MemoryItem
     from memoryhub.sources import DjangoMemory
 
     write_only, _ = create_api_key(org=curated.org, can_read=False, can_write=True)
     memory = DjangoMemory(curated.scope, principal=policy.principal_for_key(write_only))
-    with pytest.raises(policy.PolicyDenied):
+    with pytest.raises(PolicyDenied):
         run(memory.query("tea", k=3))
     run(memory.write([MemoryItem("Bob likes coffee.", "memory")]))
     assert MemoryRecord.unscoped.filter(content="Bob likes coffee.").exists()
     read_only, _ = create_api_key(org=curated.org, can_read=True)
     reader = DjangoMemory(curated.scope, principal=policy.principal_for_key(read_only))
     assert run(reader.query("Shared note", k=3))
-    with pytest.raises(policy.PolicyDenied):
+    with pytest.raises(PolicyDenied):
         run(reader.write([MemoryItem("Nope.", "memory")]))
 
 

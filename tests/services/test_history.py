@@ -10,6 +10,7 @@ from asgiref.sync import sync_to_async
 from django.db import connection, connections
 
 from memoryhub import policy
+from memoryhub.client import HttpMemoryStore, StoredRecord, SyncHttpMemoryStore
 from memoryhub.exceptions import RecordNotFound
 from memoryhub.models import MemoryRecord, RecordVersion
 from memoryhub.scope import Scope
@@ -21,8 +22,7 @@ from memoryhub.services import (
     maintenance,
     write,
 )
-from memoryhub.sources import DjangoMemoryStore, HttpMemoryStore, SyncHttpMemoryStore
-from memoryhub.sources.stores import StoredRecord
+from memoryhub.sources import DjangoMemoryStore
 from tests.factories import MembershipFactory, create_api_key, key_client
 
 

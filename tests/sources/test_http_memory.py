@@ -8,17 +8,11 @@ from datetime import UTC, datetime
 
 import pytest
 
+from memoryhub.client import HttpMemory, HttpMemoryError
 from memoryhub.exceptions import WriteRefused
 from memoryhub.items import MemoryItem
 from memoryhub.services import knowledge_bases
-from memoryhub.sources import (
-    CompositeMemory,
-    HttpMemory,
-    HttpMemoryError,
-    MemoryContext,
-    MemorySource,
-    as_grounder,
-)
+from memoryhub.sources import CompositeMemory, MemoryContext, MemorySource, as_grounder
 from tests.factories import create_api_key
 from tests.fakes import FakeMemory
 

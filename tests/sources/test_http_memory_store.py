@@ -14,17 +14,17 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 
 from memoryhub import policy
-from memoryhub.exceptions import UnknownSource, ValidationFailed, WriteRefused
-from memoryhub.models import MemoryRecord
-from memoryhub.services import knowledge_bases, write
-from memoryhub.sources import (
-    DjangoMemoryStore,
+from memoryhub.client import (
     HttpMemoryError,
     HttpMemoryStore,
     MemoryKind,
     StoredRecord,
     SyncHttpMemoryStore,
 )
+from memoryhub.exceptions import PolicyDenied, UnknownSource, ValidationFailed, WriteRefused
+from memoryhub.models import MemoryRecord
+from memoryhub.services import knowledge_bases, write
+from memoryhub.sources import DjangoMemoryStore
 from tests.factories import create_api_key
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -121,7 +121,7 @@ def test_invalid_input_is_validation_failed(tenant, make_store):
 )
 def test_a_missing_permission_is_policy_denied(tenant, make_store, permissions, call, action):
     store = make_store(**permissions)
-    with pytest.raises(policy.PolicyDenied) as denied:
+    with pytest.raises(PolicyDenied) as denied:
         run(call(store))
     assert denied.value.action == action
 
@@ -165,7 +165,7 @@ def test_the_django_store_asks_for_erase_subject_to_forget_a_namespace(tenant):
 
     store = DjangoMemoryStore(tenant.scope, principal=ForgetOnly())  # type: ignore[arg-type]
     run(DjangoMemoryStore(tenant.scope).put(alice()))
-    with pytest.raises(policy.PolicyDenied) as denied:
+    with pytest.raises(PolicyDenied) as denied:
         run(store.forget(scope="user:alice"))
     assert denied.value.action == "erase_subject"
     assert run(store.forget(scope="user:alice", key="currency")) == 1
@@ -191,7 +191,7 @@ def test_a_domain_the_key_cannot_see_is_a_plain_404(remote):
     with pytest.raises(HttpMemoryError) as missing:
         run(store.get(scope="user:alice", key="currency"))
     assert (missing.value.status, missing.value.code) == (404, "domain_not_found")
-    assert not isinstance(missing.value, policy.PolicyDenied | ValidationFailed)
+    assert not isinstance(missing.value, PolicyDenied | ValidationFailed)
     with pytest.raises(HttpMemoryError) as unknown_key:
         run(HttpMemoryStore(url, api_key="nope", domain="support").search(scope="user:alice"))
     assert unknown_key.value.status == 401

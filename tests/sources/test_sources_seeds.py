@@ -24,6 +24,7 @@ import dataclasses
 
 import pytest
 
+from memoryhub.client import StoredRecord
 from memoryhub.exceptions import WriteRefused
 from memoryhub.items import MemoryItem
 from memoryhub.models import Observation
@@ -42,7 +43,6 @@ from memoryhub.sources import (
     ReadOnlyMemory,
     ScopedMemory,
     SequentialMemory,
-    StoredRecord,
     ToolMemory,
     as_grounder,
 )

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from memoryhub import policy
+from memoryhub.client import HttpMemory
 from memoryhub.exceptions import UnknownSource
 from memoryhub.items import MemoryItem
 from memoryhub.models import KnowledgeBase, Observation
@@ -27,7 +28,6 @@ from memoryhub.sources import (
     CompositeMemory,
     CompositeWriteError,
     DjangoMemory,
-    HttpMemory,
     MemoryContext,
     ReadOnlyMemory,
     ScopedMemory,

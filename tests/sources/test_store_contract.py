@@ -18,14 +18,9 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.db import connections
 
+from memoryhub.client import HttpMemoryStore, MemoryKind, MemoryStore, StoredRecord
 from memoryhub.services import knowledge_bases
-from memoryhub.sources import (
-    DjangoMemoryStore,
-    HttpMemoryStore,
-    MemoryKind,
-    MemoryStore,
-    StoredRecord,
-)
+from memoryhub.sources import DjangoMemoryStore
 from memoryhub.testing import InMemoryMemoryStore
 from tests.factories import create_api_key
 

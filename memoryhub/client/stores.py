@@ -12,11 +12,8 @@ contract (``tests/sources/test_store_contract.py``):
 * :class:`~memoryhub.testing.InMemoryMemoryStore`, a dict, for unit tests.
 
 The HTTP stores raise what the Django store raises where the server says the same
-thing, as subclasses of both :class:`~memoryhub.sources.HttpMemoryError` and the domain
-error: a read-only knowledge base refusing a put is ``WriteRefused``, a knowledge base
-the domain lacks ``UnknownSource``, invalid input ``ValidationFailed``, and a key without
-the permission (403 ``permission_denied``) ``PolicyDenied``. Anything else (401, a domain
-the key cannot see: 404, 429, 5xx) is a plain ``HttpMemoryError``.
+thing (:mod:`memoryhub.client.errors`): ``WriteRefused``, ``UnknownSource``,
+``ValidationFailed`` and ``PolicyDenied``, each an ``HttpMemoryError`` too.
 """
 
 from __future__ import annotations
@@ -30,9 +27,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import httpx
 
-from .. import policy
-from ..exceptions import UnknownSource, ValidationFailed, WriteRefused
-from .http import HttpMemoryError
+from .errors import error_for
 
 __all__ = [
     "HttpMemoryStore",
@@ -114,54 +109,6 @@ def search_limit(limit: int) -> int:
     return max(0, min(limit, MAX_SEARCH))
 
 
-# --- errors -------------------------------------------------------------------------------
-
-
-class HttpWriteRefused(HttpMemoryError, WriteRefused):
-    """403 ``write_refused``: a read-only knowledge base refused the put."""
-
-
-class HttpUnknownSource(HttpMemoryError, UnknownSource):
-    """400 ``unknown_source``: the domain has no knowledge base of that name."""
-
-
-class HttpValidationFailed(HttpMemoryError, ValidationFailed):
-    """400: the server rejected the input; ``errors`` names each field."""
-
-
-class HttpPolicyDenied(HttpMemoryError, policy.PolicyDenied):
-    """403 ``permission_denied``: the API key lacks the permission for ``action``."""
-
-
-def _error(response: httpx.Response, *, source: str, action: policy.Action) -> HttpMemoryError:
-    try:
-        payload = response.json()
-    except ValueError:
-        payload = {}
-    if not isinstance(payload, dict):
-        payload = {}
-    status = response.status_code
-    code = str(payload.get("code", "error"))
-    detail = str(payload.get("detail", response.text[:200]))
-    errors = payload.get("errors")
-    error: HttpMemoryError
-    if status == 403 and code == "write_refused":
-        error = HttpWriteRefused(status, code, detail, errors)
-        error.source = str(payload.get("source", source))
-        error.n = int(payload.get("n", 0))
-    elif status == 403 and code == "permission_denied":
-        error = HttpPolicyDenied(status, code, detail, errors)
-        error.action = action
-    elif status == 400 and code == "unknown_source":
-        error = HttpUnknownSource(status, code, detail, errors)
-        error.name = source
-    elif status == 400 and isinstance(errors, dict) and errors:
-        error = HttpValidationFailed(status, code, detail, errors)
-    else:
-        error = HttpMemoryError(status, code, detail, errors)
-    return error
-
-
 # --- the exchanges, shared by the async and the blocking store ------------------------------
 
 
@@ -171,7 +118,8 @@ class _Call:
 
     method: str
     path: str
-    action: policy.Action
+    #: The permission the server asks of the key (a ``memoryhub.policy.Action`` value).
+    action: str
     params: dict[str, Any] | None = None
     body: dict[str, Any] | None = None
 
@@ -265,7 +213,7 @@ class _RestStore:
 
     def _check(self, response: httpx.Response, call: _Call) -> Any:
         if response.status_code >= 400:
-            raise _error(response, source=self.source, action=call.action)
+            raise error_for(response, sources=[self.source], action=call.action)
         return response.json()
 
     def _exchange(self, call: _Call) -> Generator[_Call, httpx.Response, Any]:
@@ -282,11 +230,11 @@ class _RestStore:
             "metadata": {"value": record.value},
         }
         body = {"source": self.source, "items": [item]}
-        yield from self._exchange(_Call("POST", "records", policy.Action.WRITE, body=body))
+        yield from self._exchange(_Call("POST", "records", "write", body=body))
 
     def _get(self, scope: str, key: str) -> Exchange[StoredRecord | None]:
         params = {"namespace": scope, "key": key, "source": self.source, "page_size": 1}
-        page = yield from self._exchange(_Call("GET", "records", policy.Action.READ, params))
+        page = yield from self._exchange(_Call("GET", "records", "read", params))
         rows = page["results"]
         return _record(rows[0]) if rows else None
 
@@ -294,7 +242,7 @@ class _RestStore:
         record = yield from self._get(scope, key)
         if record is None:
             return []
-        call = _Call("GET", f"records/{record.id}/history", policy.Action.READ)
+        call = _Call("GET", f"records/{record.id}/history", "read")
         found = yield from self._exchange(call)
         return stored_versions(found)
 
@@ -321,9 +269,7 @@ class _RestStore:
         records: list[StoredRecord] = []
         while len(records) < limit:
             params["page_size"] = min(limit - len(records), 200)
-            page = yield from self._exchange(
-                _Call("GET", "records", policy.Action.READ, dict(params))
-            )
+            page = yield from self._exchange(_Call("GET", "records", "read", dict(params)))
             records.extend(_record(row) for row in page["results"])
             if not page.get("next"):
                 break
@@ -338,7 +284,7 @@ class _RestStore:
         if not all_sources:
             body["source"] = self.source
         # An API key's forget permission grants erase_subject too: a refusal is forget's.
-        call = _Call("POST", "forget", policy.Action.FORGET, body=body)
+        call = _Call("POST", "forget", "forget", body=body)
         result = yield from self._exchange(call)
         return int(result["deleted"])
 

@@ -7,29 +7,40 @@ for scope).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import httpx
 
 from ..exceptions import WriteRefused
-from ..items import MemoryItem, as_write_item, thaw
-from ..services.write import RecordResult, WriteResult
-from .base import MemoryContext, WritePolicy
+from ..items import MemoryItem, RecordResult, WriteResult, as_write_item, thaw
+from .errors import error_for
 
-__all__ = ["HttpMemory", "HttpMemoryError"]
+if TYPE_CHECKING:
+    from ..sources import MemoryContext
+
+__all__ = ["HttpMemory"]
 
 
-class HttpMemoryError(RuntimeError):
-    """The API answered with an error (``status`` and its JSON ``code``)."""
+class WritePolicy:
+    """What a write target says of itself (does it take writes?), asked at most once per
+    ``seconds``; a write's own answer is news and replaces it at once. ``DjangoMemory``
+    and ``HttpMemory`` derive their ``accepts_writes`` from one of these."""
 
-    def __init__(self, status: int, code: str, detail: str, errors: Any = None) -> None:
-        self.status = status
-        self.code = code
-        self.detail = detail
-        self.errors = errors
-        super().__init__(f"HTTP {status} {code}: {detail}")
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._known: tuple[float, bool] | None = None
+
+    def get(self, ask: Callable[[], bool]) -> bool:
+        if self._known is None or self._known[0] <= time.monotonic():
+            self.remember(ask())
+        assert self._known is not None
+        return self._known[1]
+
+    def remember(self, accepts: bool) -> None:
+        self._known = (time.monotonic() + self.seconds, accepts)
 
 
 class HttpMemory:
@@ -41,9 +52,11 @@ class HttpMemory:
     ``accepts_writes`` is what the server says of ``write_to`` (its ``sources``
     endpoint: False when that knowledge base is read-only), read when first asked and
     kept ``POLICY_SECONDS``; every write's answer updates it. ``write`` returns the
-    server's buckets as a :class:`~memoryhub.services.write.WriteResult`, so a
+    server's buckets as a :class:`~memoryhub.items.WriteResult`, so a
     composition files a knowledge base that ignored the write under ``refused``.
-    The server records the ``memory.written`` observation (``observes_writes``).
+    The server records the ``memory.written`` observation (``observes_writes``). An
+    error status raises as :mod:`memoryhub.client.errors` says (a read-only refusal is
+    ``WriteRefused``, invalid input ``ValidationFailed``, as in process).
     """
 
     observes_writes: ClassVar[bool] = True
@@ -83,12 +96,14 @@ class HttpMemory:
     def _url(self, path: str) -> str:
         return f"{self.base_url}/api/v1/domains/{self.domain}/{path}"
 
-    async def _post(self, path: str, body: Mapping[str, Any]) -> Any:
+    async def _post(
+        self, path: str, body: Mapping[str, Any], *, sources: Sequence[str], action: str
+    ) -> Any:
         async with httpx.AsyncClient(
             headers=self._headers, timeout=self._timeout, transport=self._transport
         ) as client:
             response = await client.post(self._url(path), json=body)
-        return _payload(response)
+        return _payload(response, sources=sources, action=action)
 
     @property
     def accepts_writes(self) -> bool:
@@ -100,7 +115,7 @@ class HttpMemory:
         # that does not exist yet is created by the first write: it accepts.
         sync = self._transport if isinstance(self._transport, httpx.BaseTransport) else None
         with httpx.Client(headers=self._headers, timeout=self._timeout, transport=sync) as c:
-            rows = _payload(c.get(self._url("sources")))
+            rows = _payload(c.get(self._url("sources")), sources=(), action="read")
         return not any(row.get("read_only") for row in rows if row["name"] == self.write_to)
 
     async def query(
@@ -121,7 +136,7 @@ class HttpMemory:
             body["sources"] = self.sources
         if where:
             body["where"] = thaw(where)
-        payload = await self._post("query", body)
+        payload = await self._post("query", body, sources=self.sources or (), action="read")
         return [_item(row) for row in payload.get("items", [])]
 
     async def write(
@@ -133,7 +148,7 @@ class HttpMemory:
             "items": [as_write_item(item, default_namespace=default) for item in items],
         }
         try:
-            payload = await self._post("records", body)
+            payload = await self._post("records", body, sources=[self.write_to], action="write")
         except WriteRefused:
             self._policy.remember(False)
             raise
@@ -159,25 +174,15 @@ class HttpMemory:
         return result
 
 
-def _payload(response: httpx.Response) -> Any:
-    """The JSON body; an error status raises (a read-only refusal as
-    :class:`WriteRefused`, as in process)."""
-    try:
-        payload = response.json()
-    except ValueError:
-        payload = {}
+def _payload(response: httpx.Response, *, sources: Sequence[str], action: str) -> Any:
+    """The JSON body; an error status raises (:func:`~memoryhub.client.errors.error_for`
+    of a call that named ``sources`` and needed ``action``)."""
     if response.status_code >= 400:
-        if not isinstance(payload, dict):
-            payload = {}
-        if payload.get("code") == "write_refused":
-            raise WriteRefused(str(payload.get("source")), int(payload.get("n", 0)))
-        raise HttpMemoryError(
-            response.status_code,
-            str(payload.get("code", "error")),
-            str(payload.get("detail", response.text[:200])),
-            payload.get("errors"),
-        )
-    return payload
+        raise error_for(response, sources=sources, action=action)
+    try:
+        return response.json()
+    except ValueError:
+        return {}
 
 
 def _moment(value: str | None) -> datetime | None:

@@ -10,6 +10,10 @@ Start the site with ``make run``, make a key, then run this with the official MC
 It writes a few memories, queries them, prints the grounding block a model would get in
 its prompt, and forgets the user it made up. ``--url`` (``MEMORYHUB_URL``) is the site,
 ``--key`` (``MEMORYHUB_API_KEY``) the key, ``--domain`` the domain for an org-wide key.
+
+The client speaks MCP 2026-07-28 (no handshake: it asks ``server/discover`` once, then
+every request carries its version) and would fall back to the ``initialize`` handshake
+with an older server.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import sys
 from typing import Any
 
 import httpx2
-from mcp.client.session import ClientSession
+from mcp.client.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
 MEMORIES = [
@@ -32,7 +36,7 @@ MEMORIES = [
 ]
 
 
-async def use(client: ClientSession, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+async def use(client: Client, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
     result = await client.call_tool(tool, arguments)
     body = json.loads(result.content[0].text)
     if result.is_error:  # {"code", "detail", "errors"?}, as the REST API answers
@@ -45,28 +49,31 @@ async def use(client: ClientSession, tool: str, arguments: dict[str, Any]) -> di
 async def main(url: str, key: str, domain: str | None) -> None:
     where = {"domain": domain} if domain else {}
     headers = {"Authorization": f"Bearer {key}"}
-    async with (
-        httpx2.AsyncClient(headers=headers, timeout=30) as http,
-        streamable_http_client(f"{url.rstrip('/')}/mcp/", http_client=http) as (read, send),
-        ClientSession(read, send) as client,
-    ):
-        hello = await client.initialize()
-        print(f"connected to {hello.server_info.name} {hello.server_info.version}")
-        print("tools:", ", ".join(tool.name for tool in (await client.list_tools()).tools))
+    async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
+        transport = streamable_http_client(f"{url.rstrip('/')}/mcp/", http_client=http)
+        async with Client(transport, mode="auto") as client:
+            await work(client, where)
 
-        written = await use(client, "memory_write", {**where, "items": MEMORIES})
-        print(f"wrote {len(written['records'])} memories to {', '.join(written['accepted'])}")
 
-        question = "how should Alice be paid"
-        found = await use(
-            client,
-            "memory_query",
-            {**where, "query": question, "k": 3, "namespaces": ["", "user:alice"]},
-        )
-        print(f"\nQ: {question}\n{found['grounding']}\n")
+async def work(client: Client, where: dict[str, str]) -> None:
+    server = client.server_info  # at 2026-07-28, as every answer's _meta gives it
+    name = f"{server.name} {server.version}" if server else "a server"
+    print(f"connected to {name} at MCP {client.protocol_version}")
+    print("tools:", ", ".join(tool.name for tool in (await client.list_tools()).tools))
 
-        forgotten = await use(client, "memory_forget", {**where, "namespace": "user:alice"})
-        print(f"forgot user:alice: {forgotten['deleted']} records, receipt {forgotten['receipt']}")
+    written = await use(client, "memory_write", {**where, "items": MEMORIES})
+    print(f"wrote {len(written['records'])} memories to {', '.join(written['accepted'])}")
+
+    question = "how should Alice be paid"
+    found = await use(
+        client,
+        "memory_query",
+        {**where, "query": question, "k": 3, "namespaces": ["", "user:alice"]},
+    )
+    print(f"\nQ: {question}\n{found['grounding']}\n")
+
+    forgotten = await use(client, "memory_forget", {**where, "namespace": "user:alice"})
+    print(f"forgot user:alice: {forgotten['deleted']} records, receipt {forgotten['receipt']}")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,13 @@ request's id when the body has one, those raised before the body is read (a bad 
 throttle) too. There are no sessions, so no ``Mcp-Session-Id``, and GET (the
 server-to-client stream) and DELETE are ``405``.
 
+Two protocol eras are served (``revisions``): 2026-07-28, where every request carries
+its version and the client's capabilities in ``params._meta`` and ``server/discover``
+replaces the handshake, and the ``initialize`` handshake of 2024-11-05 to 2025-11-25.
+Each request is answered in its own revision's shapes; at 2026-07-28 a protocol error
+is answered at the HTTP status the spec gives its code (400, or 404 for an unknown
+method), in the handshake era at 200.
+
 The exchange is a REST API request in every way that matters: the same API keys
 (``Authorization: Api-Key <key>`` or ``Bearer <key>``, which MCP clients send), the same
 per-key throttle and failed-authentication limit, bounded JSON bodies, the access log
@@ -21,6 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
 from typing import Any
@@ -33,6 +41,7 @@ from mcp_types import (
     PARSE_ERROR,
     CallToolRequestParams,
     CallToolResult,
+    DiscoverResult,
     EmptyResult,
     ErrorData,
     Implementation,
@@ -50,8 +59,9 @@ from mcp_types import (
     TextContent,
     ToolsCapability,
 )
+from mcp_types import methods as protocol_methods
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 from rest_framework import exceptions, permissions
 from rest_framework.request import Request
 
@@ -61,8 +71,9 @@ from .. import boundary
 from ..api.authentication import ApiKeyAuthentication
 from ..api.parsers import BoundedJSONParser
 from ..api.views import MemoryAPIView
-from . import resources, tools
-from .errors import jsonrpc_code, rest_error
+from . import resources, revisions, tools
+from .errors import RESOURCE_NOT_FOUND, jsonrpc_code, rest_error
+from .revisions import Revision
 
 __all__ = ["McpKeyAuthentication", "McpView"]
 
@@ -107,10 +118,6 @@ class _Failure(Exception):
     def __init__(self, code: int, message: str, data: Any = None) -> None:
         super().__init__(message)
         self.error = ErrorData(code=code, message=message, data=data)
-
-
-def _dump(model: BaseModel) -> dict[str, Any]:
-    return model.model_dump(by_alias=True, mode="json", exclude_none=True)
 
 
 def _error(request_id: Any, error: ErrorData, status: int = 200) -> JsonResponse:
@@ -215,11 +222,19 @@ class McpView(MemoryAPIView):
         problem = _framing_problem(message)
         if problem is not None:
             return _error(request_id, ErrorData(code=INVALID_REQUEST, message=problem), 400)
-        if "method" not in message or "id" not in message:
-            return HttpResponse(status=202)  # a notification, or a client's response
+        if "method" not in message or "id" not in message:  # a notification, or a response
+            refused = revisions.refuse_message(message, request.headers)
+            if refused is not None:
+                return _error(None, refused.error, 400)
+            return HttpResponse(status=202)
         request_id = message["id"]  # a string or an integer: the framing said so
         method = message["method"]
         params = message.get("params")
+        try:
+            revision = revisions.read_request(message, request.headers)
+        except revisions.Rejected as rejected:
+            self._log(method, params, rejected.error, None)
+            return _error(request_id, rejected.error, 400)
         surrogate = boundary.surrogate_path(params)
         if surrogate is not None:
             body = {
@@ -228,26 +243,32 @@ class McpView(MemoryAPIView):
                 "errors": {surrogate: [boundary.UNPAIRED_SURROGATE]},
             }
             return _error(
-                request_id, ErrorData(code=INVALID_PARAMS, message="Invalid params.", data=body)
+                request_id,
+                ErrorData(code=INVALID_PARAMS, message="Invalid params.", data=body),
+                revision.status(INVALID_PARAMS),
             )
-        handler = METHODS.get(method)
+        handler = METHODS.get(method) if revision.serves(method) else None
         if handler is None:
-            return _error(
-                request_id, ErrorData(code=METHOD_NOT_FOUND, message=f"Unknown method {method}.")
-            )
+            unknown = ErrorData(code=METHOD_NOT_FOUND, message=f"Unknown method {method}.")
+            return _error(request_id, unknown, revision.status(METHOD_NOT_FOUND))
         try:
-            result = handler(request, params or {})
+            if revision.modern:
+                _check_params(method, revision, params)
+            result = handler(Call(request, params or {}, revision))
         except _Failure as failure:
-            self._log(method, params, failure.error)
-            return _error(request_id, failure.error)
-        self._log(method, params, result)
-        envelope = JSONRPCResponse(jsonrpc="2.0", id=request_id, result=_dump(result))
+            self._log(method, params, failure.error, revision)
+            return _error(request_id, failure.error, revision.status(failure.error.code))
+        self._log(method, params, result, revision)
+        shaped = revision.shape(method, result, _server_info())
+        envelope = JSONRPCResponse(jsonrpc="2.0", id=request_id, result=shaped)
         return JsonResponse(envelope.model_dump(by_alias=True, mode="json"))
 
     @staticmethod
-    def _log(method: str, params: dict[str, Any] | None, outcome: Any) -> None:
-        """One line per call: the method, the tool, and the error code if it failed
-        (metadata only: never arguments or results)."""
+    def _log(
+        method: str, params: dict[str, Any] | None, outcome: Any, revision: Revision | None
+    ) -> None:
+        """One line per call: the method, the tool, the error code if it failed and the
+        protocol version (metadata only: never arguments or results)."""
         code = "ok"
         if isinstance(outcome, CallToolResult) and outcome.is_error:
             code = (outcome.structured_content or {}).get("code", "error")
@@ -261,37 +282,78 @@ class McpView(MemoryAPIView):
             method,
             tool or "-",
             code,
-            extra={"mcp_method": method, "tool": tool, "outcome": code},
+            extra={
+                "mcp_method": method,
+                "tool": tool,
+                "outcome": code,
+                "protocol_version": revision.version if revision else None,
+            },
         )
 
 
 # --- methods ------------------------------------------------------------------------------
 
 
-def _initialize(request: Request, params: dict[str, Any]) -> InitializeResult:
+@dataclass(frozen=True)
+class Call:
+    """A request to a method: the HTTP request (its key), its params, its revision."""
+
+    request: Request
+    params: dict[str, Any]
+    revision: Revision
+
+
+def _check_params(method: str, revision: Revision, params: dict[str, Any] | None) -> None:
+    """Refuse params that are not of ``method``'s shape at ``revision`` (its envelope
+    in ``_meta`` included) as invalid params naming the field."""
     try:
-        asked = InitializeRequestParams.model_validate(params)
+        protocol_methods.validate_client_request(method, revision.version, params)
+    except ValidationError as exc:
+        raise _invalid_params(exc) from None
+
+
+def _server_info() -> Implementation:
+    """This server's name and version, as ``initialize`` and every 2026-07-28 answer
+    give them."""
+    try:
+        server_version = package_version("django-memoryhub")
+    except PackageNotFoundError:  # running from a checkout that is not installed
+        server_version = "0"
+    return Implementation(name=SERVER_NAME, version=server_version)
+
+
+def _capabilities() -> ServerCapabilities:
+    return ServerCapabilities(
+        tools=ToolsCapability(list_changed=False),
+        resources=ResourcesCapability(subscribe=False, list_changed=False),
+    )
+
+
+def _initialize(call: Call) -> InitializeResult:
+    try:
+        asked = InitializeRequestParams.model_validate(call.params)
     except ValidationError as exc:
         raise _invalid_params(exc) from None
     version = asked.protocol_version
     if version not in HANDSHAKE_PROTOCOL_VERSIONS:
         version = LATEST_HANDSHAKE_VERSION
-    try:
-        server_version = package_version("django-memoryhub")
-    except PackageNotFoundError:  # running from a checkout that is not installed
-        server_version = "0"
     return InitializeResult(
         protocol_version=version,
-        capabilities=ServerCapabilities(
-            tools=ToolsCapability(list_changed=False),
-            resources=ResourcesCapability(subscribe=False, list_changed=False),
-        ),
-        server_info=Implementation(name=SERVER_NAME, version=server_version),
+        capabilities=_capabilities(),
+        server_info=_server_info(),
         instructions=INSTRUCTIONS,
     )
 
 
-def _ping(request: Request, params: dict[str, Any]) -> EmptyResult:
+def _discover(call: Call) -> DiscoverResult:
+    return DiscoverResult(
+        supported_versions=list(revisions.SERVED_VERSIONS),
+        capabilities=_capabilities(),
+        instructions=INSTRUCTIONS,
+    )
+
+
+def _ping(call: Call) -> EmptyResult:
     return EmptyResult()
 
 
@@ -306,22 +368,22 @@ def _schema_domains(request: Request) -> list[str] | None:
     )
 
 
-def _list_tools(request: Request, params: dict[str, Any]) -> ListToolsResult:
-    return ListToolsResult(tools=tools.describe(_schema_domains(request)))
+def _list_tools(call: Call) -> ListToolsResult:
+    return ListToolsResult(tools=tools.describe(_schema_domains(call.request)))
 
 
-def _call_tool(request: Request, params: dict[str, Any]) -> CallToolResult:
+def _call_tool(call: Call) -> CallToolResult:
     try:
-        asked = CallToolRequestParams.model_validate(params)
+        asked = CallToolRequestParams.model_validate(call.params)
     except ValidationError as exc:
         raise _invalid_params(exc) from None
     tool = tools.TOOLS.get(asked.name)
     if tool is None:
         raise _Failure(INVALID_PARAMS, f"Unknown tool {asked.name}.")
     try:
-        result = tools.call(request, tool, asked.arguments or {})
+        result = tools.call(call.request, tool, asked.arguments or {})
     except Exception as exc:
-        _, body, _ = rest_error(exc, request)
+        _, body, _ = rest_error(exc, call.request)
         failure = tools.jsonable(body)
         return CallToolResult(
             content=[TextContent(text=json.dumps(failure))],
@@ -331,35 +393,44 @@ def _call_tool(request: Request, params: dict[str, Any]) -> CallToolResult:
     return CallToolResult(content=[TextContent(text=json.dumps(result))], structured_content=result)
 
 
-def _resource_failure(exc: Exception, request: Request) -> _Failure:
-    status, body, _ = rest_error(exc, request)
-    return _Failure(jsonrpc_code(status, body), str(body["detail"]), tools.jsonable(body))
+def _resource_failure(exc: Exception, call: Call, uri: str | None = None) -> _Failure:
+    status, body, _ = rest_error(exc, call.request)
+    code, data = jsonrpc_code(status, body), tools.jsonable(body)
+    if code == RESOURCE_NOT_FOUND and call.revision.modern:
+        # 2026-07-28 retired -32002: a resource not found is invalid params, naming the URI.
+        code = INVALID_PARAMS
+        data = {**data, "uri": uri} if uri is not None else data
+    return _Failure(code, str(body["detail"]), data)
 
 
-def _list_resources(request: Request, params: dict[str, Any]) -> ListResourcesResult:
+def _list_resources(call: Call) -> ListResourcesResult:
     try:
-        return ListResourcesResult(resources=resources.list_resources(request))
+        return ListResourcesResult(resources=resources.list_resources(call.request))
     except Exception as exc:
-        raise _resource_failure(exc, request) from None
+        raise _resource_failure(exc, call) from None
 
 
-def _list_templates(request: Request, params: dict[str, Any]) -> ListResourceTemplatesResult:
+def _list_templates(call: Call) -> ListResourceTemplatesResult:
     return ListResourceTemplatesResult(resource_templates=resources.templates())
 
 
-def _read_resource(request: Request, params: dict[str, Any]) -> ReadResourceResult:
+def _read_resource(call: Call) -> ReadResourceResult:
     try:
-        asked = ReadResourceRequestParams.model_validate(params)
+        asked = ReadResourceRequestParams.model_validate(call.params)
     except ValidationError as exc:
         raise _invalid_params(exc) from None
+    uri = str(asked.uri)
     try:
-        return ReadResourceResult(contents=list(resources.read(request, str(asked.uri))))
+        return ReadResourceResult(contents=list(resources.read(call.request, uri)))
     except Exception as exc:
-        raise _resource_failure(exc, request) from None
+        raise _resource_failure(exc, call, uri) from None
 
 
+#: Every method served; which exist at a request's revision is the protocol's table
+#: (``Revision.serves``).
 METHODS = {
     "initialize": _initialize,
+    "server/discover": _discover,
     "ping": _ping,
     "tools/list": _list_tools,
     "tools/call": _call_tool,

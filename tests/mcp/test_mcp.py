@@ -1,8 +1,10 @@
 """The MCP door, through the official Python MCP client over HTTP to a live server.
 
-Every tool, the resources, the transport's refusals, and the cross-tenant matrix: the
-same keys get the same answers (codes, and no content of anyone else's) as through the
-REST API, and nothing changes that should not.
+Every tool, the resources, the transport's refusals, and the cross-tenant matrix, at
+both protocol eras the endpoint serves: 2026-07-28 (no handshake, every request carrying
+its envelope; the client finds it with ``server/discover``) and the ``initialize``
+handshake of 2025-11-25. The same keys get the same answers (codes, and no content of
+anyone else's) as through the REST API, and nothing changes that should not.
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ from typing import Any
 
 import httpx2
 import pytest
-from mcp.client.session import ClientSession
+from mcp.client.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
+from mcp_types import PROTOCOL_VERSION_META_KEY
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from rest_framework.test import APIClient
 
 from memoryhub.conf import memoryhub_settings
@@ -34,29 +38,52 @@ pytestmark = pytest.mark.django_db(transaction=True)
 SECRET = "globex-secret"
 EVERYTHING = {"can_read": True, "can_write": True, "can_forget": True}
 
+MODERN = "2026-07-28"
+HANDSHAKE = "2025-11-25"
+#: How the official client is told to reach each revision: "auto" probes
+#: ``server/discover`` and stays at 2026-07-28 if the server answers; "legacy" is the
+#: ``initialize`` handshake, which offers the newest handshake revision.
+CLIENT_MODES = {MODERN: "auto", HANDSHAKE: "legacy"}
+
+
+@pytest.fixture(params=[MODERN, HANDSHAKE])
+def revision(request: pytest.FixtureRequest) -> str:
+    """Each protocol revision in turn, as the official client speaks it."""
+    return request.param
+
 
 def session(
-    live_server: Any, key: str, work: Callable[[ClientSession], Awaitable[Any]], scheme="Bearer"
+    live_server: Any,
+    key: str,
+    work: Callable[[Client], Awaitable[Any]],
+    scheme: str = "Bearer",
+    revision: str = MODERN,
+    mode: str | None = None,
 ) -> Any:
-    """Run ``work`` in an initialized MCP session of ``key`` (as an agent would)."""
+    """Run ``work`` with a connected MCP client of ``key`` (as an agent would) that
+    speaks ``revision``."""
 
     async def main() -> Any:
         headers = {"Authorization": f"{scheme} {key}"}
-        async with (
-            httpx2.AsyncClient(headers=headers, timeout=30) as http,
-            streamable_http_client(f"{live_server.url}/mcp/", http_client=http) as (read, send),
-            ClientSession(read, send) as client,
-        ):
-            await client.initialize()
-            return await work(client)
+        async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
+            transport = streamable_http_client(f"{live_server.url}/mcp/", http_client=http)
+            async with Client(transport, mode=mode or CLIENT_MODES[revision]) as client:
+                assert client.protocol_version == revision
+                return await work(client)
 
     return asyncio.run(main())
 
 
-def calls(live_server: Any, key: str, *steps: tuple[str, dict], scheme="Bearer") -> list[Any]:
-    """Call the tools in order in one session; each result as ``(is_error, body)``."""
+def calls(
+    live_server: Any,
+    key: str,
+    *steps: tuple[str, dict],
+    scheme: str = "Bearer",
+    revision: str = MODERN,
+) -> list[Any]:
+    """Call the tools in order with one client; each result as ``(is_error, body)``."""
 
-    async def work(client: ClientSession) -> list[Any]:
+    async def work(client: Client) -> list[Any]:
         results = []
         for name, arguments in steps:
             result = await client.call_tool(name, arguments)
@@ -65,11 +92,13 @@ def calls(live_server: Any, key: str, *steps: tuple[str, dict], scheme="Bearer")
             results.append((result.is_error, body))
         return results
 
-    return session(live_server, key, work, scheme)
+    return session(live_server, key, work, scheme, revision)
 
 
-def call(live_server: Any, key: str, name: str, **arguments: Any) -> tuple[bool, dict]:
-    return calls(live_server, key, (name, arguments))[0]
+def call(
+    live_server: Any, key: str, name: str, revision: str = MODERN, **arguments: Any
+) -> tuple[bool, dict]:
+    return calls(live_server, key, (name, arguments), revision=revision)[0]
 
 
 @pytest.fixture
@@ -131,13 +160,13 @@ def rest(key: str, method: str, path: str, body: dict | None = None) -> tuple[in
 # --- the tools ----------------------------------------------------------------------------
 
 
-def test_tools_are_listed_with_the_bounds_of_the_settings(live_server, world):
+def test_tools_are_listed_with_the_bounds_of_the_settings(live_server, world, revision):
     _, _, keys, _ = world
 
-    async def listing(client: ClientSession) -> dict[str, Any]:
+    async def listing(client: Client) -> dict[str, Any]:
         return {tool.name: tool for tool in (await client.list_tools()).tools}
 
-    bound = session(live_server, keys["support"], listing)
+    bound = session(live_server, keys["support"], listing, revision=revision)
     assert sorted(bound) == sorted(
         [
             "memory_query",
@@ -159,13 +188,13 @@ def test_tools_are_listed_with_the_bounds_of_the_settings(live_server, world):
     assert bound["memory_forget"].annotations.destructive_hint is True
     assert bound["memory_query"].annotations.read_only_hint is True
 
-    unbound = session(live_server, keys["unbound"], listing)
+    unbound = session(live_server, keys["unbound"], listing, revision=revision)
     domain = unbound["memory_query"].input_schema["properties"]["domain"]
     assert domain["enum"] == ["sales", "support"]  # its own org's, never globex's legal
     assert "domain" in unbound["memory_query"].input_schema["required"]
 
 
-def test_an_agent_writes_queries_reads_updates_and_forgets(live_server, world):
+def test_an_agent_writes_queries_reads_updates_and_forgets(live_server, world, revision):
     _, _, keys, api_keys = world
     key = keys["support"]
     [(error, written)] = calls(
@@ -180,6 +209,7 @@ def test_an_agent_writes_queries_reads_updates_and_forgets(live_server, world):
                 ]
             },
         ),
+        revision=revision,
     )
     assert not error
     assert written["accepted"] == ["memory"]
@@ -195,6 +225,7 @@ def test_an_agent_writes_queries_reads_updates_and_forgets(live_server, world):
         ("memory_update", {"id": currency, "fields": {"content": "Alice prefers GBP."}}),
         ("memory_history", {"id": currency}),
         ("memory_sources", {}),
+        revision=revision,
     )
     assert [item["content"] for item in found["items"]] == ["Refunds take five days."]
     assert found["grounding"] == "Relevant context:\n[memory] Refunds take five days."
@@ -215,29 +246,30 @@ def test_an_agent_writes_queries_reads_updates_and_forgets(live_server, world):
         ("memory", False),
     }
 
-    error, forgotten = call(live_server, key, "memory_forget", namespace="user:bob")
+    error, forgotten = call(live_server, key, "memory_forget", revision, namespace="user:bob")
     assert not error
     assert forgotten["deleted"] == 1 and forgotten["by_source"] == {"memory": 1}
     assert forgotten["receipt"]
     assert not MemoryRecord.unscoped.filter(namespace="user:bob").exists()
-    error, gone = call(live_server, key, "memory_get", id=currency)
+    error, gone = call(live_server, key, "memory_get", revision, id=currency)
     assert error and gone["code"] == "record_not_found"
 
 
-def test_the_api_key_scheme_works_too_and_writes_are_observed_as_mcp(live_server, world):
+def test_the_api_key_scheme_works_too_and_writes_are_observed_as_mcp(live_server, world, revision):
     _, _, keys, api_keys = world
     error, body = calls(
         live_server,
         keys["support"],
         ("memory_write", {"source": "handbook", "items": [{"content": "no"}]}),
         scheme="Api-Key",
+        revision=revision,
     )[0]
     assert error and body["code"] == "write_refused"
     refusal = Observation.unscoped.get(kind=Observation.Kind.MEMORY_WRITE_REFUSED)
     assert refusal.actor == f"mcp:{api_keys['support'][0].prefix}"
 
 
-def test_an_org_wide_key_names_the_domain_in_each_call(live_server, world):
+def test_an_org_wide_key_names_the_domain_in_each_call(live_server, world, revision):
     _, _, keys, _ = world
     (e1, nameless), (e2, sales), (e3, support) = calls(
         live_server,
@@ -245,6 +277,7 @@ def test_an_org_wide_key_names_the_domain_in_each_call(live_server, world):
         ("memory_query", {"query": "notes", "namespaces": ["user:alice"]}),
         ("memory_query", {"domain": "sales", "query": "notes", "namespaces": ["user:alice"]}),
         ("memory_query", {"domain": "support", "query": "notes", "namespaces": ["user:alice"]}),
+        revision=revision,
     )
     assert e1 and nameless["code"] == "invalid" and "domain" in nameless["errors"]
     assert not e2 and [i["content"] for i in sales["items"]] == ["acme-sales notes"]
@@ -283,11 +316,11 @@ def probes(record_id: str) -> list[tuple[str, dict, str, str, dict | None]]:
     ]
 
 
-def mcp_and_rest(live_server, key: str, domain: str, record_id: str) -> list[tuple]:
+def mcp_and_rest(live_server, key: str, domain: str, record_id: str, revision: str) -> list[tuple]:
     """Each probe through MCP and through REST: (tool, MCP error, MCP body, REST status,
     REST body)."""
     steps = [(tool, {"domain": domain, **args}) for tool, args, *_ in probes(record_id)]
-    answers = calls(live_server, key, *steps)
+    answers = calls(live_server, key, *steps, revision=revision)
     return [
         (tool, error, body, *rest(key, method, f"{domain}/{path}", rest_body))
         for (tool, _, method, path, rest_body), (error, body) in zip(
@@ -296,7 +329,7 @@ def mcp_and_rest(live_server, key: str, domain: str, record_id: str) -> list[tup
     ]
 
 
-def test_other_orgs_domains_and_records_do_not_exist_through_mcp(live_server, world):
+def test_other_orgs_domains_and_records_do_not_exist_through_mcp(live_server, world, revision):
     _, records, keys, _ = world
     before = snapshot()
     seen = 0
@@ -306,7 +339,7 @@ def test_other_orgs_domains_and_records_do_not_exist_through_mcp(live_server, wo
         ("support", "legal", ("globex", "legal")),
     ]:
         for tool, error, body, status, rest_body in mcp_and_rest(
-            live_server, keys[name], domain, str(records[foreign])
+            live_server, keys[name], domain, str(records[foreign]), revision
         ):
             seen += 1
             assert error, (name, domain, tool)
@@ -320,13 +353,15 @@ def test_other_orgs_domains_and_records_do_not_exist_through_mcp(live_server, wo
     assert {o.actor.split(":")[0] for o in refused} == {"mcp", "api-key"}
 
 
-def test_another_orgs_record_ids_are_not_found_through_the_keys_own_domain(live_server, world):
+def test_another_orgs_record_ids_are_not_found_through_the_keys_own_domain(
+    live_server, world, revision
+):
     _, records, keys, _ = world
     for key, other in (("unbound", "globex"), ("globex", "acme")):
         untouched = org_snapshot(other)
         foreign = str(records[(other, "support")])  # both orgs have a domain "support"
         for tool, error, body, status, rest_body in mcp_and_rest(
-            live_server, keys[key], "support", foreign
+            live_server, keys[key], "support", foreign, revision
         ):
             if tool in ("memory_get", "memory_update", "memory_history"):
                 assert error and body["code"] == "record_not_found" == rest_body["code"], tool
@@ -354,11 +389,11 @@ def test_another_orgs_record_ids_are_not_found_through_the_keys_own_domain(live_
         ),
     ],
 )
-def test_permissions_refuse_as_the_rest_api_does(live_server, world, key_name, allowed):
+def test_permissions_refuse_as_the_rest_api_does(live_server, world, revision, key_name, allowed):
     _, records, keys, _ = world
     record_id = str(records[("acme", "support")])
     for tool, error, body, status, rest_body in mcp_and_rest(
-        live_server, keys[key_name], "support", record_id
+        live_server, keys[key_name], "support", record_id, revision
     ):
         if tool in allowed:
             assert not error, (key_name, tool, body)
@@ -371,7 +406,7 @@ def test_permissions_refuse_as_the_rest_api_does(live_server, world, key_name, a
             assert "acme-support notes" not in json.dumps(body), tool
 
 
-def test_a_read_only_knowledge_base_refuses_agents_as_over_rest(live_server, world):
+def test_a_read_only_knowledge_base_refuses_agents_as_over_rest(live_server, world, revision):
     _, _, keys, _ = world
     before = org_snapshot("acme")
     (e1, written), (e2, forgotten) = calls(
@@ -379,6 +414,7 @@ def test_a_read_only_knowledge_base_refuses_agents_as_over_rest(live_server, wor
         keys["support"],
         ("memory_write", {"source": "handbook", "items": [{"content": "wrong"}]}),
         ("memory_forget", {"source": "handbook"}),
+        revision=revision,
     )
     refused = {"source": "handbook", "items": [{"content": "wrong"}]}
     status, rest_body = rest(keys["support"], "post", "support/records", refused)
@@ -392,9 +428,11 @@ def test_a_read_only_knowledge_base_refuses_agents_as_over_rest(live_server, wor
     assert org_snapshot("acme") == before
 
 
-def test_a_key_without_forget_cannot_erase_a_subject(live_server, world):
+def test_a_key_without_forget_cannot_erase_a_subject(live_server, world, revision):
     _, _, keys, _ = world
-    error, body = call(live_server, keys["no-forget"], "memory_forget", namespace="user:alice")
+    error, body = call(
+        live_server, keys["no-forget"], "memory_forget", revision, namespace="user:alice"
+    )
     assert error and body["code"] == "permission_denied"
     assert MemoryRecord.unscoped.filter(namespace="user:alice").count() == 4
 
@@ -402,7 +440,7 @@ def test_a_key_without_forget_cannot_erase_a_subject(live_server, world):
 # --- bad input ------------------------------------------------------------------------------
 
 
-def test_bad_input_is_a_tool_error_naming_the_field_never_a_crash(live_server, world):
+def test_bad_input_is_a_tool_error_naming_the_field_never_a_crash(live_server, world, revision):
     _, _, keys, _ = world
     too_long = "x" * (memoryhub_settings.MAX_QUERY_LENGTH + 1)
     too_many = [{"content": f"n{i}"} for i in range(memoryhub_settings.MAX_WRITE_ITEMS + 1)]
@@ -422,6 +460,7 @@ def test_bad_input_is_a_tool_error_naming_the_field_never_a_crash(live_server, w
         ("memory_forget", {}),
         ("memory_forget", {"source": "nope"}),
         ("memory_sources", {"domain": ["support"]}),
+        revision=revision,
     )
     codes = [(body["code"], sorted(body.get("errors", {}))) for _, body in answers]
     assert all(error for error, _ in answers)
@@ -444,28 +483,28 @@ def test_bad_input_is_a_tool_error_naming_the_field_never_a_crash(live_server, w
     assert status == 400 and rest_body == answers[0][1]  # the REST answer, word for word
 
 
-def test_an_unknown_tool_is_a_protocol_error(live_server, world):
+def test_an_unknown_tool_is_a_protocol_error(live_server, world, revision):
     _, _, keys, _ = world
 
-    async def work(client: ClientSession) -> int:
+    async def work(client: Client) -> int:
         try:
             await client.call_tool("memory_delete_everything", {})
         except MCPError as exc:
             return exc.error.code
         return 0
 
-    assert session(live_server, keys["support"], work) == -32602
+    assert session(live_server, keys["support"], work, revision=revision) == -32602
 
 
 # --- resources --------------------------------------------------------------------------
 
 
-def test_resources_are_the_knowledge_bases_and_records(live_server, world):
+def test_resources_are_the_knowledge_bases_and_records(live_server, world, revision):
     _, records, keys, _ = world
     own = str(records[("acme", "support")])
     foreign = str(records[("globex", "support")])
 
-    async def work(client: ClientSession) -> tuple:
+    async def work(client: Client) -> tuple:
         listed = await client.list_resources()
         handbook = await client.read_resource("memoryhub://support/handbook")
         record = await client.read_resource(f"memoryhub://support/memory/{own}")
@@ -479,22 +518,79 @@ def test_resources_are_the_knowledge_bases_and_records(live_server, world):
             try:
                 await client.read_resource(uri)
             except MCPError as exc:
-                failures.append((exc.error.code, exc.error.data["code"]))
+                failures.append((exc.error.code, exc.error.data["code"], exc.error.data.get("uri")))
         return listed, handbook, record, failures
 
-    listed, handbook, record, failures = session(live_server, keys["support"], work)
+    listed, handbook, record, failures = session(
+        live_server, keys["support"], work, revision=revision
+    )
     assert sorted(str(r.uri) for r in listed.resources) == [
         "memoryhub://support/handbook",
         "memoryhub://support/memory",
     ]
     assert json.loads(handbook.contents[0].text)["read_only"] is True
     assert json.loads(record.contents[0].text)["content"] == "acme-support notes"
-    assert failures == [
-        (-32002, "record_not_found"),
-        (-32002, "record_not_found"),
-        (-32002, "domain_not_found"),
-        (-32602, "invalid"),
-    ]
+    if revision == MODERN:  # 2026-07-28 retired -32002: not found is -32602 naming the URI
+        assert failures == [
+            (-32602, "record_not_found", f"memoryhub://support/memory/{foreign}"),
+            (-32602, "record_not_found", f"memoryhub://support/handbook/{own}"),
+            (-32602, "domain_not_found", f"memoryhub://legal/memory/{foreign}"),
+            (-32602, "invalid", None),
+        ]
+    else:
+        assert failures == [
+            (-32002, "record_not_found", None),
+            (-32002, "record_not_found", None),
+            (-32002, "domain_not_found", None),
+            (-32602, "invalid", None),
+        ]
+
+
+# --- the revisions ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["auto", MODERN])
+def test_a_modern_client_never_initializes_and_is_given_no_session(live_server, world, mode):
+    """ "auto" discovers the server's versions first; a client pinned to 2026-07-28 just
+    sends its requests. Either way every POST carries the version, in its header and
+    its envelope, and no answer opens a session."""
+    _, _, keys, _ = world
+    sent: list[tuple[dict, dict]] = []
+    answered: list[httpx2.Response] = []
+
+    async def record_request(request: httpx2.Request) -> None:
+        sent.append((dict(request.headers), json.loads(request.content)))
+
+    async def record_response(response: httpx2.Response) -> None:
+        answered.append(response)
+
+    async def main() -> tuple:
+        async with httpx2.AsyncClient(
+            headers={"Authorization": f"Bearer {keys['support']}"},
+            timeout=30,
+            event_hooks={"request": [record_request], "response": [record_response]},
+        ) as http:
+            transport = streamable_http_client(f"{live_server.url}/mcp/", http_client=http)
+            async with Client(transport, mode=mode) as client:
+                listed = await client.list_tools()
+                found = await client.call_tool("memory_query", {"query": "notes"})
+                return client.protocol_version, client.session.discover_result, listed, found
+
+    version, discovered, listed, found = asyncio.run(main())
+    assert version == MODERN
+    assert len(listed.tools) == 7 and not found.is_error
+    methods = [body["method"] for _, body in sent]
+    assert "initialize" not in methods
+    assert methods == (["server/discover"] if mode == "auto" else []) + ["tools/list", "tools/call"]
+    for headers, body in sent:
+        assert headers["mcp-protocol-version"] == MODERN
+        assert body["params"]["_meta"][PROTOCOL_VERSION_META_KEY] == MODERN
+    assert all(response.status_code == 200 for response in answered)
+    assert not any("mcp-session-id" in response.headers for response in answered)
+    if mode == "auto":  # what server/discover told the client
+        assert discovered.supported_versions[0] == MODERN
+        assert set(HANDSHAKE_PROTOCOL_VERSIONS) < set(discovered.supported_versions)
+        assert discovered.capabilities.tools is not None
 
 
 # --- the transport ------------------------------------------------------------------------
@@ -539,9 +635,9 @@ def test_the_transport_refuses_as_the_rest_api_does(live_server, world, settings
     assert int(answers[2].headers["Retry-After"]) >= 1
 
 
-def test_calls_are_in_the_access_log_with_the_keys_prefix(live_server, world, json_log):
+def test_calls_are_in_the_access_log_with_the_keys_prefix(live_server, world, json_log, revision):
     _, _, keys, api_keys = world
-    call(live_server, keys["support"], "memory_get", id="not-a-uuid")
+    call(live_server, keys["support"], "memory_get", revision, id="not-a-uuid")
     lines = [json.loads(line) for line in json_log.getvalue().splitlines()]
     prefix = api_keys["support"][0].prefix
     access = [line for line in lines if line["logger"] == "memoryhub.access"]
@@ -549,6 +645,7 @@ def test_calls_are_in_the_access_log_with_the_keys_prefix(live_server, world, js
     assert all(line.get("key_prefix") == prefix and line["org"] == "acme" for line in access)
     [tool_line] = [line for line in lines if line.get("tool") == "memory_get"]
     assert tool_line["outcome"] == "record_not_found" and tool_line["key_prefix"] == prefix
+    assert tool_line["protocol_version"] == revision
     assert "not-a-uuid" not in json_log.getvalue()
 
 
@@ -563,6 +660,8 @@ def test_the_example_agent_runs_against_the_site(live_server, world):
         timeout=120,
     )
     assert completed.returncode == 0, completed.stderr
+    assert "connected to memoryhub " in completed.stdout
+    assert "at MCP 2026-07-28" in completed.stdout
     assert "wrote 3 memories to memory" in completed.stdout
     assert "[memory] Alice prefers to be paid in EUR." in completed.stdout
     assert "forgot user:alice: 3 records" in completed.stdout  # and the fixture's own

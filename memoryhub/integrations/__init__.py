@@ -1,0 +1,1 @@
+"""Adapters that give other agent frameworks' memory interfaces a memoryhub store."""

@@ -1,1 +1,1 @@
-"""Adapters that give other agent frameworks' memory interfaces a memoryhub store."""
+"""Adapters that plug memoryhub's stores into agent frameworks (each needs its extra)."""

@@ -31,16 +31,9 @@ from anthropic.lib.tools import ToolError
 from anthropic.types.beta import BetaMemoryTool20250818Command
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-# memoryhub.sources, where the stores are imported from, loads memoryhub's Django app
-# with them: it needs settings, though this script only talks HTTP.
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
-import django
-
-django.setup()
-
-from memoryhub.integrations.anthropic import StoreMemoryTool  # noqa: E402
-from memoryhub.sources import SyncHttpMemoryStore  # noqa: E402
+from memoryhub.client import SyncHttpMemoryStore
+from memoryhub.integrations.anthropic import StoreMemoryTool
 
 SAYS = "Hi, I'm Alice. Please remember: I want my invoices in USD from now on, not EUR."
 

@@ -24,20 +24,13 @@ import sys
 import uuid
 from pathlib import Path
 
-# memoryhub.sources is imported with memoryhub's Django app: the site's settings (config/)
-# are enough, and no database is opened (the store speaks HTTP).
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
-import django
+from agents import Agent, OpenAIChatCompletionsModel, RunConfig, Runner
+from openai import AsyncOpenAI
 
-django.setup()
-
-from agents import Agent, OpenAIChatCompletionsModel, RunConfig, Runner  # noqa: E402
-from openai import AsyncOpenAI  # noqa: E402
-
-from memoryhub.integrations.openai_agents import MemoryhubSession  # noqa: E402
-from memoryhub.sources import HttpMemoryStore  # noqa: E402
+from memoryhub.client import HttpMemoryStore
+from memoryhub.integrations.openai_agents import MemoryhubSession
 
 QUESTIONS = ["Which city is the Golden Gate Bridge in?", "And in which state is that?"]
 

@@ -2,7 +2,7 @@
 
 Claude's memory tool works on files under ``/memories`` with six commands: ``view``,
 ``create``, ``str_replace``, ``insert``, ``delete`` and ``rename``. Here each file is
-one record of a :class:`~memoryhub.sources.MemoryStore`, in one namespace of the store
+one record of a :class:`~memoryhub.client.MemoryStore`, in one namespace of the store
 (its ``scope``, ``"user:alice"``): the record's key is the file's path
 (``/memories/notes/alice.md``), its value the file's text. Directories are not stored;
 they are what the keys' prefixes imply, so a directory exists while a file is in it.
@@ -57,7 +57,7 @@ from anthropic.types.beta import (
     BetaMemoryTool20250818ViewCommand,
 )
 
-from ..sources import MemoryKind, MemoryStore, StoredRecord
+from ..client import MemoryKind, MemoryStore, StoredRecord
 
 __all__ = [
     "MAX_FILE_BYTES",
@@ -92,7 +92,7 @@ T = TypeVar("T")
 
 
 class BlockingMemoryStore(Protocol):
-    """A :class:`~memoryhub.sources.MemoryStore` whose methods block instead of being
+    """A :class:`~memoryhub.client.MemoryStore` whose methods block instead of being
     coroutines (``SyncHttpMemoryStore``)."""
 
     def put(self, record: StoredRecord) -> None: ...

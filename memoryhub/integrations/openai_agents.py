@@ -1,7 +1,7 @@
 """An OpenAI Agents SDK session kept in memoryhub: :class:`MemoryhubSession`.
 
 ``pip install "django-memoryhub[openai-agents]"``, then give the runner a session over
-any :class:`~memoryhub.sources.MemoryStore` (``DjangoMemoryStore`` in process,
+any :class:`~memoryhub.client.MemoryStore` (``DjangoMemoryStore`` in process,
 ``HttpMemoryStore`` over the REST API)::
 
     from agents import Agent, Runner
@@ -52,7 +52,7 @@ from agents.items import TResponseInputItem
 from agents.memory import SessionSettings
 from agents.memory.session_settings import coerce_session_settings, resolve_session_limit
 
-from ..sources import MemoryKind, MemoryStore, StoredRecord
+from ..client import MemoryKind, MemoryStore, StoredRecord
 
 __all__ = [
     "KEY_PREFIX",

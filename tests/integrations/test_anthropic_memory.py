@@ -29,6 +29,7 @@ from anthropic.lib.tools import BetaAbstractMemoryTool, BetaAsyncAbstractMemoryT
 from asgiref.sync import sync_to_async
 from django.db import connections
 
+from memoryhub.client import HttpMemoryStore, MemoryKind, StoredRecord, SyncHttpMemoryStore
 from memoryhub.integrations.anthropic import (
     MAX_FILE_BYTES,
     AsyncStoreMemoryTool,
@@ -36,13 +37,7 @@ from memoryhub.integrations.anthropic import (
     memory_key,
 )
 from memoryhub.models import MemoryRecord
-from memoryhub.sources import (
-    DjangoMemoryStore,
-    HttpMemoryStore,
-    MemoryKind,
-    StoredRecord,
-    SyncHttpMemoryStore,
-)
+from memoryhub.sources import DjangoMemoryStore
 from tests.factories import create_api_key
 
 pytestmark = pytest.mark.django_db(transaction=True)

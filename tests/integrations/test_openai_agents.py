@@ -24,6 +24,7 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 from openai import AsyncOpenAI
 
+from memoryhub.client import HttpMemoryStore, MemoryKind, StoredRecord
 from memoryhub.exceptions import ValidationFailed
 from memoryhub.integrations.openai_agents import (
     MAX_ITEMS,
@@ -31,7 +32,7 @@ from memoryhub.integrations.openai_agents import (
     MemoryhubSession,
     SessionTooLarge,
 )
-from memoryhub.sources import DjangoMemoryStore, HttpMemoryStore, MemoryKind, StoredRecord
+from memoryhub.sources import DjangoMemoryStore
 from memoryhub.testing import InMemoryMemoryStore
 from tests.factories import create_api_key
 

@@ -435,5 +435,7 @@ def test_the_langgraph_example_runs():
     assert completed.returncode == 0, completed.stderr
     lines = completed.stdout.splitlines()
     assert "recalled: I adopted a cat named Miso" in lines
+    assert "namespaces: [('user:alice', 'memories')]" in lines
+    assert "other tenant recalls: []" in lines
     assert "after erasure: []" in lines
     assert MemoryRecord.unscoped.count() == 0  # the example cleans up after itself

@@ -67,7 +67,7 @@ from langgraph.store.base import (
 )
 from langgraph.store.base.embed import get_text_at_path, tokenize_path
 
-from ..sources.http import HttpMemoryError
+from ..sources import HttpMemoryError
 
 __all__ = [
     "TAG",

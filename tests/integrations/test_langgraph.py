@@ -39,7 +39,7 @@ from memoryhub.integrations.langgraph import (
 )
 from memoryhub.models import MemoryRecord
 from memoryhub.services import forget
-from memoryhub.sources.http import HttpMemoryError
+from memoryhub.sources import HttpMemoryError
 from tests.factories import create_api_key
 from tests.programs import database_url
 

@@ -25,7 +25,7 @@ from django.db import models
 from django.db.models import Case, F, Func, Q, Value, When
 from django.db.models.expressions import CombinedExpression
 from django.db.models.fields.json import KeyTextTransform
-from django.db.models.functions import Coalesce, Length
+from django.db.models.functions import Coalesce, Collate, Length
 from django.db.models.lookups import GreaterThanOrEqual, LessThan, LessThanOrEqual
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
@@ -489,6 +489,15 @@ class MemoryRecord(TenantScopedModel):
             # so each hit reads its few neighbours and nothing else. Only records that
             # name a session are in it; the condition also keeps a longer "session"
             # (metadata that predates SESSION_MAX_LENGTH) out of the btree's row limit.
+            # A knowledge base's namespaces and key directories, listed one index seek
+            # per row (services.records.list_namespaces). In code point order, whatever
+            # the database's collation: a prefix's keys are then one range of it.
+            models.Index(
+                F("knowledge_base"),
+                Collate(F("namespace"), "C"),
+                Collate(F("key"), "C"),
+                name="memoryhub_record_path_idx",
+            ),
             models.Index(
                 F("knowledge_base"),
                 F("namespace"),

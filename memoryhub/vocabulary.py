@@ -29,12 +29,14 @@ from .models import MemoryRecord
 __all__ = [
     "FORMATS",
     "MAX_FILTER_VALUES",
+    "MAX_NAMESPACE_PAGE",
     "MAX_TTL_SECONDS",
     "MODES",
     "Bounds",
     "ForgetRequestSerializer",
     "ImportLineSerializer",
     "ItemInSerializer",
+    "NamespaceListSerializer",
     "QueryRequestSerializer",
     "RecordUpdateSerializer",
     "WriteRequestSerializer",
@@ -52,6 +54,9 @@ MAX_FILTER_VALUES = 50
 MAX_FILTER_VALUE_LENGTH = 255
 #: The longest knowledge base name a forget may name.
 MAX_SOURCE_NAME_LENGTH = 64
+#: The most rows one page of a domain's namespace listing holds (and the most index
+#: seeks it costs).
+MAX_NAMESPACE_PAGE = 1000
 #: ``ttl_seconds`` may not exceed ten years.
 MAX_TTL_SECONDS = 10 * 365 * 24 * 3600
 
@@ -259,6 +264,13 @@ class QueryRequestSerializer(BoundedSerializer):
         limits = bounds()
         return {
             "query": serializers.CharField(max_length=limits.MAX_QUERY_LENGTH),
+            "key_prefix": serializers.CharField(
+                required=False,
+                allow_blank=True,
+                max_length=limits.MAX_KEY_LENGTH,
+                help_text='Only records whose key starts with this; "" selects the '
+                "records that have a key.",
+            ),
             "k": serializers.IntegerField(
                 required=False, min_value=1, max_value=limits.MAX_K, default=limits.DEFAULT_K
             ),
@@ -290,6 +302,57 @@ class ForgetRequestSerializer(serializers.Serializer):
         help_text="Several knowledge bases (instead of source).",
     )
     all = serializers.BooleanField(required=False, help_text="Erase the whole domain.")
+
+
+class NamespaceListSerializer(BoundedSerializer):
+    """A listing of a knowledge base's namespaces (query parameters): the distinct
+    namespaces, or with ``delimiter`` the distinct (namespace, key up to the delimiter)
+    pairs of its keyed records, in code point order, one index seek per row."""
+
+    source = serializers.CharField(  # type: ignore[assignment]
+        required=False, help_text="The knowledge base (default memory)."
+    )
+    delimiter = serializers.CharField(
+        required=False,
+        min_length=1,
+        max_length=1,
+        help_text="Group keyed records by their key up to and including the first "
+        "delimiter after key_prefix (the key's directory); keys without it are skipped.",
+    )
+    cursor = serializers.CharField(
+        required=False, help_text="The next page: the previous page's next."
+    )
+    limit = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=MAX_NAMESPACE_PAGE,
+        default=100,
+        help_text="The most rows of the page (a page may hold fewer and still have a "
+        "next: each key without the delimiter costs a row's seek).",
+    )
+
+    def bounded_fields(self) -> dict[str, serializers.Field]:
+        limits = bounds()
+        return {
+            "prefix": serializers.CharField(
+                required=False,
+                allow_blank=True,
+                max_length=limits.MAX_NAMESPACE_LENGTH,
+                help_text="Only namespaces that start with this.",
+            ),
+            "namespace": serializers.CharField(
+                required=False,
+                allow_blank=True,
+                max_length=limits.MAX_NAMESPACE_LENGTH,
+                help_text="Only this namespace (with delimiter: its key directories).",
+            ),
+            "key_prefix": serializers.CharField(
+                required=False,
+                allow_blank=True,
+                max_length=limits.MAX_KEY_LENGTH,
+                help_text="With delimiter and namespace: only keys that start with this.",
+            ),
+        }
 
 
 @cache

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from celery import current_app
@@ -315,6 +316,12 @@ class RecordsView(MemoryAPIView):
                 for name in records_service.LIST_FILTERS
             ),
             OpenApiParameter(
+                "where",
+                OpenApiTypes.STR,
+                description='A metadata filter in the where language, as JSON: {"team": '
+                '"billing"} (URL-encoded), as a query takes it.',
+            ),
+            OpenApiParameter(
                 "ordering",
                 OpenApiTypes.STR,
                 enum=list(records_service.LIST_ORDERINGS),
@@ -344,11 +351,63 @@ class RecordsView(MemoryAPIView):
             if name not in ("cursor", "page_size", "org", "format", "ordering")
         }
         ordering = request.query_params.get("ordering", "created")
-        records = records_service.list_records(scope, filters, ordering=ordering)
+        where = _where_parameter(request.query_params.get("where"))
+        filters.pop("where", None)
+        records = records_service.list_records(scope, filters, ordering=ordering, where=where)
         paginator = RecordCursor()
         paginator.ordering = records_service.LIST_ORDERINGS[ordering]
         page = paginator.paginate_queryset(records, request, view=self)
         return paginator.get_paginated_response(s.RecordSerializer(page, many=True).data)
+
+
+def _where_parameter(raw: str | None) -> Any:
+    """The ``where`` query parameter's JSON (the service says what is wrong with it)."""
+    if raw is None:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise exceptions.ValidationError({"where": ["must be a JSON object."]}) from None
+
+
+NamespacePageSerializer = inline_serializer(
+    "NamespacePage",
+    {
+        "results": inline_serializer(
+            "NamespaceRow",
+            {
+                "namespace": serializers.CharField(),
+                "key_prefix": serializers.CharField(
+                    required=False, help_text="With delimiter: the key directory."
+                ),
+            },
+            many=True,
+        ),
+        "next": serializers.CharField(
+            allow_null=True, help_text="The cursor of the next page; null: complete."
+        ),
+    },
+)
+
+
+class NamespacesView(MemoryAPIView):
+    """The namespaces of a knowledge base (or their key directories), page by page."""
+
+    @extend_schema(
+        summary="List namespaces",
+        operation_id="namespaces_list",
+        parameters=[DOMAIN, vocabulary.NamespaceListSerializer],
+        responses={200: NamespacePageSerializer, **errors_except(413)},
+    )
+    def get(self, request: Request, domain: str) -> Response:
+        scope = resolve_domain(request, domain, Action.READ)
+        raw = {
+            name: value
+            for name, value in request.query_params.items()
+            if name not in ("format", "org")
+        }
+        page = records_service.list_namespaces(scope, raw)
+        return Response({"results": page.rows, "next": page.next})
 
 
 def _wait_seconds(request: Request) -> float:

@@ -1,1 +1,1 @@
-"""Adapters that plug memoryhub's stores into agent frameworks (each needs its extra)."""
+"""Adapters that plug memoryhub into agent frameworks (each needs its extra)."""

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import uuid
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connection
@@ -12,17 +15,21 @@ from django.db.models import Count, QuerySet
 from django.utils import timezone
 
 from .. import boundary
-from ..exceptions import RecordNotFound, ValidationFailed
+from ..exceptions import RecordNotFound, UnknownSource, ValidationFailed
+from ..filters import compile_where
 from ..items import STORED_FIELDS
-from ..models import KnowledgeBase, MemoryRecord, live_q
+from ..models import LIVE_SQL, KnowledgeBase, MemoryRecord, live_q
 from ..scope import Scope, tenant_scope
+from ..vocabulary import MAX_NAMESPACE_PAGE, NamespaceListSerializer, bounds, field_names
 
 __all__ = [
     "LIST_FILTERS",
     "LIST_ORDERINGS",
+    "NamespacePage",
     "export_lines",
     "get_record",
     "knowledge_base_stats",
+    "list_namespaces",
     "list_records",
     "summarize_sources",
 ]
@@ -37,10 +44,15 @@ LIST_ORDERINGS: dict[str, tuple[str, ...]] = {
 
 
 def list_records(
-    scope: Scope, filters: Mapping[str, Any], *, ordering: str = "created"
+    scope: Scope,
+    filters: Mapping[str, Any],
+    *,
+    ordering: str = "created",
+    where: Mapping[str, Any] | None = None,
 ) -> QuerySet[MemoryRecord]:
     """Live records of the scope, newest first (``ordering``: by creation or by last
-    update, :data:`LIST_ORDERINGS`), narrowed by ``filters``.
+    update, :data:`LIST_ORDERINGS`), narrowed by ``filters`` and by ``where`` (a metadata
+    filter in the where language of :mod:`memoryhub.filters`, as a query takes it).
 
     Filters are exact, except ``tag`` (the record has that tag) and ``key_prefix`` (its
     key starts with it; an empty prefix selects every record that has a key).
@@ -66,6 +78,13 @@ def list_records(
         )
     if ordering not in LIST_ORDERINGS:
         errors.setdefault("ordering", []).append(f"must be one of {', '.join(LIST_ORDERINGS)}.")
+    condition = None
+    if where is not None:
+        try:
+            condition = compile_where(where)
+        except ValidationFailed as exc:
+            for path, messages in exc.errors.items():
+                errors.setdefault(path, []).extend(messages)
     if errors:
         raise ValidationFailed(errors)
     with tenant_scope(scope):
@@ -84,11 +103,227 @@ def list_records(
         records = records.filter(knowledge_base__name=filters["source"])
     if "status" in filters:
         records = records.filter(status=filters["status"])
+    if condition is not None:
+        records = records.filter(condition)
     return (
         records.select_related("knowledge_base")
         .defer("embedding", "search_vector")
         .order_by(*LIST_ORDERINGS[ordering])
     )
+
+
+@dataclass(frozen=True)
+class NamespacePage:
+    """One page of :func:`list_namespaces`: its rows (``namespace``, and with a
+    delimiter ``key_prefix``: the key directory) and the cursor of the next page (None:
+    the listing is complete)."""
+
+    rows: list[dict[str, str]] = field(default_factory=list)
+    next: str | None = None
+
+
+#: The least string greater than a string ``s``, in code point order, is ``s + SUCCESSOR``
+#: (text cannot hold NUL, the only smaller character).
+SUCCESSOR = "\x01"
+
+_RECORDS = MemoryRecord._meta.db_table
+_NAMESPACE = 'r.namespace COLLATE "C"'
+_KEY = 'r.key COLLATE "C"'
+_LIVE = LIVE_SQL.format(table="r")
+
+#: Distinct namespaces from ``start`` on: each step is one seek of the path index to the
+#: next namespace, while it starts with the prefix, at most ``limit`` steps.
+_NAMESPACES_SQL = f"""
+WITH RECURSIVE walk(namespace, step) AS (
+    SELECT (SELECT {_NAMESPACE} FROM {_RECORDS} r
+            WHERE r.knowledge_base_id = %(kb)s AND {_NAMESPACE} >= %(start)s AND {_LIVE}
+            ORDER BY {_NAMESPACE} LIMIT 1), 1
+  UNION ALL
+    SELECT (SELECT {_NAMESPACE} FROM {_RECORDS} r
+            WHERE r.knowledge_base_id = %(kb)s AND {_NAMESPACE} > w.namespace AND {_LIVE}
+            ORDER BY {_NAMESPACE} LIMIT 1), w.step + 1
+    FROM walk w
+    WHERE w.step < %(limit)s AND starts_with(w.namespace, %(prefix)s)
+)
+SELECT namespace FROM walk WHERE namespace IS NOT NULL ORDER BY step
+"""
+
+#: The end of the range of keys that share the found key's directory (the key up to the
+#: first delimiter after the key prefix, the delimiter replaced by its successor), or the
+#: found key's successor when it has no directory. ``{key}``: the found key.
+_BOUND_SQL = (
+    "CASE WHEN strpos(substr({key}, %(skip)s), %(delimiter)s) > 0"
+    " THEN left({key}, %(skip)s - 2 + strpos(substr({key}, %(skip)s), %(delimiter)s))"
+    " || chr(ascii(%(delimiter)s) + 1)"
+    " ELSE {key} || chr(1) END"
+)
+
+#: Distinct (namespace, key directory) pairs of keyed records from ``(start, start_key)``
+#: on: each step one seek of the path index past the previous directory.
+_DIRECTORIES_SQL = f"""
+WITH RECURSIVE walk(namespace, key, step) AS (
+    SELECT f.namespace, f.key, 1 FROM (
+        SELECT {_NAMESPACE} AS namespace, {_KEY} AS key FROM {_RECORDS} r
+        WHERE r.knowledge_base_id = %(kb)s
+          AND ({_NAMESPACE}, {_KEY}) >= (%(start)s, %(start_key)s)
+          AND r.key IS NOT NULL AND {_LIVE}
+        ORDER BY {_NAMESPACE}, {_KEY} LIMIT 1) f
+  UNION ALL
+    SELECT f.namespace, f.key, w.step + 1 FROM walk w CROSS JOIN LATERAL (
+        SELECT {_NAMESPACE} AS namespace, {_KEY} AS key FROM {_RECORDS} r
+        WHERE r.knowledge_base_id = %(kb)s
+          AND ({_NAMESPACE}, {_KEY}) >= (w.namespace, {_BOUND_SQL.format(key="w.key")})
+          AND r.key IS NOT NULL AND {_LIVE}
+        ORDER BY {_NAMESPACE}, {_KEY} LIMIT 1) f
+    WHERE w.step < %(limit)s AND starts_with(w.namespace, %(prefix)s)
+      AND (%(exact)s::text IS NULL OR w.namespace = %(exact)s::text)
+      AND starts_with(w.key, %(key_prefix)s)
+)
+SELECT namespace, key FROM walk ORDER BY step
+"""
+
+
+def _encode_cursor(position: list[str]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(position).encode()).decode()
+
+
+def _decode_cursor(cursor: str, size: int) -> list[str] | None:
+    try:
+        position = json.loads(base64.urlsafe_b64decode(cursor.encode()))
+    except (binascii.Error, ValueError, UnicodeError):
+        return None
+    if (
+        not isinstance(position, list)
+        or len(position) != size
+        or not all(isinstance(part, str) and "\x00" not in part for part in position)
+    ):
+        return None
+    return position
+
+
+def _listing_arguments(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The listing's validated arguments; :class:`ValidationFailed` naming each bad one."""
+    limits = bounds()
+    errors: dict[str, list[str]] = {}
+    for name in sorted(set(raw) - field_names(NamespaceListSerializer)):
+        errors.setdefault(name, []).append("is not a parameter of the namespace listing.")
+    lengths = {
+        "source": boundary.MAX_NAME_LENGTH,
+        "prefix": limits.MAX_NAMESPACE_LENGTH,
+        "namespace": limits.MAX_NAMESPACE_LENGTH,
+        "key_prefix": limits.MAX_KEY_LENGTH,
+        "delimiter": 1,
+        "cursor": 4 * (limits.MAX_NAMESPACE_LENGTH + limits.MAX_KEY_LENGTH) + 64,
+    }
+    arguments: dict[str, Any] = {}
+    for name, length in lengths.items():
+        value = raw.get(name)
+        if value is None:
+            continue
+        problem = boundary.text_problem(value, max_length=length)
+        if problem is not None:
+            errors.setdefault(name, []).append(problem)
+        else:
+            arguments[name] = value
+    if raw.get("delimiter") == "":
+        errors.setdefault("delimiter", []).append("must be one character.")
+    limit = raw.get("limit", 100)
+    if isinstance(limit, str) and limit.isdigit():
+        limit = int(limit)
+    if (
+        isinstance(limit, bool)
+        or not isinstance(limit, int)
+        or not 1 <= limit <= MAX_NAMESPACE_PAGE
+    ):
+        errors.setdefault("limit", []).append(f"must be an integer from 1 to {MAX_NAMESPACE_PAGE}.")
+    arguments["limit"] = limit
+    if "key_prefix" in arguments and ("namespace" not in arguments or "delimiter" not in arguments):
+        errors.setdefault("key_prefix", []).append("needs namespace and delimiter.")
+    if "namespace" in arguments and "prefix" in arguments:
+        errors.setdefault("prefix", []).append("give namespace or prefix, not both.")
+    if errors:
+        raise ValidationFailed(errors)
+    return arguments
+
+
+def list_namespaces(scope: Scope, raw: Mapping[str, Any]) -> NamespacePage:
+    """A page of the namespaces of one knowledge base's live records (``source``,
+    default ``memory``), in code point order: those starting with ``prefix``, or only
+    ``namespace``.
+
+    With a ``delimiter`` the rows are its keyed records' distinct (namespace, key
+    directory) pairs instead: a key's directory is the key up to and including the first
+    delimiter after ``key_prefix`` (the keys of another prefix are not listed); a key
+    without one is passed over.
+
+    Whatever the volume, a page costs at most ``limit`` seeks of the path index (one per
+    row, or per key passed over), never a scan: a page can hold fewer rows than
+    ``limit`` and still have a next. Arguments are raw (query parameters);
+    :class:`ValidationFailed` names each bad one, :class:`UnknownSource` an unknown
+    knowledge base.
+    """
+    arguments = _listing_arguments(raw)
+    source = arguments.get("source", "memory")
+    limit = arguments["limit"]
+    delimiter = arguments.get("delimiter")
+    namespace = arguments.get("namespace")
+    prefix = arguments.get("prefix", "") if namespace is None else namespace
+    key_prefix = arguments.get("key_prefix", "")
+    position = None
+    if "cursor" in arguments:
+        position = _decode_cursor(arguments["cursor"], 1 if delimiter is None else 2)
+        if position is None:
+            raise ValidationFailed({"cursor": ["is not a cursor of this listing."]})
+    with tenant_scope(scope):
+        knowledge_base = KnowledgeBase.objects.filter(name=source).values_list("pk", flat=True)
+        kb = knowledge_base.first()
+    if kb is None:
+        raise UnknownSource(source)
+    params: dict[str, Any] = {"kb": kb, "limit": limit, "prefix": prefix, "exact": namespace}
+    with connection.cursor() as cursor:
+        if delimiter is None:
+            params["start"] = prefix if position is None else position[0] + SUCCESSOR
+            if namespace is not None:
+                params["limit"] = 1  # the namespace itself, or nothing
+            cursor.execute(_NAMESPACES_SQL, params)
+            found = [row[0] for row in cursor.fetchall()]
+            names = [name for name in found if name.startswith(prefix)]
+            if namespace is not None:
+                names = [name for name in names if name == namespace]
+            more = len(found) == limit and len(names) == limit and namespace is None
+            rows = [{"namespace": name} for name in names]
+            following = _encode_cursor([names[-1]]) if more else None
+            return NamespacePage(rows, following)
+        start, start_key = (prefix, key_prefix) if position is None else position
+        params.update(
+            start=start,
+            start_key=start_key,
+            delimiter=delimiter,
+            key_prefix=key_prefix,
+            skip=len(key_prefix) + 1,
+        )
+        cursor.execute(_DIRECTORIES_SQL, params)
+        found_pairs = cursor.fetchall()
+    rows = []
+    ended = len(found_pairs) < limit
+    for name, key in found_pairs:
+        if (
+            not name.startswith(prefix)
+            or not key.startswith(key_prefix)
+            or (namespace is not None and name != namespace)
+        ):
+            ended = True
+            break
+        at = key.find(delimiter, len(key_prefix))
+        if at >= 0:
+            rows.append({"namespace": name, "key_prefix": key[: at + 1]})
+    following = None
+    if not ended and found_pairs:
+        name, key = found_pairs[-1]
+        at = key.find(delimiter, len(key_prefix))
+        bound = key[:at] + chr(ord(delimiter) + 1) if at >= 0 else key + SUCCESSOR
+        following = _encode_cursor([name, bound])
+    return NamespacePage(rows, following)
 
 
 def get_record(scope: Scope, record_id: Any) -> MemoryRecord:

@@ -62,6 +62,7 @@ def requests(domain: str, record_id: str) -> list[tuple[str, str, dict | None]]:
         ("post", f"{base}/query", {"query": "secret", "namespaces": ["user:alice"]}),
         ("post", f"{base}/forget", {"all": True}),
         ("get", f"{base}/sources", None),
+        ("get", f"{base}/namespaces", {"delimiter": "/"}),
         ("get", f"{base}/records/{record_id}", None),
         ("put", f"{base}/records/{record_id}", {"content": "hijacked"}),
         ("patch", f"{base}/records/{record_id}", {"content": "hijacked"}),
@@ -100,7 +101,7 @@ def test_no_probe_of_another_tenant_leaks_or_changes_anything(world):
                 assert response.status_code == 404, (key_name, method, path, response.status_code)
                 assert response.json()["code"] == "domain_not_found"
                 assert "globex-secret" not in response.content.decode()
-    assert probes == 9 * 2 + 9 * 4
+    assert probes == 10 * 2 + 10 * 4
     assert snapshot() == before
 
 

@@ -273,6 +273,7 @@ ROUTES = [
     ("post", "domains/{domain}/query"),
     ("post", "domains/{domain}/forget"),
     ("get", "domains/{domain}/sources"),
+    ("get", "domains/{domain}/namespaces"),
     ("get", "domains/{domain}/erasures/{segment}"),
     ("get", "whoami"),
     ("get", "health"),
@@ -298,6 +299,10 @@ def test_fuzzed_rest_routes_never_fail_the_server_nor_cross_tenants(world):
                 "cursor",
                 "wait",
                 "page_size",
+                "where",
+                "prefix",
+                "delimiter",
+                "limit",
             ]
         )
         | TEXT,

@@ -443,6 +443,11 @@ def api_sources(client: APIClient, data: OrgData) -> bool:
     return response.status_code == 200 and "handbook" in response.text
 
 
+def api_namespaces(client: APIClient, data: OrgData) -> bool:
+    response = client.get(f"/api/v1/domains/{data.domain.slug}/namespaces")
+    return response.status_code == 200 and data.alice_record.namespace in response.text
+
+
 def api_write(client: APIClient, data: OrgData) -> bool:
     client.post(
         f"/api/v1/domains/{data.domain.slug}/records",
@@ -478,6 +483,7 @@ API_ACTIONS: dict[str, tuple[str, Callable[[APIClient, OrgData], bool]]] = {
     "list": ("read", api_list),
     "get": ("read", api_get),
     "sources": ("read", api_sources),
+    "namespaces": ("read", api_namespaces),
     "write": ("write", api_write),
     "patch": ("write", api_patch),
     "delete": ("forget", api_delete),

@@ -22,6 +22,7 @@ FRONT_DOORS = (
     "memoryhub.management",
     "memoryhub.mcp",
     "memoryhub.sources",
+    "memoryhub.integrations",
 )
 
 
@@ -67,7 +68,8 @@ def test_no_service_imports_a_front_door():
             if name.startswith(FRONT_DOORS):
                 offences.append(f"{path.name} imports {name}")
     assert offences == [], (
-        "services must not import a front door (tasks, api, admin, commands, mcp, sources)"
+        "services must not import a front door (tasks, api, admin, commands, mcp, sources, "
+        "integrations)"
     )
 
 

@@ -83,6 +83,8 @@ def _base_queryset(scope: Scope, request: QueryRequest) -> MemoryRecordQuerySet:
         records = records.filter(tags__contains=list(request.tags))
     if request.where:
         records = records.filter(compile_where(request.where))
+    if request.key_prefix is not None:
+        records = records.filter(key__startswith=request.key_prefix)
     return records
 
 

@@ -36,6 +36,8 @@ class QueryRequest:
     kinds: tuple[str, ...] | None = None
     tags: tuple[str, ...] | None = None
     where: dict[str, Any] | None = None
+    #: Only records whose key starts with it ("": the records that have a key).
+    key_prefix: str | None = None
     mode: str = "hybrid"
     min_score: float | None = None
     #: Only records whose content occurred at ``occurred_after`` or later and before
@@ -96,6 +98,15 @@ class QueryRequest:
                     errors.setdefault(f"kinds[{index}]", []).append(
                         f"must be one of {', '.join(MemoryRecord.Kind.values)}."
                     )
+        key_prefix = raw.get("key_prefix")
+        if key_prefix is not None and (
+            not isinstance(key_prefix, str)
+            or "\x00" in key_prefix
+            or len(key_prefix) > limits.MAX_KEY_LENGTH
+        ):
+            errors.setdefault("key_prefix", []).append(
+                f"must be a string of at most {limits.MAX_KEY_LENGTH} characters."
+            )
         where = raw.get("where")
         if where is not None:
             try:
@@ -138,6 +149,7 @@ class QueryRequest:
             kinds=lists["kinds"],
             tags=lists["tags"],
             where=where or None,
+            key_prefix=key_prefix,
             mode=mode,
             min_score=None if min_score is None else float(min_score),
             occurred_after=after,
@@ -165,6 +177,7 @@ class QueryRequest:
             "kinds": sorted(self.kinds) if self.kinds is not None else None,
             "tags": sorted(self.tags) if self.tags is not None else None,
             "where": self.where,
+            "key_prefix": self.key_prefix,
             "mode": self.mode,
             "min_score": self.min_score,
             "occurred_after": _iso(self.occurred_after),

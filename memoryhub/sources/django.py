@@ -42,7 +42,7 @@ def _scope_for(fixed: Scope | None, ctx: MemoryContext | None) -> Scope:
 T = TypeVar("T")
 
 
-def _blocking(function: Callable[[], T]) -> T:
+def blocking(function: Callable[[], T]) -> T:
     """Run a database read from sync code, even when an event loop runs in this thread
     (Django refuses database access there): in a helper thread, waited for."""
     try:
@@ -120,7 +120,7 @@ class DjangoMemory:
         if scope is None:
             return True
         return self._policy.get(
-            lambda: _blocking(lambda: knowledge_bases.accepts_writes(scope, source))
+            lambda: blocking(lambda: knowledge_bases.accepts_writes(scope, source))
         )
 
     async def query(

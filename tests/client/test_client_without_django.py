@@ -176,6 +176,20 @@ def test_importing_the_client_loads_no_django():
     ]
 
 
+@pytest.mark.parametrize(
+    "module",
+    [
+        "memoryhub.integrations.anthropic",
+        "memoryhub.integrations.openai_agents",
+        "memoryhub.integrations.langgraph",
+    ],
+)
+def test_the_framework_adapters_over_http_load_no_django(module):
+    """An agent in another service uses each adapter over the HTTP client, without
+    Django; only the in-process LangGraph store (``...langgraph.django``) needs it."""
+    plain_python(REFUSE_DJANGO + f"import {module}\n")
+
+
 def test_the_import_hook_refuses_django():
     """The guard the agent runs under does refuse: importing Django fails under it."""
     with pytest.raises(AssertionError, match="django is refused"):

@@ -32,12 +32,8 @@ from typing_extensions import TypedDict
 from memoryhub import policy
 from memoryhub.client import HttpMemoryError
 from memoryhub.exceptions import ValidationFailed
-from memoryhub.integrations.langgraph import (
-    HttpMemoryhubStore,
-    MemoryhubStore,
-    item_address,
-    record_key,
-)
+from memoryhub.integrations.langgraph import HttpMemoryhubStore, item_address, record_key
+from memoryhub.integrations.langgraph.django import MemoryhubStore
 from memoryhub.models import MemoryRecord
 from memoryhub.services import forget
 from tests.factories import create_api_key

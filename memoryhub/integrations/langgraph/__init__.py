@@ -1,10 +1,11 @@
 """LangGraph's long-term memory store (``BaseStore``) kept in memoryhub.
 
-:class:`MemoryhubStore` calls memoryhub's services in this process (a Django project
-with memoryhub installed); :class:`HttpMemoryhubStore` calls a memoryhub server's REST
-API with an API key. Both keep one knowledge base (``source``, default ``memory``) of
-one domain, and behave alike (``tests/integrations/test_langgraph.py`` runs one contract
-against both).
+:class:`~memoryhub.integrations.langgraph.django.MemoryhubStore` calls memoryhub's
+services in this process (a Django project with memoryhub installed);
+:class:`HttpMemoryhubStore` calls a memoryhub server's REST API with an API key (and
+needs no Django: this module imports only :mod:`memoryhub.client`). Both keep one
+knowledge base (``source``, default ``memory``) of one domain, and behave alike
+(``tests/integrations/test_langgraph.py`` runs one contract against both).
 
 How a LangGraph item is a memoryhub record:
 
@@ -38,11 +39,9 @@ most 50.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import takewhile
@@ -67,13 +66,12 @@ from langgraph.store.base import (
 )
 from langgraph.store.base.embed import get_text_at_path, tokenize_path
 
-from ..client import HttpMemoryError
-from ..client.errors import error_for
+from ...client import HttpMemoryError
+from ...client.errors import error_for
 
 __all__ = [
     "TAG",
     "HttpMemoryhubStore",
-    "MemoryhubStore",
     "item_address",
     "record_key",
 ]
@@ -158,7 +156,7 @@ class Row:
         )
 
 
-class _MemoryhubStoreBase(BaseStore):
+class MemoryhubStoreBase(BaseStore):
     """The mapping of LangGraph's operations onto memoryhub; a subclass says how to
     reach memoryhub (the ``_get`` ... ``_directories`` primitives)."""
 
@@ -370,194 +368,7 @@ class _MemoryhubStoreBase(BaseStore):
             self._write(items[start : start + self.max_write_items])
 
 
-# --- in this process --------------------------------------------------------------------
-
-
-def _blocking(function: Callable[[], T]) -> T:
-    """Run database work from sync code, even when an event loop runs in this thread
-    (Django refuses database access there): in a helper thread, waited for."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return function()
-    from django.db import connections
-
-    def in_thread() -> T:
-        try:
-            return function()
-        finally:
-            connections.close_all()  # the thread's own connection ends with it
-
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(in_thread).result()
-
-
-class MemoryhubStore(_MemoryhubStoreBase):
-    """A LangGraph store over memoryhub's services, in one domain (``scope``).
-
-    ``principal`` is who the store acts for (:mod:`memoryhub.policy`; default operator
-    code): reads need ``read``, puts ``write``, deletes ``forget``, as over the REST API
-    (``PolicyDenied`` otherwise). Errors are the services' (``ValidationFailed`` naming
-    the field, ``WriteRefused`` from a read-only knowledge base).
-    """
-
-    def __init__(
-        self,
-        scope: Any,
-        *,
-        principal: Any = None,
-        source: str = "memory",
-        index: IndexConfig | None = None,
-    ) -> None:
-        from .. import policy
-        from ..vocabulary import bounds
-
-        super().__init__(source=source, index=index)
-        self.scope = scope
-        self.principal = principal if principal is not None else policy.SYSTEM
-        limits = bounds()
-        self.max_k = limits.MAX_K
-        self.max_write_items = limits.MAX_WRITE_ITEMS
-
-    def __repr__(self) -> str:
-        return f"MemoryhubStore({self.scope}, source={self.source!r})"
-
-    def batch(self, ops: Iterable[Op]) -> list[Result]:
-        ops = list(ops)
-        return _blocking(lambda: self._run(ops))
-
-    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        from asgiref.sync import sync_to_async
-
-        return await sync_to_async(self._run, thread_sensitive=True)(list(ops))
-
-    def _require(self, action: str) -> None:
-        from .. import policy
-
-        policy.require(self.principal, policy.Action(action), self.scope)
-
-    @staticmethod
-    def _row(record: Any, score: float | None = None) -> Row:
-        return Row(
-            record.namespace,
-            record.key,
-            record.metadata,
-            record.created_at,
-            record.updated_at,
-            score,
-        )
-
-    def _records(self, filters: dict[str, str], where: Any = None) -> Any:
-        from ..services import records
-
-        return records.list_records(
-            self.scope,
-            {"source": self.source, "tag": TAG, **filters},
-            ordering="updated",
-            where=where,
-        )
-
-    def _get(self, namespace: str, key: str) -> Row | None:
-        self._require("read")
-        record = self._records({"namespace": namespace, "key": key}).first()
-        return self._row(record) if record is not None else None
-
-    def _list(
-        self,
-        namespace: str | None,
-        key_prefix: str,
-        where: dict[str, Any] | None,
-        offset: int,
-        limit: int,
-    ) -> list[Row]:
-        self._require("read")
-        filters = {"key_prefix": key_prefix}
-        if namespace is not None:
-            filters["namespace"] = namespace
-        return [self._row(r) for r in self._records(filters, where)[offset : offset + limit]]
-
-    def _query(
-        self,
-        namespaces: list[str],
-        key_prefix: str,
-        where: dict[str, Any] | None,
-        query: str,
-        k: int,
-    ) -> list[Row]:
-        from ..exceptions import UnknownSource
-        from ..models import MemoryRecord
-        from ..scope import tenant_scope
-        from ..services import query as query_service
-
-        self._require("read")
-        try:
-            result = query_service.query(
-                self.scope,
-                query=query,
-                k=k,
-                sources=[self.source],
-                namespaces=namespaces,
-                key_prefix=key_prefix,
-                tags=[TAG],
-                where=where,
-            )
-        except UnknownSource:
-            return []  # nothing was put yet
-        ids = [hit.id for hit in result.items if hit.id]
-        with tenant_scope(self.scope):
-            updated = dict(MemoryRecord.objects.filter(pk__in=ids).values_list("pk", "updated_at"))
-        rows = []
-        for hit in result.items:
-            changed = updated.get(_uuid(hit.id))
-            if changed is None or hit.namespace is None or hit.created_at is None:
-                continue  # forgotten since it was ranked
-            value = dict(hit.metadata)
-            rows.append(Row(hit.namespace, hit.key, value, hit.created_at, changed, hit.score))
-        return rows
-
-    def _write(self, items: list[dict[str, Any]]) -> None:
-        from ..services import write
-
-        self._require("write")
-        write.write(self.scope, items, sources=[self.source], principal=self.principal)
-
-    def _forget(self, namespace: str, key: str) -> None:
-        from ..exceptions import UnknownSource
-        from ..services import forget
-
-        self._require("forget")
-        request = forget.ForgetRequest(namespace=namespace, key=key, source=self.source)
-        with contextlib.suppress(UnknownSource):  # nothing was put yet
-            forget.forget(self.scope, request, principal=self.principal)
-
-    def _directories(
-        self,
-        *,
-        namespace: str | None,
-        key_prefix: str | None,
-        delimiter: str | None,
-        cursor: str | None,
-        limit: int,
-    ) -> tuple[list[dict[str, str]], str | None]:
-        from ..exceptions import UnknownSource
-        from ..services import records
-
-        self._require("read")
-        raw = _listing_parameters(self.source, namespace, key_prefix, delimiter, cursor, limit)
-        try:
-            page = records.list_namespaces(self.scope, raw)
-        except UnknownSource:
-            return [], None
-        return page.rows, page.next
-
-
-def _uuid(value: Any) -> Any:
-    import uuid
-
-    return uuid.UUID(str(value))
-
-
-def _listing_parameters(
+def listing_parameters(
     source: str,
     namespace: str | None,
     key_prefix: str | None,
@@ -580,7 +391,7 @@ def _listing_parameters(
 # --- over HTTP ----------------------------------------------------------------------------
 
 
-class HttpMemoryhubStore(_MemoryhubStoreBase):
+class HttpMemoryhubStore(MemoryhubStoreBase):
     """A LangGraph store over a memoryhub server's REST API, in one domain.
 
     ``api_key`` needs ``read`` for reads, ``write`` for puts and ``forget`` for deletes.
@@ -745,7 +556,7 @@ class HttpMemoryhubStore(_MemoryhubStoreBase):
         cursor: str | None,
         limit: int,
     ) -> tuple[list[dict[str, str]], str | None]:
-        params = _listing_parameters(self.source, namespace, key_prefix, delimiter, cursor, limit)
+        params = listing_parameters(self.source, namespace, key_prefix, delimiter, cursor, limit)
         page = self._reading(
             "GET", self._url("namespaces"), {"results": [], "next": None}, params=params
         )

@@ -32,7 +32,7 @@ from langgraph.store.base import BaseStore  # noqa: E402
 from typing_extensions import TypedDict  # noqa: E402
 
 from memoryhub import policy  # noqa: E402
-from memoryhub.integrations.langgraph import MemoryhubStore  # noqa: E402
+from memoryhub.integrations.langgraph.django import MemoryhubStore  # noqa: E402
 from memoryhub.scope import Scope  # noqa: E402
 from memoryhub.services import forget  # noqa: E402
 from tenants.models import Domain, Org  # noqa: E402

@@ -23,6 +23,11 @@ call's items stay together and in order, and two calls that race (in one process
 several) write different keys, so neither loses an item. The namespace is the session's:
 ``clear_session`` forgets all of it.
 
+A session can live in a data subject's namespace instead: ``MemoryhubSession("chat-42",
+store, namespace="user:alice")`` keys its items ``session:chat-42/item:...`` there, so
+erasing ``user:alice`` erases the conversation too; ``clear_session`` then forgets the
+session's items only.
+
 Bounds: the store's ``search`` returns at most 1000 records and has no cursor, so a read
 takes the session's newest records (by last write, at most ``MAX_ITEMS + 1``) and orders
 them by key. A session of up to :data:`MAX_ITEMS` items is always read whole. Past that,
@@ -145,12 +150,21 @@ class MemoryhubSession:
         store: MemoryStore,
         *,
         session_settings: SessionSettings | dict[str, Any] | None = None,
+        namespace: str | None = None,
     ) -> None:
         if not isinstance(session_id, str) or not session_id:
             raise ValueError("session_id must be a non-empty string.")
+        if namespace is not None and not isinstance(namespace, str):
+            raise ValueError("namespace must be a string.")
         self.session_id = session_id
         self.store = store
-        self.namespace = f"{NAMESPACE_PREFIX}{session_id}"
+        self.own_namespace = namespace is None
+        if namespace is None:
+            self.namespace = f"{NAMESPACE_PREFIX}{session_id}"
+            self.key_prefix = KEY_PREFIX
+        else:
+            self.namespace = namespace
+            self.key_prefix = f"{NAMESPACE_PREFIX}{session_id}/{KEY_PREFIX}"
         self.session_settings = (
             coerce_session_settings(session_settings)
             if session_settings is not None
@@ -166,7 +180,7 @@ class MemoryhubSession:
         records = await self.store.search(
             scope=self.namespace,
             kind=MemoryKind.EPISODIC,
-            key_prefix=KEY_PREFIX,
+            key_prefix=self.key_prefix,
             limit=MAX_ITEMS + 1,
         )
         complete = len(records) <= MAX_ITEMS
@@ -208,7 +222,7 @@ class MemoryhubSession:
         written: list[str] = []
         try:
             for place, value in enumerate(values):
-                key = f"{KEY_PREFIX}{call}-{place:06d}"
+                key = f"{self.key_prefix}{call}-{place:06d}"
                 await self.store.put(
                     StoredRecord(
                         scope=self.namespace, key=key, value=value, kind=MemoryKind.EPISODIC
@@ -236,9 +250,17 @@ class MemoryhubSession:
             # Another caller took it first: the session has one item fewer, read again.
 
     async def clear_session(self) -> None:
-        """Forget the session's namespace in the store's knowledge base: its items, and
-        anything else written there. A namespace with no keyed record is left alone, so
-        clearing a session that was never written to does nothing (a forget would be
-        refused in a domain whose knowledge base has not been written to yet)."""
-        if await self.store.search(scope=self.namespace, limit=1):
-            await self.store.forget(scope=self.namespace)
+        """Forget the session: its own namespace in the store's knowledge base (its items,
+        and anything else written there), or, in a namespace given to it, its items one by
+        one. A namespace with no keyed record is left alone, so clearing a session that
+        was never written to does nothing (a forget would be refused in a domain whose
+        knowledge base has not been written to yet)."""
+        if self.own_namespace:
+            if await self.store.search(scope=self.namespace, limit=1):
+                await self.store.forget(scope=self.namespace)
+            return
+        while records := await self.store.search(
+            scope=self.namespace, key_prefix=self.key_prefix, limit=MAX_ITEMS + 1
+        ):
+            for record in records:
+                await self.store.forget(scope=self.namespace, key=record.key)

@@ -167,6 +167,24 @@ def test_clear_session_removes_its_items_and_no_other_sessions(store):
     assert texts(run(session.get_items())) == ["again"]
 
 
+def test_a_session_in_a_subjects_namespace_is_erased_with_the_subject(store):
+    session = MemoryhubSession("chat-1", store, namespace="user:alice")
+    other = MemoryhubSession("chat-2", store, namespace="user:alice")
+    run(session.add_items([said("one"), said("two")]))
+    run(other.add_items([said("elsewhere")]))
+    run(store.put(StoredRecord(scope="user:alice", key="currency", value="USD")))
+    keys = [r.key for r in run(store.search(scope="user:alice", key_prefix="session:chat-1/"))]
+    assert len(keys) == 2 and all(k.startswith("session:chat-1/item:") for k in keys)
+    assert texts(run(session.get_items())) == ["one", "two"]
+    run(session.clear_session())  # this session's items only
+    assert run(session.get_items()) == []
+    assert texts(run(other.get_items())) == ["elsewhere"]
+    assert run(store.get(scope="user:alice", key="currency")) is not None
+    run(session.add_items([said("again")]))
+    run(store.forget(scope="user:alice", all_sources=True))  # the person's erasure
+    assert run(session.get_items()) == [] and run(other.get_items()) == []
+
+
 def test_racing_add_items_lose_nothing_and_keep_each_call_together(store):
     calls = [[said(f"{name}{n}") for n in range(4)] for name in "abc"]
 

@@ -61,6 +61,7 @@ class HttpReranker(BearerClientOwner):
         name: str | None = None,
         transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if api not in APIS:
             raise ValueError(f"api must be one of {', '.join(APIS)}, not {api!r}")
@@ -84,6 +85,7 @@ class HttpReranker(BearerClientOwner):
         self.name = name or f"{api}-{model or 'default'}"
         self.transport = transport
         self.sleep = sleep
+        self.clock = clock
         self._client: httpx.Client | None = None
 
     def __repr__(self) -> str:  # never show the API key
@@ -127,13 +129,13 @@ class HttpReranker(BearerClientOwner):
 
     def _post(self, body: dict[str, Any]) -> Any:
         """The JSON of the first 200 answer, retried as the module docstring says."""
-        started = time.monotonic()
+        started = self.clock()
         outcome: Outcome = "unavailable"
         status: int | None = None
         detail = ""
         attempts = 0
         for attempt in range(1, self.max_attempts + 1):
-            remaining = self.deadline - (time.monotonic() - started)
+            remaining = self.deadline - (self.clock() - started)
             if remaining <= 0:  # a sleep ended later than asked: no time is left
                 outcome, detail = "timeout", f"{detail}; the deadline passed"
                 break
@@ -164,7 +166,7 @@ class HttpReranker(BearerClientOwner):
             if attempt == self.max_attempts:
                 break
             delay = self.backoff * 2 ** (attempt - 1) if wait is None else wait
-            elapsed = time.monotonic() - started
+            elapsed = self.clock() - started
             if delay > self.max_sleep or elapsed + delay >= self.deadline:
                 detail += f"; a retry would wait {delay:g}s"
                 break

@@ -104,13 +104,26 @@ def test_a_retry_after_longer_than_max_sleep_gives_up_at_once(api):
 
 def test_the_deadline_bounds_the_retries(api):
     api.script = [503] * 10
-    reranker = make(api, max_attempts=10, backoff=0.3, max_sleep=5.0, deadline=1.0)
-    started = time.monotonic()
+    now = [0.0]  # a clock that only the sleeps move: the answers take no time
+
+    def sleep(delay: float) -> None:
+        now[0] += delay
+
+    reranker = make(
+        api,
+        max_attempts=10,
+        backoff=0.3,
+        max_sleep=5.0,
+        deadline=1.0,
+        sleep=sleep,
+        clock=lambda: now[0],
+    )
     with pytest.raises(RerankerError) as raised:
         reranker.rerank("q", DOCUMENTS, top_n=1)
     # Sleeps of 0.3 and 0.6 s fit in the second; the next (1.2 s) would not.
-    assert time.monotonic() - started < 1.0 + 0.3
+    assert now[0] == pytest.approx(0.9)
     assert len(api.requests) == raised.value.attempts == 3
+    assert "a retry would wait 1.2s" in str(raised.value)
 
 
 def test_a_sleep_that_overruns_the_deadline_ends_in_a_timeout_not_a_crash(api):

@@ -110,6 +110,10 @@ def index_records(record_ids: Sequence[str], *, force: bool = False) -> IndexRes
             else:
                 _store_vectors(rows, vectors, embedder.name)
             result.indexed = [str(row[0]) for row in rows]
+            # The records are found now: a cached answer from while they were pending
+            # would leave them out.
+            for org_id, domain_id in {(row[2], row[3]) for row in rows}:
+                bump_generation_on_commit(Scope(org_id=org_id, domain_id=domain_id))
     if failure is not None:
         result.failed = _record_failure([row[0] for row in rows], failure)
         raise EmbedderError(str(failure)) from failure
@@ -137,8 +141,6 @@ def _store_in_bulk(
         if where.batch is not None:
             for position in positions:
                 batches[position] = where.batch
-        if where.batch:  # into the delta: the plans' exact leg has rows to scan now
-            bump_generation_on_commit(scope)
     bulk.store_vectors([row[0] for row in rows], vectors, model, batches)
     if maintain:
         transaction.on_commit(

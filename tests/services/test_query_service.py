@@ -307,6 +307,26 @@ def test_cache_answers_repeat_queries_and_any_write_invalidates(tenant, handbook
     assert "gift cards" in " ".join(i.content for i in fresh.items)
 
 
+def test_a_cached_answer_from_while_a_record_was_pending_is_not_served_once_it_is_indexed(
+    tenant, other_tenant, committed
+):
+    from memoryhub.services import indexing
+
+    written = []
+    for scope in (tenant.scope, other_tenant.scope):
+        # Written in this transaction, its indexing not run: pending.
+        written.append(write.write(scope, [{"content": "Refunds take five days."}]).records[0])
+    # The vector leg finds only indexed records.
+    assert query.query(tenant.scope, query="refunds five days", mode="vector").items == []
+    assert query.query(tenant.scope, query="refunds five days", mode="vector").cached
+    committed(indexing.index_records, [written[0].id])
+    fresh = query.query(tenant.scope, query="refunds five days", mode="vector")
+    assert not fresh.cached
+    assert [item.id for item in fresh.items] == [written[0].id]
+    # The other org's record is still pending, and never answers this org.
+    assert query.query(other_tenant.scope, query="refunds five days", mode="vector").items == []
+
+
 def test_a_tenants_cache_entry_never_answers_another_tenant(tenant, other_tenant, committed):
     committed(write.write, tenant.scope, [{"content": "Acme secret formula"}])
     assert query.query(tenant.scope, query="secret formula").items

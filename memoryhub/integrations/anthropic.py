@@ -286,6 +286,11 @@ class _MemoryFiles:
         """``text`` if ``path`` may hold it."""
         if "\x00" in text:
             raise ToolError(f"The text for {path} contains a NUL character, which files cannot")
+        if any((char < " " and char not in "\t\n\r") or char == "\x7f" for char in text):
+            raise ToolError(
+                f"The text for {path} contains control characters; a memory file holds text"
+                " (tabs and line breaks included)"
+            )
         if not text.strip():
             raise ToolError(
                 f"A memory file cannot be empty or only whitespace: {path} would be."

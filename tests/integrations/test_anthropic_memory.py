@@ -489,7 +489,7 @@ def test_a_file_at_the_default_limit_is_stored_even_when_json_escapes_it_all(mem
     )
 
 
-def test_a_file_is_never_blank_and_never_holds_nul(memory):
+def test_a_file_is_never_blank_and_holds_no_nul_or_control_characters(memory):
     assert memory.error("create", path="/memories/empty.md", file_text=" \n") == (
         "A memory file cannot be empty or only whitespace: /memories/empty.md would be."
         " Delete it instead."
@@ -499,7 +499,16 @@ def test_a_file_is_never_blank_and_never_holds_nul(memory):
         "str_replace", path="/memories/a.md", old_str="A", new_str=""
     )
     assert "NUL" in memory.error("create", path="/memories/nul.md", file_text="a\x00b")
-    assert memory.records() == {"/memories/a.md": "A"}
+    # JSON spells a control character in six bytes: 3,000 of them pass the file limit
+    # and not the store's metadata bound. A file holds text; tabs and breaks are text.
+    assert "control characters" in memory.error(
+        "create", path="/memories/ctl.md", file_text="\x01" * 3000
+    )
+    assert "control characters" in memory.error(
+        "str_replace", path="/memories/a.md", old_str="A", new_str="A\x1b[31m"
+    )
+    memory("create", path="/memories/b.md", file_text="a\tb\r\nc\n")
+    assert memory.records() == {"/memories/a.md": "A", "/memories/b.md": "a\tb\r\nc\n"}
 
 
 def test_a_directory_view_lists_at_most_max_listed_files(memory_of, tenant):

@@ -239,6 +239,20 @@ def test_invalid_requests_name_the_field(tenant, raw, field):
     assert field in raised.value.errors
 
 
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (7, "must be a string."),
+        ("user:\x00", "must not contain NUL characters."),
+        ("n" * 256, "must be at most 255 characters."),
+    ],
+)
+def test_a_bad_filter_value_is_named_with_what_is_wrong(tenant, value, message):
+    with pytest.raises(ValidationFailed) as raised:
+        query.query(tenant.scope, query="ok", namespaces=["", value])
+    assert raised.value.errors == {"namespaces[1]": [message]}
+
+
 def test_unknown_source_is_an_error(tenant, other_tenant, handbook):
     knowledge_bases.ensure_knowledge_base(other_tenant.scope, "secrets")
     with pytest.raises(UnknownSource):

@@ -203,8 +203,14 @@ def _string_list(value: Any, name: str, errors: dict[str, list[str]]) -> tuple[s
         return None
     result: list[str] = []
     for index, item in enumerate(value):
-        if not isinstance(item, str) or "\x00" in item or len(item) > MAX_FILTER_VALUE_LENGTH:
+        if not isinstance(item, str):
             errors.setdefault(f"{name}[{index}]", []).append("must be a string.")
+        elif "\x00" in item:
+            errors.setdefault(f"{name}[{index}]", []).append("must not contain NUL characters.")
+        elif len(item) > MAX_FILTER_VALUE_LENGTH:
+            errors.setdefault(f"{name}[{index}]", []).append(
+                f"must be at most {MAX_FILTER_VALUE_LENGTH} characters."
+            )
         elif item not in result:
             result.append(item)
     return tuple(result)

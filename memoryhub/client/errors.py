@@ -37,7 +37,25 @@ class HttpMemoryError(RuntimeError):
         self.code = code
         self.detail = detail
         self.errors = errors
-        super().__init__(f"HTTP {status} {code}: {detail}")
+        super().__init__(f"HTTP {status} {code}: {detail}{_summary(errors)}")
+
+
+#: How much of the per-field errors a message repeats (``errors`` holds them all).
+SUMMARY_LENGTH = 300
+
+
+def _summary(errors: Any) -> str:
+    """`` (field: what is wrong; ...)``: a traceback shows which field without ``.errors``."""
+    if not isinstance(errors, dict) or not errors:
+        return ""
+    parts = []
+    for field, messages in errors.items():
+        said = " ".join(map(str, messages)) if isinstance(messages, list) else str(messages)
+        parts.append(f"{field}: {said}")
+    text = "; ".join(parts)
+    if len(text) > SUMMARY_LENGTH:
+        text = text[: SUMMARY_LENGTH - 3] + "..."
+    return f" ({text})"
 
 
 class HttpWriteRefused(HttpMemoryError, WriteRefused):

@@ -248,3 +248,20 @@ def test_an_agent_without_django_sees_only_its_own_orgs_memory(
         "acme": ["The acme invoice is kept on file."],
         "globex": ["The globex invoice is kept on file.", "signed", '{"code": "USD"}'],
     }
+
+
+def test_an_error_message_names_the_fields_it_holds():
+    from memoryhub.client import HttpMemoryError
+
+    errors = {"items[0].content": ["may not be blank."], "k": ["at most 100.", "an integer."]}
+    error = HttpMemoryError(400, "invalid", "The request is invalid; see errors.", errors)
+    assert str(error) == (
+        "HTTP 400 invalid: The request is invalid; see errors. (items[0].content: may not be"
+        " blank.; k: at most 100. an integer.)"
+    )
+    assert error.errors == errors
+    assert str(HttpMemoryError(404, "domain_not_found", "No such domain.")) == (
+        "HTTP 404 domain_not_found: No such domain."
+    )
+    long = HttpMemoryError(400, "invalid", "Invalid.", {f"items[{n}]": ["bad."] for n in range(99)})
+    assert len(str(long)) < 400 and str(long).endswith("...)")

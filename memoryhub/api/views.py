@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from celery import current_app
@@ -26,7 +25,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from .. import log, policy, routing, vocabulary
+from .. import boundary, log, policy, routing, vocabulary
 from ..conf import memoryhub_settings
 from ..exceptions import ReceiptNotFound, RecordNotFound
 from ..models import MemoryRecord
@@ -365,9 +364,13 @@ def _where_parameter(raw: str | None) -> Any:
     if raw is None:
         return None
     try:
-        return json.loads(raw)
-    except ValueError:
-        raise exceptions.ValidationError({"where": ["must be a JSON object."]}) from None
+        where = boundary.loads(raw)
+    except ValueError as exc:
+        raise exceptions.ValidationError({"where": [f"must be a JSON object: {exc}."]}) from None
+    path = boundary.surrogate_path(where)
+    if path is not None:
+        raise exceptions.ValidationError({"where": [f"{path}: {boundary.UNPAIRED_SURROGATE}"]})
+    return where
 
 
 NamespacePageSerializer = inline_serializer(

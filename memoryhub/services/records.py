@@ -195,7 +195,7 @@ def _decode_cursor(cursor: str, size: int) -> list[str] | None:
     if (
         not isinstance(position, list)
         or len(position) != size
-        or not all(isinstance(part, str) and "\x00" not in part for part in position)
+        or not all(boundary.text_problem(part) is None for part in position)
     ):
         return None
     return position
@@ -225,8 +225,13 @@ def _listing_arguments(raw: Mapping[str, Any]) -> dict[str, Any]:
             errors.setdefault(name, []).append(problem)
         else:
             arguments[name] = value
-    if raw.get("delimiter") == "":
-        errors.setdefault("delimiter", []).append("must be one character.")
+    delimiter = arguments.get("delimiter")
+    if raw.get("delimiter") == "" or (
+        delimiter is not None and not (delimiter.isascii() and delimiter.isprintable())
+    ):
+        # ASCII: the end of a directory's range is the delimiter's successor, a character.
+        errors.setdefault("delimiter", []).append("must be one printable ASCII character.")
+        arguments.pop("delimiter", None)
     limit = raw.get("limit", 100)
     if isinstance(limit, str) and limit.isdigit():
         limit = int(limit)

@@ -3,6 +3,7 @@ key_prefix, and the records list's where: paged, bounded, per tenant."""
 
 from __future__ import annotations
 
+import base64
 from datetime import timedelta
 from typing import Any
 
@@ -149,6 +150,15 @@ def test_a_page_is_one_statement_that_seeks_the_path_index(tenant):
         ({"cursor": "not-a-cursor"}, "cursor"),
         ({"sort": "up"}, "sort"),
         ({"source": "nope"}, "sources"),
+        ({"delimiter": "\U0010ffff"}, "delimiter"),  # no successor
+        ({"delimiter": "\ud7ff"}, "delimiter"),  # its successor is a surrogate
+        ({"delimiter": "\n"}, "delimiter"),
+        # A forged cursor: the JSON of ["\ud800"], a lone surrogate.
+        ({"cursor": base64.urlsafe_b64encode(b'["\\ud800"]').decode()}, "cursor"),
+        (
+            {"cursor": base64.urlsafe_b64encode(b'["a", "\\ud800"]').decode(), "delimiter": "#"},
+            "cursor",
+        ),
     ],
 )
 def test_bad_parameters_are_a_400_naming_them(tenant, params, field):
@@ -209,7 +219,8 @@ def test_the_records_list_takes_a_where_filter(tenant, other_tenant):
 
     assert keys('{"team": "billing"}') == ["a"]
     assert keys('{"n": {"$gt": 4}}') == ["b"]
-    for bad in ("{not json", '{"n": {"$near": 1}}', "[1]"):
+    hostile = ["[" * 5000, '{"a": "\\ud800"}', '{"\\ud800": 1}', '{"a": 1, "a": 2}']
+    for bad in ("{not json", '{"n": {"$near": 1}}', "[1]", *hostile):
         response = client.get("/api/v1/domains/support/records", {"where": bad})
         assert response.status_code == 400
         assert any(path.startswith("where") for path in response.json()["errors"]), bad

@@ -480,9 +480,12 @@ class _MemoryFiles:
             too_long = [target for _, target in moves if len(target) > MAX_PATH_LENGTH]
             if too_long:
                 raise ToolError(f"Path {too_long[0]} is longer than {MAX_PATH_LENGTH} characters")
+            moved = 0
             for record, target in moves:
                 yield from self._put(target, _text(record), like=record)
-                yield from self._forget(record.key)
+                moved += yield from self._forget(record.key)
+            if not moved:  # the store keeps them (a read-only knowledge base)
+                raise ToolError(f"The files under {old_path} cannot be moved: memory is read-only")
             files = yield from self._under(old, PAGE)
         return f"Successfully renamed {old_path} to {new_path}"
 

@@ -58,6 +58,7 @@ from agents.memory import SessionSettings
 from agents.memory.session_settings import coerce_session_settings, resolve_session_limit
 
 from ..client import MemoryKind, MemoryStore, StoredRecord
+from ..exceptions import WriteRefused
 
 __all__ = [
     "KEY_PREFIX",
@@ -164,7 +165,10 @@ class MemoryhubSession:
             self.key_prefix = KEY_PREFIX
         else:
             self.namespace = namespace
-            self.key_prefix = f"{NAMESPACE_PREFIX}{session_id}/{KEY_PREFIX}"
+            # "/" ends the session's id: one in the id itself is escaped, so session "a"
+            # never reads session "a/item:b".
+            escaped = session_id.replace("%", "%25").replace("/", "%2F")
+            self.key_prefix = f"{NAMESPACE_PREFIX}{escaped}/{KEY_PREFIX}"
         self.session_settings = (
             coerce_session_settings(session_settings)
             if session_settings is not None
@@ -240,6 +244,7 @@ class MemoryhubSession:
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove and return the latest item, or None when the session is empty. Two pops
         that race return two different items."""
+        kept: str | None = None
         while True:
             records, _ = await self._read()
             if not records:
@@ -247,7 +252,10 @@ class MemoryhubSession:
             latest = records[-1]
             if await self.store.forget(scope=self.namespace, key=latest.key):
                 return cast(TResponseInputItem, latest.value)
+            if latest.key == kept:  # still there after a forget: the store keeps it
+                raise WriteRefused(getattr(self.store, "source", ""), 1)
             # Another caller took it first: the session has one item fewer, read again.
+            kept = latest.key
 
     async def clear_session(self) -> None:
         """Forget the session: its own namespace in the store's knowledge base (its items,
@@ -262,5 +270,8 @@ class MemoryhubSession:
         while records := await self.store.search(
             scope=self.namespace, key_prefix=self.key_prefix, limit=MAX_ITEMS + 1
         ):
+            forgotten = 0
             for record in records:
-                await self.store.forget(scope=self.namespace, key=record.key)
+                forgotten += await self.store.forget(scope=self.namespace, key=record.key)
+            if not forgotten:  # the store keeps them (a read-only knowledge base)
+                raise WriteRefused(getattr(self.store, "source", ""), len(records))

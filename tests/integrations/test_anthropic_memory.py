@@ -712,3 +712,24 @@ def test_the_example_runs_against_the_site_and_a_scripted_api(live_server, tenan
     assert "forgot user:alice: 1 record" in out
     assert not MemoryRecord.unscoped.filter(org=tenant.org).exists()
     assert globex.get(scope="user:alice", key="/memories/alice.md").value == "globex's own"
+
+
+def test_renaming_a_directory_that_memory_keeps_is_an_error_not_a_loop(tenant):
+    from memoryhub import policy
+    from memoryhub.models import KnowledgeBase
+    from memoryhub.scope import tenant_scope
+    from memoryhub.services import knowledge_bases
+
+    knowledge_bases.ensure_knowledge_base(tenant.scope, "notes")
+    writable = DjangoMemoryStore(tenant.scope, source="notes")
+    Memory(AsyncStoreMemoryTool(writable, scope="user:alice"), writable, "user:alice")(
+        "create", path="/memories/dir/a.md", file_text="A"
+    )
+    with tenant_scope(tenant.scope):
+        KnowledgeBase.objects.filter(name="notes").update(
+            read_only=True, on_write=KnowledgeBase.OnWrite.IGNORE
+        )
+    store = DjangoMemoryStore(tenant.scope, source="notes", principal=policy.AGENT)
+    memory = Memory(AsyncStoreMemoryTool(store, scope="user:alice"), store, "user:alice")
+    assert "read-only" in memory.error("rename", old_path="/memories/dir", new_path="/memories/new")
+    assert memory.records() == {"/memories/dir/a.md": "A"}

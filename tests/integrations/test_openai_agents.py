@@ -24,6 +24,7 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 from openai import AsyncOpenAI
 
+from memoryhub import policy
 from memoryhub.client import HttpMemoryStore, MemoryKind, StoredRecord
 from memoryhub.exceptions import ValidationFailed
 from memoryhub.integrations.openai_agents import (
@@ -183,6 +184,40 @@ def test_a_session_in_a_subjects_namespace_is_erased_with_the_subject(store):
     run(session.add_items([said("again")]))
     run(store.forget(scope="user:alice", all_sources=True))  # the person's erasure
     assert run(session.get_items()) == [] and run(other.get_items()) == []
+
+
+def test_session_ids_in_a_given_namespace_never_nest(store):
+    outer = MemoryhubSession("a", store, namespace="user:alice")
+    inner = MemoryhubSession("a/item:b", store, namespace="user:alice")
+    run(inner.add_items([said("inner")]))
+    run(outer.add_items([said("outer")]))
+    assert texts(run(outer.get_items())) == ["outer"]
+    assert texts(run(inner.get_items())) == ["inner"]
+    run(outer.clear_session())
+    assert texts(run(inner.get_items())) == ["inner"]
+
+
+def test_a_session_on_a_knowledge_base_that_ignores_changes_is_refused_not_looped(tenant):
+    from memoryhub.exceptions import WriteRefused
+    from memoryhub.models import KnowledgeBase
+    from memoryhub.scope import tenant_scope
+    from memoryhub.services import knowledge_bases
+
+    knowledge_bases.ensure_knowledge_base(tenant.scope, "notes")
+    writable = DjangoMemoryStore(tenant.scope, source="notes")
+    for namespace in (None, "user:alice"):
+        run(MemoryhubSession("chat-1", writable, namespace=namespace).add_items([said("one")]))
+    with tenant_scope(tenant.scope):
+        KnowledgeBase.objects.filter(name="notes").update(
+            read_only=True, on_write=KnowledgeBase.OnWrite.IGNORE
+        )
+    store = DjangoMemoryStore(tenant.scope, source="notes", principal=policy.AGENT)
+    session = MemoryhubSession("chat-1", store, namespace="user:alice")
+    with pytest.raises(WriteRefused):
+        run(session.pop_item())
+    with pytest.raises(WriteRefused):
+        run(session.clear_session())
+    assert texts(run(session.get_items())) == ["one"]
 
 
 def test_racing_add_items_lose_nothing_and_keep_each_call_together(store):

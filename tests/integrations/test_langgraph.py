@@ -144,6 +144,17 @@ def test_search_lists_a_prefix_most_recently_updated_first(store):
     assert all(item.score is None for item in store.search(("user:alice",)))
 
 
+def test_a_listing_longer_than_a_page_is_read_page_by_page(store, monkeypatch):
+    import memoryhub.integrations.langgraph as langgraph_store
+
+    monkeypatch.setattr(langgraph_store, "LISTING_PAGE", 2)
+    for n in range(5):
+        store.put(("user:alice", "memories"), f"k{n}", {"i": n})
+    keys = [item.key for item in store.search(("user:alice", "memories"), limit=10)]
+    assert keys == ["k4", "k3", "k2", "k1", "k0"]
+    assert [i.key for i in store.search(("user:alice",), limit=2, offset=3)] == ["k1", "k0"]
+
+
 def test_search_filters_on_the_value(store):
     for key, value in {
         "a": {"colour": "red", "price": 5, "tags": "x"},

@@ -486,7 +486,10 @@ class HttpMemoryhubStore(MemoryhubStoreBase):
         page = self._reading("GET", self._url("records"), {"results": []}, params=query)
         found = list(page["results"])
         while len(found) < wanted and page.get("next"):
-            page = self._call("GET", page["next"])
+            # Only the next link's cursor: its host is what the server was told, and the
+            # key goes nowhere but base_url.
+            query["cursor"] = httpx.URL(page["next"]).params["cursor"]
+            page = self._call("GET", self._url("records"), params=query)
             found.extend(page["results"])
         return [self._row(record) for record in found[offset:wanted]]
 

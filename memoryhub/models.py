@@ -209,7 +209,9 @@ class KnowledgeBase(TenantScopedModel):
         verbose_name_plural = _("knowledge bases")
         ordering = ["name"]
         constraints = [
-            models.UniqueConstraint(fields=["domain", "name"], name="memoryhub_kb_unique_name"),
+            models.UniqueConstraint(
+                fields=["domain", "name", "org"], name="memoryhub_kb_unique_name"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -316,6 +318,7 @@ class MemoryRecord(TenantScopedModel):
         on_delete=models.CASCADE,
         related_name="records",
         verbose_name=_("knowledge base"),
+        db_constraint=False,  # a key with org_id in it: distribution.TENANT_KEYS
     )
     namespace = models.CharField(
         _("namespace"),
@@ -406,6 +409,7 @@ class MemoryRecord(TenantScopedModel):
         related_name="+",
         db_index=False,
         verbose_name=_("import"),
+        db_constraint=False,  # a key with org_id in it: distribution.TENANT_KEYS
     )
 
     objects = scoped_manager(MemoryRecordManager)
@@ -417,7 +421,7 @@ class MemoryRecord(TenantScopedModel):
         ordering = ["-created_at"]
         constraints = [
             models.UniqueConstraint(
-                fields=["knowledge_base", "namespace", "key"],
+                fields=["knowledge_base", "namespace", "key", "org"],
                 condition=Q(key__isnull=False),
                 name="memoryhub_record_unique_key",
             ),
@@ -546,7 +550,11 @@ class RecordVersion(TenantScopedModel):
     org = org_key(db_index=False, verbose_name=None)
     domain = domain_key(db_index=False, verbose_name=None)
     record = models.ForeignKey(
-        MemoryRecord, on_delete=models.CASCADE, related_name="versions", db_index=False
+        MemoryRecord,
+        on_delete=models.CASCADE,
+        related_name="versions",
+        db_index=False,
+        db_constraint=False,  # a key with org_id in it: distribution.TENANT_KEYS
     )
     version = models.PositiveIntegerField(_("version"))
     content = models.TextField(_("content"))
@@ -565,7 +573,9 @@ class RecordVersion(TenantScopedModel):
         verbose_name_plural = _("record versions")
         ordering = ["-version"]
         constraints = [
-            models.UniqueConstraint(fields=["record", "version"], name="memoryhub_version_unique")
+            models.UniqueConstraint(
+                fields=["record", "version", "org"], name="memoryhub_version_unique"
+            )
         ]
 
     def __str__(self) -> str:
@@ -638,6 +648,7 @@ class ImportJob(TenantScopedModel):
         on_delete=models.CASCADE,
         related_name="import_jobs",
         verbose_name=_("knowledge base"),
+        db_constraint=False,  # a key with org_id in it: distribution.TENANT_KEYS
     )
     filename = models.CharField(_("file name"), max_length=255)
     format = models.CharField(_("format"), max_length=8, choices=Format)
@@ -680,14 +691,23 @@ class ImportChunk(models.Model):
     whatever the file's size. Deleted when the job ends.
     """
 
-    job = models.ForeignKey(ImportJob, on_delete=models.CASCADE, related_name="chunks")
+    #: The job's org: the chunk's place in a cluster distributed by org.
+    org = org_key(db_index=False)
+    job = models.ForeignKey(
+        ImportJob,
+        on_delete=models.CASCADE,
+        related_name="chunks",
+        db_constraint=False,  # a key with org_id in it: distribution.TENANT_KEYS
+    )
     seq = models.PositiveIntegerField()
     text = models.TextField()
 
     class Meta:
         verbose_name = _("import chunk")
         constraints = [
-            models.UniqueConstraint(fields=["job", "seq"], name="memoryhub_import_chunk_seq")
+            models.UniqueConstraint(
+                fields=["job", "seq", "org"], name="memoryhub_import_chunk_seq"
+            )
         ]
 
     def __str__(self) -> str:
@@ -775,7 +795,9 @@ class WordStatistics(TenantScopedModel):
         verbose_name = _("word statistics")
         verbose_name_plural = _("word statistics")
         constraints = [
-            models.UniqueConstraint(fields=["domain"], name="memoryhub_wordstats_domain_uniq"),
+            models.UniqueConstraint(
+                fields=["domain", "org"], name="memoryhub_wordstats_domain_uniq"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -799,7 +821,7 @@ class WordFrequency(TenantScopedModel):
         verbose_name_plural = _("word frequencies")
         constraints = [
             models.UniqueConstraint(
-                fields=["domain", "lexeme"], name="memoryhub_wordfreq_domain_lexeme_uniq"
+                fields=["domain", "lexeme", "org"], name="memoryhub_wordfreq_domain_lexeme_uniq"
             ),
         ]
 

@@ -1,0 +1,308 @@
+"""Where each table lives on a Citus cluster, and putting it there.
+
+memoryhub on Citus keeps every tenant's rows on one shard group, chosen by ``org_id``:
+
+* **distributed by org, co-located** (:data:`DISTRIBUTED`): every table that holds a
+  tenant's data. A tenant's statements (they all name its org) are routed to the one
+  worker holding its shard group, where its rows join each other locally; Citus moves
+  and isolates a tenant as one group.
+* **reference** (:data:`REFERENCE`): the tenancy tables (orgs, domains, API keys,
+  memberships). They are small, read on every request before the org is known (a key is
+  found by its prefix), and joined with every tenant table: a copy on each node keeps
+  those reads and joins local, and the tenant tables' keys to them stay real foreign keys.
+* **local to the coordinator**: everything else (Django's auth, sessions and admin log,
+  worker heartbeats). Citus adds the tables a reference table's foreign keys reach (the
+  users behind memberships) to its metadata as coordinator-local tables.
+
+The keys were made Citus-valid by migration ``0018_citus_keys`` (``org_id`` in every
+primary key, unique constraint and key between tenant tables, :data:`TENANT_KEYS`), so
+:func:`distribute` only moves tables; it is idempotent. :func:`layout_problems` is what
+the system check and ``memoryhub_citus status`` report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import models
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from tenants.models import ApiKey, Domain, Membership, Org
+
+from ..models import (
+    ErasureReceipt,
+    ImportChunk,
+    ImportJob,
+    KnowledgeBase,
+    MemoryRecord,
+    Observation,
+    RecordVersion,
+    WordFrequency,
+    WordStatistics,
+)
+
+__all__ = [
+    "DISTRIBUTED",
+    "DISTRIBUTION_COLUMN",
+    "REFERENCE",
+    "TENANT_KEYS",
+    "Placement",
+    "TenantNode",
+    "cleanup",
+    "distribute",
+    "is_citus",
+    "layout",
+    "layout_problems",
+    "isolate_tenant",
+    "move_tenant",
+    "tenant_node",
+]
+
+DISTRIBUTION_COLUMN = "org_id"
+
+#: Tenant data, distributed by org and co-located with the first (the knowledge bases),
+#: in the order they are distributed (a table after the tables its keys reference).
+DISTRIBUTED: tuple[type[models.Model], ...] = (
+    KnowledgeBase,
+    ImportJob,
+    MemoryRecord,
+    RecordVersion,
+    ImportChunk,
+    Observation,
+    ErasureReceipt,
+    WordStatistics,
+    WordFrequency,
+)
+
+#: Tenancy, replicated to every node (an org before what refers to it).
+REFERENCE: tuple[type[models.Model], ...] = (Org, Domain, ApiKey, Membership)
+
+#: The foreign keys between tenant tables, each ``(field, org_id) -> (id, org_id)``:
+#: declared ``db_constraint=False`` on the field and made by migration 0018.
+TENANT_KEYS: tuple[tuple[type[models.Model], str], ...] = (
+    (MemoryRecord, "knowledge_base"),
+    (MemoryRecord, "import_job"),
+    (ImportJob, "knowledge_base"),
+    (RecordVersion, "record"),
+    (ImportChunk, "job"),
+)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a table is: ``distributed`` (with its column and co-location group),
+    ``reference``, ``local`` (a coordinator-local table Citus knows) or ``postgres``."""
+
+    kind: str
+    column: str | None = None
+    group: int | None = None
+
+
+def is_citus(connection: BaseDatabaseWrapper) -> bool:
+    """Whether the database has the ``citus`` extension."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM pg_extension WHERE extname = 'citus'")
+        return cursor.fetchone() is not None
+
+
+def layout(connection: BaseDatabaseWrapper) -> dict[str, Placement]:
+    """Every table Citus knows, by name, and where it is."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT logicalrelid::regclass::text, partmethod, repmodel, colocationid,"
+            " CASE WHEN partmethod = 'h' THEN column_to_column_name(logicalrelid, partkey)"
+            " END FROM pg_dist_partition"
+        )
+        rows = cursor.fetchall()
+    places = {}
+    for table, method, replication, group, column in rows:
+        if method == "h":
+            places[table] = Placement("distributed", column, group)
+        elif replication == "t":
+            places[table] = Placement("reference")
+        else:
+            places[table] = Placement("local")
+    return places
+
+
+def layout_problems(connection: BaseDatabaseWrapper) -> list[str]:
+    """What is not where memoryhub needs it, one line per table (empty: all is well)."""
+    places = layout(connection)
+    problems = []
+    groups = set()
+    for model in DISTRIBUTED:
+        table = model._meta.db_table
+        place = places.get(table, Placement("postgres"))
+        if place.kind != "distributed" or place.column != DISTRIBUTION_COLUMN:
+            problems.append(f"{table} is a {place.kind} table, not distributed by org_id")
+        else:
+            groups.add(place.group)
+    if len(groups) > 1:
+        problems.append("the tenant tables are not co-located (several co-location groups)")
+    for model in REFERENCE:
+        table = model._meta.db_table
+        place = places.get(table, Placement("postgres"))
+        if place.kind != "reference":
+            problems.append(f"{table} is a {place.kind} table, not a reference table")
+    return problems
+
+
+def _tenancy_keys(model: type[models.Model]) -> list[models.ForeignKey[Any, Any]]:
+    """``model``'s foreign keys to a tenancy table (Django makes their constraints)."""
+    reference = {target._meta.db_table for target in REFERENCE}
+    return [
+        field
+        for field in model._meta.concrete_fields
+        if isinstance(field, models.ForeignKey)
+        and field.db_constraint
+        and field.related_model._meta.db_table in reference
+    ]
+
+
+def _constraint_on(cursor: Any, table: str, column: str) -> list[str]:
+    cursor.execute(
+        "SELECT c.conname FROM pg_constraint c JOIN pg_attribute a"
+        " ON a.attrelid = c.conrelid AND a.attnum = ANY (c.conkey)"
+        " WHERE c.contype = 'f' AND c.conrelid = %s::regclass AND a.attname = %s"
+        " AND cardinality(c.conkey) = 1",
+        [table, column],
+    )
+    return [name for (name,) in cursor.fetchall()]
+
+
+def distribute(connection: BaseDatabaseWrapper, *, shard_count: int | None = None) -> list[str]:
+    """Put every table where :data:`DISTRIBUTED` and :data:`REFERENCE` say; return what
+    was done (nothing, the second time).
+
+    Citus distributes a table only when the tables its keys reference are distributed or
+    reference tables already, and it turns a local table that a reference table's key
+    reaches into a coordinator-local one (which it then cannot distribute). So the tenant
+    tables' keys to the tenancy tables are dropped, the tenant tables distributed, the
+    tenancy tables made reference tables, and the keys made again, to the reference
+    tables. Each step runs in its own transaction; a run that stopped half-way is
+    finished by the next.
+    """
+    done: list[str] = []
+    places = layout(connection)
+    pending = [
+        model
+        for model in DISTRIBUTED
+        if places.get(model._meta.db_table, Placement("postgres")).kind != "distributed"
+    ]
+    with connection.cursor() as cursor:
+        if pending:
+            for model in pending:
+                table = model._meta.db_table
+                for field in _tenancy_keys(model):
+                    for name in _constraint_on(cursor, table, field.column):
+                        cursor.execute(f'ALTER TABLE "{table}" DROP CONSTRAINT "{name}"')
+            colocate = None
+            for model in DISTRIBUTED:
+                table = model._meta.db_table
+                if model in pending:
+                    if colocate is None:
+                        cursor.execute(
+                            "SELECT create_distributed_table(%s, %s, colocate_with => 'none'"
+                            + (", shard_count => %s)" if shard_count else ")"),
+                            [table, DISTRIBUTION_COLUMN, *([shard_count] if shard_count else [])],
+                        )
+                    else:
+                        cursor.execute(
+                            "SELECT create_distributed_table(%s, %s, colocate_with => %s)",
+                            [table, DISTRIBUTION_COLUMN, colocate],
+                        )
+                    done.append(f"distributed {table} by {DISTRIBUTION_COLUMN}")
+                colocate = colocate or table
+        for model in REFERENCE:
+            table = model._meta.db_table
+            if places.get(table, Placement("postgres")).kind != "reference":
+                cursor.execute("SELECT create_reference_table(%s)", [table])
+                done.append(f"made {table} a reference table")
+        for model in DISTRIBUTED:
+            table = model._meta.db_table
+            for field in _tenancy_keys(model):
+                if _constraint_on(cursor, table, field.column):
+                    continue
+                target = field.related_model._meta
+                cursor.execute(
+                    f'ALTER TABLE "{table}" ADD CONSTRAINT "{table[:40]}_{field.column}_ref"'
+                    f' FOREIGN KEY ("{field.column}") REFERENCES "{target.db_table}"'
+                    f' ("{target.pk.column}") DEFERRABLE INITIALLY DEFERRED'
+                )
+                done.append(f"keyed {table}.{field.column} to {target.db_table}")
+    return done
+
+
+@dataclass(frozen=True)
+class TenantNode:
+    """The shard (of the knowledge bases) holding an org, and the worker holding it."""
+
+    shard: int
+    host: str
+    port: int
+
+
+def _anchor() -> str:
+    return DISTRIBUTED[0]._meta.db_table
+
+
+def tenant_node(connection: BaseDatabaseWrapper, org_id: int) -> TenantNode:
+    """Where org ``org_id``'s rows are (every tenant table's shard of it is co-located)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT shardid, nodename, nodeport FROM pg_dist_shard_placement"
+            " WHERE shardid = get_shard_id_for_distribution_column(%s, %s)",
+            [_anchor(), org_id],
+        )
+        shard, host, port = cursor.fetchone()
+    return TenantNode(shard, host, port)
+
+
+def cleanup(connection: BaseDatabaseWrapper) -> int:
+    """Drop what moves and splits left behind (the old copies of moved shards, which
+    Citus drops lazily); return how many there were."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_dist_cleanup")
+        (before,) = cursor.fetchone()
+        cursor.execute("CALL citus_cleanup_orphaned_resources()")
+    return int(before)
+
+
+def move_tenant(connection: BaseDatabaseWrapper, org_id: int, host: str, port: int) -> str:
+    """Move org ``org_id``'s shard group (and the orgs sharing it) to worker
+    ``host:port``, online: Citus copies it by logical replication while writes go on and
+    switches over with a brief block of writes to it. The old copy is then dropped."""
+    node = tenant_node(connection, org_id)
+    if (node.host, node.port) == (host, port):
+        return f"already on {host}:{port}"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT citus_move_shard_placement(%s, %s, %s, %s, %s,"
+            " shard_transfer_mode => 'force_logical')",
+            [node.shard, node.host, node.port, host, port],
+        )
+    cleanup(connection)
+    return f"moved from {node.host}:{node.port} to {host}:{port}"
+
+
+def isolate_tenant(connection: BaseDatabaseWrapper, org_id: int) -> int:
+    """Give org ``org_id`` a shard group of its own (split by logical replication while
+    writes go on); return its shard. An org already alone keeps its shard."""
+    node = tenant_node(connection, org_id)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT shardminvalue = shardmaxvalue FROM pg_dist_shard WHERE shardid = %s",
+            [node.shard],
+        )
+        (alone,) = cursor.fetchone()
+        if alone:
+            return node.shard
+        cursor.execute(
+            "SELECT isolate_tenant_to_new_shard(%s, %s, 'CASCADE',"
+            " shard_transfer_mode => 'force_logical')",
+            [_anchor(), org_id],
+        )
+        (shard,) = cursor.fetchone()
+    cleanup(connection)
+    return int(shard)

@@ -26,7 +26,8 @@ from django.db.models import Case, F, Func, Q, Value, When
 from django.db.models.expressions import CombinedExpression
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Coalesce, Collate, Length
-from django.db.models.lookups import GreaterThanOrEqual, LessThan, LessThanOrEqual
+from django.db.models.lookups import Exact, GreaterThanOrEqual, LessThan, LessThanOrEqual
+from django.db.models.sql.where import WhereNode
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from django_scopes import ScopedManager
@@ -114,6 +115,24 @@ def domain_key(**options: Any) -> models.ForeignKey[Any, Any]:
     return _tenant_key("tenants.Domain", _("domain"), options)
 
 
+class TenantForeignKey(models.ForeignKey):  # type: ignore[type-arg]
+    """A foreign key between two tables of one org's data: its joins also match the org
+    (``target.org_id = source.org_id``). The org holds nothing more than the key did,
+    but a cluster distributed by org then sees a join inside one shard group, and the
+    key's index (``(x_id, org_id)``) serves it. The migrations see a ``ForeignKey``."""
+
+    def get_extra_restriction(self, alias: str | None, related_alias: str | None) -> Any:
+        if alias is None or related_alias is None:  # a subquery pushdown: the key alone
+            return None
+        own = self.model._meta.get_field("org")
+        theirs = self.related_model._meta.get_field("org")
+        return WhereNode([Exact(theirs.get_col(alias), own.get_col(related_alias))])
+
+    def deconstruct(self) -> Any:
+        name, _, args, kwargs = super().deconstruct()
+        return name, "django.db.models.ForeignKey", args, kwargs
+
+
 def scoped_manager(manager_class: type[models.Manager[Any]] = models.Manager) -> Any:
     """A manager that answers only inside a tenant scope (django-scopes on the org and
     domain ids) and raises ``ScopeError`` outside one."""
@@ -151,6 +170,14 @@ class TenantScopedModel(models.Model):
         abstract = True
         default_manager_name = "objects"
         base_manager_name = "unscoped"
+
+    def _do_update(self, base_qs: Any, using: Any, pk_val: Any, values: Any, *args: Any) -> Any:
+        # A saved row keeps its org (the distribution column of a cluster, which an
+        # UPDATE may not set), and is found by its org with its id: one shard group.
+        values = [value for value in values if value[0].attname != "org_id"]
+        return super()._do_update(  # type: ignore[misc]
+            base_qs.filter(org_id=self.org_id), using, pk_val, values, *args
+        )
 
 
 class KnowledgeBaseQuerySet(models.QuerySet["KnowledgeBase"]):
@@ -313,7 +340,7 @@ class MemoryRecord(TenantScopedModel):
     # Both are covered by composite indexes that lead with them (see Meta.indexes).
     org = org_key(db_index=False)
     domain = domain_key(db_index=False)
-    knowledge_base = models.ForeignKey(
+    knowledge_base = TenantForeignKey(
         KnowledgeBase,
         on_delete=models.CASCADE,
         related_name="records",
@@ -400,7 +427,7 @@ class MemoryRecord(TenantScopedModel):
     #: (``services/vector_indexes.py``).
     vector_batch = models.BigIntegerField(_("vector batch"), null=True, blank=True, editable=False)
     #: The import that created the record (what undoing that import erases).
-    import_job = models.ForeignKey(
+    import_job = TenantForeignKey(
         "ImportJob",
         on_delete=models.SET_NULL,
         null=True,
@@ -549,7 +576,7 @@ class RecordVersion(TenantScopedModel):
     id = models.BigAutoField(primary_key=True)
     org = org_key(db_index=False, verbose_name=None)
     domain = domain_key(db_index=False, verbose_name=None)
-    record = models.ForeignKey(
+    record = TenantForeignKey(
         MemoryRecord,
         on_delete=models.CASCADE,
         related_name="versions",
@@ -643,7 +670,7 @@ class ImportJob(TenantScopedModel):
         CSV = "csv", _("CSV")
         MARKDOWN = "markdown", _("Markdown")
 
-    knowledge_base = models.ForeignKey(
+    knowledge_base = TenantForeignKey(
         KnowledgeBase,
         on_delete=models.CASCADE,
         related_name="import_jobs",
@@ -693,7 +720,7 @@ class ImportChunk(models.Model):
 
     #: The job's org: the chunk's place in a cluster distributed by org.
     org = org_key(db_index=False)
-    job = models.ForeignKey(
+    job = TenantForeignKey(
         ImportJob,
         on_delete=models.CASCADE,
         related_name="chunks",
@@ -705,9 +732,7 @@ class ImportChunk(models.Model):
     class Meta:
         verbose_name = _("import chunk")
         constraints = [
-            models.UniqueConstraint(
-                fields=["job", "seq", "org"], name="memoryhub_import_chunk_seq"
-            )
+            models.UniqueConstraint(fields=["job", "seq", "org"], name="memoryhub_import_chunk_seq")
         ]
 
     def __str__(self) -> str:

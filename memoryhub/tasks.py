@@ -21,11 +21,14 @@ logger = logging.getLogger(__name__)
 
 
 @shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=None)
-def index_records(self: Any, record_ids: list[str], force: bool = False) -> dict[str, int]:
+def index_records(
+    self: Any, record_ids: list[str], force: bool = False, org_id: int | None = None
+) -> dict[str, int]:
     """Embed and index a batch of records; retried with exponential backoff on errors.
-    ``force`` embeds records already indexed with the configured model again."""
+    ``force`` embeds records already indexed with the configured model again; ``org_id``
+    is their org, when one org's."""
     try:
-        result = indexing.index_records(record_ids, force=force)
+        result = indexing.index_records(record_ids, force=force, org_id=org_id)
     except EmbedderError as exc:
         if self.request.retries + 1 >= memoryhub_settings.INDEX_MAX_ATTEMPTS:
             # The service has marked the records failed and recorded why.

@@ -26,8 +26,12 @@ from memoryhub.scope import Scope
 from memoryhub.services.query import clear_plans, clear_query_vectors
 from tenants.models import Domain
 
+from . import cluster as citus
 from .factories import DomainFactory, OrgFactory
 from .programs import Worker
+
+#: The cluster's own tests run only in a session on a cluster (``make test`` runs one).
+collect_ignore_glob = [] if citus.ENABLED else ["citus/*"]
 
 #: Environment naming servers the tests did not start.
 FOREIGN_SERVICES = ("REDIS_URL", "CELERY_BROKER_URL")
@@ -50,8 +54,48 @@ def pytest_configure(config: pytest.Config) -> None:
     current_app.conf.task_always_eager = True
     current_app.conf.broker_url = settings.CELERY_BROKER_URL
 
-    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+    controller = not hasattr(config, "workerinput")
+    if citus.ENABLED:
+        if controller:
+            citus.start(config)
+        if citus.CLUSTER_DIR in os.environ:
+            citus.point_settings_at_cluster()
+    if getattr(config.option, "numprocesses", None) and controller:
         start_embedded_postgres()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    citus.stop(config)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    reason = os.environ.get("MEMORYHUB_TEST_CITUS_SKIP")
+    if citus.ENABLED and reason:
+        for item in items:
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture(scope="session")
+def django_db_keepdb(request: pytest.FixtureRequest) -> bool:
+    """pytest-django's, except on a Citus cluster: there the test database is made on
+    every node before Django looks for it (:func:`django_db_modify_db_settings`)."""
+    return citus.ENABLED or bool(request.config.getvalue("reuse_db"))
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: None) -> None:
+    if citus.ENABLED:
+        citus.prepare_test_database()
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: None, django_db_blocker) -> None:  # type: ignore[no-untyped-def]
+    """The test database, migrated, and on a Citus cluster distributed."""
+    if citus.ENABLED:
+        from django.core.management import call_command
+
+        with django_db_blocker.unblock():
+            call_command("memoryhub_citus", "distribute", f"--shard-count={citus.SHARD_COUNT}")
 
 
 def start_embedded_postgres() -> None:

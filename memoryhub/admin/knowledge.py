@@ -236,7 +236,8 @@ class KnowledgeBaseAdmin(OperatorAdmin):
         kb_table = KnowledgeBase._meta.db_table
         capped = RawSQL(
             f'SELECT count(*) FROM (SELECT 1 FROM "{table}" r'
-            f' WHERE r.knowledge_base_id = "{kb_table}"."id" LIMIT %s) capped',
+            f' WHERE r.knowledge_base_id = "{kb_table}"."id" AND r.org_id = "{kb_table}"."org_id"'
+            " LIMIT %s) capped",
             [self.RECORDS_COUNTED_UP_TO + 1],
             output_field=IntegerField(),
         )

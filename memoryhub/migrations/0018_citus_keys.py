@@ -10,7 +10,10 @@ references only within one shard, and a shard holds whole orgs).
   unchanged.
 * The foreign keys between tenant tables become ``(x_id, org_id) -> (id, org_id)``:
   declared ``db_constraint=False`` on the fields (Django's own would hold ``x_id`` only)
-  and made here, so a row can no more point at another org's row than at none.
+  and made here, so a row can no more point at another org's row than at none. They are
+  checked at each statement, not deferred to the commit: a tenant table's rows are
+  written after what they refer to, and a deferred check would leave pending trigger
+  events in the transaction, which a ``CREATE INDEX`` of the table refuses on a worker.
 * ``ImportChunk`` gains the org of its job.
 
 The same schema on PostgreSQL and on Citus; ``manage.py memoryhub_citus distribute``
@@ -18,8 +21,8 @@ does the rest on a cluster. The large tables' new indexes are built concurrently
 each key is swapped in one short ``ALTER TABLE``.
 """
 
-from django.db import migrations, models
 import django.db.models.deletion
+from django.db import migrations, models
 
 #: (table, foreign key column, referenced table) between tenant tables.
 KEYS = [
@@ -44,10 +47,10 @@ TABLES = [
 
 #: (table, constraint, columns without the org): the unique constraints.
 UNIQUE = [
-    ("memoryhub_knowledgebase", "memoryhub_kb_unique_name", "domain_id, name" ),
-    ("memoryhub_recordversion", "memoryhub_version_unique", "record_id, version" ),
-    ("memoryhub_importchunk", "memoryhub_import_chunk_seq", "job_id, seq" ),
-    ("memoryhub_wordstatistics", "memoryhub_wordstats_domain_uniq", "domain_id" ),
+    ("memoryhub_knowledgebase", "memoryhub_kb_unique_name", "domain_id, name"),
+    ("memoryhub_recordversion", "memoryhub_version_unique", "record_id, version"),
+    ("memoryhub_importchunk", "memoryhub_import_chunk_seq", "job_id, seq"),
+    ("memoryhub_wordstatistics", "memoryhub_wordstats_domain_uniq", "domain_id"),
     ("memoryhub_wordfrequency", "memoryhub_wordfreq_domain_lexeme_uniq", "domain_id, lexeme"),
 ]
 
@@ -78,7 +81,7 @@ def add_keys() -> list[str]:
         name = fk_name(table, column)
         statements += [
             f"ALTER TABLE {table} ADD CONSTRAINT {name} FOREIGN KEY ({column}, org_id) "
-            f"REFERENCES {target} (id, org_id) DEFERRABLE INITIALLY DEFERRED NOT VALID",
+            f"REFERENCES {target} (id, org_id) NOT VALID",
             f"ALTER TABLE {table} VALIDATE CONSTRAINT {name}",
         ]
     return statements
@@ -220,18 +223,20 @@ class Migration(migrations.Migration):
             ),
         ),
         migrations.SeparateDatabaseAndState(
-            database_operations=[
-                migrations.RunSQL(forwards_sql(), reverse_sql=backwards_sql())
-            ],
+            database_operations=[migrations.RunSQL(forwards_sql(), reverse_sql=backwards_sql())],
             state_operations=[
-                migrations.RemoveConstraint(model_name="knowledgebase", name="memoryhub_kb_unique_name"),
+                migrations.RemoveConstraint(
+                    model_name="knowledgebase", name="memoryhub_kb_unique_name"
+                ),
                 migrations.AddConstraint(
                     model_name="knowledgebase",
                     constraint=models.UniqueConstraint(
                         fields=("domain", "name", "org"), name="memoryhub_kb_unique_name"
                     ),
                 ),
-                migrations.RemoveConstraint(model_name="memoryrecord", name="memoryhub_record_unique_key"),
+                migrations.RemoveConstraint(
+                    model_name="memoryrecord", name="memoryhub_record_unique_key"
+                ),
                 migrations.AddConstraint(
                     model_name="memoryrecord",
                     constraint=models.UniqueConstraint(
@@ -240,14 +245,18 @@ class Migration(migrations.Migration):
                         name="memoryhub_record_unique_key",
                     ),
                 ),
-                migrations.RemoveConstraint(model_name="recordversion", name="memoryhub_version_unique"),
+                migrations.RemoveConstraint(
+                    model_name="recordversion", name="memoryhub_version_unique"
+                ),
                 migrations.AddConstraint(
                     model_name="recordversion",
                     constraint=models.UniqueConstraint(
                         fields=("record", "version", "org"), name="memoryhub_version_unique"
                     ),
                 ),
-                migrations.RemoveConstraint(model_name="importchunk", name="memoryhub_import_chunk_seq"),
+                migrations.RemoveConstraint(
+                    model_name="importchunk", name="memoryhub_import_chunk_seq"
+                ),
                 migrations.AddConstraint(
                     model_name="importchunk",
                     constraint=models.UniqueConstraint(

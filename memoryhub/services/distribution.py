@@ -52,10 +52,11 @@ __all__ = [
     "cleanup",
     "distribute",
     "is_citus",
+    "isolate_tenant",
     "layout",
     "layout_problems",
-    "isolate_tenant",
     "move_tenant",
+    "org_of",
     "tenant_node",
 ]
 
@@ -100,10 +101,15 @@ class Placement:
 
 
 def is_citus(connection: BaseDatabaseWrapper) -> bool:
-    """Whether the database has the ``citus`` extension."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT 1 FROM pg_extension WHERE extname = 'citus'")
-        return cursor.fetchone() is not None
+    """Whether the database has the ``citus`` extension (asked once per connection
+    object: a database does not become a cluster under a running process)."""
+    known = getattr(connection, "_memoryhub_citus", None)
+    if known is None:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1 FROM pg_extension WHERE extname = 'citus'")
+            known = cursor.fetchone() is not None
+        connection._memoryhub_citus = known  # type: ignore[attr-defined]
+    return bool(known)
 
 
 def layout(connection: BaseDatabaseWrapper) -> dict[str, Placement]:
@@ -228,7 +234,7 @@ def distribute(connection: BaseDatabaseWrapper, *, shard_count: int | None = Non
                 cursor.execute(
                     f'ALTER TABLE "{table}" ADD CONSTRAINT "{table[:40]}_{field.column}_ref"'
                     f' FOREIGN KEY ("{field.column}") REFERENCES "{target.db_table}"'
-                    f' ("{target.pk.column}") DEFERRABLE INITIALLY DEFERRED'
+                    f' ("{target.pk.column}")'
                 )
                 done.append(f"keyed {table}.{field.column} to {target.db_table}")
     return done
@@ -287,8 +293,15 @@ def move_tenant(connection: BaseDatabaseWrapper, org_id: int, host: str, port: i
 
 
 def isolate_tenant(connection: BaseDatabaseWrapper, org_id: int) -> int:
-    """Give org ``org_id`` a shard group of its own (split by logical replication while
-    writes go on); return its shard. An org already alone keeps its shard."""
+    """Give org ``org_id`` a shard group of its own; return its shard. An org already
+    alone keeps its shard.
+
+    The split blocks writes to the orgs of the shard group being split while it copies
+    them (reads go on); queries and writes elsewhere go on. Citus's non-blocking split
+    (``force_logical``) never finishes here while a record is updated during it: its
+    apply worker stops on every update ("publisher did not send replica identity
+    column", citusdata/citus#6790), so it is not used. A move is online.
+    """
     node = tenant_node(connection, org_id)
     with connection.cursor() as cursor:
         cursor.execute(
@@ -300,9 +313,17 @@ def isolate_tenant(connection: BaseDatabaseWrapper, org_id: int) -> int:
             return node.shard
         cursor.execute(
             "SELECT isolate_tenant_to_new_shard(%s, %s, 'CASCADE',"
-            " shard_transfer_mode => 'force_logical')",
+            " shard_transfer_mode => 'block_writes')",
             [_anchor(), org_id],
         )
         (shard,) = cursor.fetchone()
     cleanup(connection)
     return int(shard)
+
+
+def org_of(model: type[models.Model], pk: Any) -> list[int]:
+    """The org of ``model``'s row ``pk`` (empty if there is none), read first by a task
+    given only an id: a row lock then names its org, which a cluster needs to find the
+    row's shard (a ``FOR UPDATE`` must be routed to one)."""
+    manager = model._base_manager
+    return list(manager.filter(pk=pk).values_list("org_id", flat=True)[:1])

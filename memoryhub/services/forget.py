@@ -45,6 +45,7 @@ from ..models import (
 from ..scope import Scope, tenant_scope
 from ..vocabulary import MAX_SOURCE_NAME_LENGTH, ForgetRequestSerializer, field_names
 from . import imports, word_statistics
+from .distribution import org_of
 from .records import get_record
 from .scheduling import send
 from .store.deletion import delete_records
@@ -723,6 +724,7 @@ def delete_knowledge_base(
     with transaction.atomic():
         knowledge_base = (
             KnowledgeBase.unscoped.select_for_update()
+            .filter(org_id__in=org_of(KnowledgeBase, knowledge_base_id))
             .filter(pk=knowledge_base_id, deleting_since__isnull=False)
             .first()
         )

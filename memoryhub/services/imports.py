@@ -259,7 +259,7 @@ def _store(job: ImportJob, pieces: Iterable[bytes]) -> int:
 
     def flush(text: str) -> None:
         nonlocal seq
-        chunks.append(ImportChunk(job=job, seq=seq, text=text))
+        chunks.append(ImportChunk(job=job, org_id=job.org_id, seq=seq, text=text))
         seq += 1
         if len(chunks) >= 8:
             ImportChunk.objects.bulk_create(chunks)
@@ -592,7 +592,7 @@ def _write_batch(
         # this batch waits for the erasure and then finds the job stopped.
         status = (
             ImportJob.unscoped.select_for_update()
-            .filter(pk=job.pk)
+            .filter(pk=job.pk, org_id=job.org_id)
             .values_list("status", flat=True)
             .first()
         )

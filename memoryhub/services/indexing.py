@@ -9,6 +9,7 @@ record's content is still the content that was embedded (a concurrent update win
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Sequence
@@ -17,7 +18,7 @@ from datetime import timedelta
 from functools import partial
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import F, QuerySet
 from django.utils import timezone
 
@@ -27,6 +28,7 @@ from ..conf import memoryhub_settings
 from ..embedders import EmbedderError
 from ..models import MemoryRecord, Observation, WorkerHeartbeat
 from ..scope import Scope
+from . import distribution
 from .scheduling import send
 from .store import bulk
 from .vector_indexes import OWN_INDEX_ONLY, ensure_vector_index, fold_delta, own_index, placement
@@ -56,7 +58,9 @@ class IndexResult:
     failed: list[str] = field(default_factory=list)
 
 
-def index_records(record_ids: Sequence[str], *, force: bool = False) -> IndexResult:
+def index_records(
+    record_ids: Sequence[str], *, force: bool = False, org_id: int | None = None
+) -> IndexResult:
     """Embed and store vectors for ``record_ids`` in one embedder call.
 
     A batch of at least ``BULK_MIN_RECORDS`` records is stored in bulk (one binary COPY,
@@ -75,6 +79,23 @@ def index_records(record_ids: Sequence[str], *, force: bool = False) -> IndexRes
     are marked ``failed`` with the error, an ``embedding.failed`` observation is
     recorded, and nothing is raised.
     """
+    if org_id is None:
+        # A batch of several orgs (the sweeper's, or a message from before batches named
+        # their org): each org's part on its own, as a cluster locks rows of one shard
+        # group at a time.
+        by_org: dict[int, list[str]] = {}
+        for pk, owner in MemoryRecord.unscoped.filter(pk__in=list(record_ids)).values_list(
+            "pk", "org_id"
+        ):
+            by_org.setdefault(owner, []).append(str(pk))
+        result = IndexResult()
+        for owner, ids in by_org.items():
+            part = index_records(ids, force=force, org_id=owner)
+            result.indexed += part.indexed
+            result.failed += part.failed
+        found = {pk for ids in by_org.values() for pk in ids}
+        result.skipped = [str(pk) for pk in record_ids if str(pk) not in found]
+        return result
     embedder = memoryhub_settings.embedder()
     result = IndexResult()
     failure: Exception | None = None
@@ -82,7 +103,7 @@ def index_records(record_ids: Sequence[str], *, force: bool = False) -> IndexRes
         # Rows are locked while they are embedded: a concurrent task (a redelivered
         # message, a sweep) skips them instead of embedding them a second time. If this
         # worker dies, the locks go with its connection and the rows stay pending.
-        candidates = MemoryRecord.unscoped.filter(pk__in=list(record_ids))
+        candidates = MemoryRecord.unscoped.filter(org_id=org_id, pk__in=list(record_ids))
         if not force:
             candidates = candidates.exclude(
                 status=MemoryRecord.Status.INDEXED, embedding_model=embedder.name
@@ -220,7 +241,11 @@ def _record_failure(record_ids: list[Any], exc: Exception) -> list[str]:
 
 
 def schedule_indexing(
-    record_ids: Sequence[str], *, force: bool = False, bulk: bool = False
+    record_ids: Sequence[str],
+    *,
+    force: bool = False,
+    bulk: bool = False,
+    org_id: int | None = None,
 ) -> None:
     """Enqueue indexing of ``record_ids`` in batches, once the transaction commits:
     of ``INDEX_BATCH_SIZE``, or of ``BULK_INDEX_BATCH_SIZE`` for a ``bulk`` write (the
@@ -229,6 +254,9 @@ def schedule_indexing(
     The write is committed by then, so a broker that cannot be reached does not fail it
     (``delay_on_commit`` would raise out of the commit): the failure is logged, the
     records stay ``pending``, and the sweeper enqueues them once the broker is back.
+
+    ``org_id`` names the org of every record (a write's): the worker then reads and locks
+    them in its shard group alone. Without it the worker finds each record's org first.
     """
     if not record_ids:
         return
@@ -237,13 +265,15 @@ def schedule_indexing(
         [str(pk) for pk in record_ids[start : start + size]]
         for start in range(0, len(record_ids), size)
     ]
-    transaction.on_commit(partial(_enqueue_indexing, batches, force))
+    transaction.on_commit(partial(_enqueue_indexing, batches, force, org_id))
 
 
-def _enqueue_indexing(batches: list[list[str]], force: bool = False) -> None:
-    # A forced batch goes with its flag; a plain one as before (a worker still running the
-    # previous release takes it).
-    extra = (True,) if force else ()
+def _enqueue_indexing(
+    batches: list[list[str]], force: bool = False, org_id: int | None = None
+) -> None:
+    # Only what differs from the task's defaults is sent: a batch with neither flag nor
+    # org is the message an earlier release sent and takes.
+    extra: tuple[object, ...] = (force, org_id) if org_id is not None else (True,) if force else ()
     for number, batch in enumerate(batches):
         waiting = sum(len(rest) for rest in batches[number:])
         if not send(
@@ -338,39 +368,65 @@ def pipeline_status(*, eager: bool) -> dict[str, Any]:
 # --- vector indexes -------------------------------------------------------------------
 
 
+#: A skip scan of the model index over table ``{table}`` (the rows ``{scope}`` selects
+#: of it): one probe per model.
+_MODELS_SQL = """
+WITH RECURSIVE models(name) AS (
+    SELECT min(embedding_model) FROM {table} WHERE {scope} embedding_model > ''
+    UNION ALL
+    SELECT (SELECT min(embedding_model) FROM {table}
+             WHERE {scope} embedding_model > models.name)
+      FROM models WHERE models.name IS NOT NULL
+)
+SELECT {select} FROM models WHERE name IS NOT NULL
+"""
+
+
 def models_in_use() -> list[str]:
     """Every embedding model some record's vector is stored under: a skip scan of the
-    model index (one probe per model, whatever the number of records)."""
+    model index (one probe per model, whatever the number of records). On a Citus
+    cluster, the same scan of each shard (``run_command_on_shards``), the names merged."""
     table = MemoryRecord._meta.db_table
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"""
-            WITH RECURSIVE models(name) AS (
-                SELECT min(embedding_model) FROM {table} WHERE embedding_model > ''
-                UNION ALL
-                SELECT (SELECT min(embedding_model) FROM {table}
-                         WHERE embedding_model > models.name)
-                  FROM models WHERE models.name IS NOT NULL
-            )
-            SELECT name FROM models WHERE name IS NOT NULL
-            """
+        if not distribution.is_citus(connection):
+            cursor.execute(_MODELS_SQL.format(table=table, scope="", select="name"))
+            return [row[0] for row in cursor.fetchall()]
+        per_shard = _MODELS_SQL.format(
+            table="%1$s", scope="", select="COALESCE(json_agg(name), '[]')"
         )
-        return [row[0] for row in cursor.fetchall()]
+        cursor.execute(
+            "SELECT success, result FROM run_command_on_shards(%s, %s)", [table, per_shard]
+        )
+        names: set[str] = set()
+        for success, result in cursor.fetchall():
+            if not success:
+                raise DatabaseError(f"listing the models of a shard failed: {result}")
+            names.update(json.loads(result))
+        return sorted(names)
 
 
 def models_in_domain(scope: Scope) -> list[str]:
     """The models whose vectors serve queries in ``scope``'s domain (indexed records),
-    from the model index: one probe per model in use."""
+    from the model index: one probe per model in use. On a Citus cluster, a skip scan of
+    the model index restricted to the domain, which names the org: one statement on the
+    org's worker, not one on every shard."""
     table = MemoryRecord._meta.db_table
     with connection.cursor() as cursor:
+        if distribution.is_citus(connection):
+            in_domain = "org_id = %(org)s AND domain_id = %(domain)s AND status = %(status)s AND"
+            cursor.execute(
+                _MODELS_SQL.format(table=table, scope=in_domain, select="name"),
+                {"org": scope.org_id, "domain": scope.domain_id, "status": "indexed"},
+            )
+            return sorted(row[0] for row in cursor.fetchall())
         cursor.execute(
             f"""
             SELECT name FROM unnest(%s::text[]) AS name
-             WHERE EXISTS (SELECT 1 FROM {table}
-                            WHERE embedding_model = name AND domain_id = %s AND status = %s)
+             WHERE EXISTS (SELECT 1 FROM {table} WHERE embedding_model = name
+                            AND org_id = %s AND domain_id = %s AND status = %s)
              ORDER BY name
             """,
-            [models_in_use(), scope.domain_id, MemoryRecord.Status.INDEXED],
+            [models_in_use(), scope.org_id, scope.domain_id, MemoryRecord.Status.INDEXED],
         )
         return [row[0] for row in cursor.fetchall()]
 

@@ -136,11 +136,11 @@ _LIVE = LIVE_SQL.format(table="r")
 _NAMESPACES_SQL = f"""
 WITH RECURSIVE walk(namespace, step) AS (
     SELECT (SELECT {_NAMESPACE} FROM {_RECORDS} r
-            WHERE r.knowledge_base_id = %(kb)s AND {_NAMESPACE} >= %(start)s AND {_LIVE}
+            WHERE r.org_id = %(org)s AND r.knowledge_base_id = %(kb)s AND {_NAMESPACE} >= %(start)s AND {_LIVE}
             ORDER BY {_NAMESPACE} LIMIT 1), 1
   UNION ALL
     SELECT (SELECT {_NAMESPACE} FROM {_RECORDS} r
-            WHERE r.knowledge_base_id = %(kb)s AND {_NAMESPACE} > w.namespace AND {_LIVE}
+            WHERE r.org_id = %(org)s AND r.knowledge_base_id = %(kb)s AND {_NAMESPACE} > w.namespace AND {_LIVE}
             ORDER BY {_NAMESPACE} LIMIT 1), w.step + 1
     FROM walk w
     WHERE w.step < %(limit)s AND starts_with(w.namespace, %(prefix)s)
@@ -164,14 +164,14 @@ _DIRECTORIES_SQL = f"""
 WITH RECURSIVE walk(namespace, key, step) AS (
     SELECT f.namespace, f.key, 1 FROM (
         SELECT {_NAMESPACE} AS namespace, {_KEY} AS key FROM {_RECORDS} r
-        WHERE r.knowledge_base_id = %(kb)s
+        WHERE r.org_id = %(org)s AND r.knowledge_base_id = %(kb)s
           AND ({_NAMESPACE}, {_KEY}) >= (%(start)s, %(start_key)s)
           AND r.key IS NOT NULL AND {_LIVE}
         ORDER BY {_NAMESPACE}, {_KEY} LIMIT 1) f
   UNION ALL
     SELECT f.namespace, f.key, w.step + 1 FROM walk w CROSS JOIN LATERAL (
         SELECT {_NAMESPACE} AS namespace, {_KEY} AS key FROM {_RECORDS} r
-        WHERE r.knowledge_base_id = %(kb)s
+        WHERE r.org_id = %(org)s AND r.knowledge_base_id = %(kb)s
           AND ({_NAMESPACE}, {_KEY}) >= (w.namespace, {_BOUND_SQL.format(key="w.key")})
           AND r.key IS NOT NULL AND {_LIVE}
         ORDER BY {_NAMESPACE}, {_KEY} LIMIT 1) f
@@ -284,7 +284,13 @@ def list_namespaces(scope: Scope, raw: Mapping[str, Any]) -> NamespacePage:
         kb = knowledge_base.first()
     if kb is None:
         raise UnknownSource(source)
-    params: dict[str, Any] = {"kb": kb, "limit": limit, "prefix": prefix, "exact": namespace}
+    params: dict[str, Any] = {
+        "org": scope.org_id,
+        "kb": kb,
+        "limit": limit,
+        "prefix": prefix,
+        "exact": namespace,
+    }
     with connection.cursor() as cursor:
         if delimiter is None:
             params["start"] = prefix if position is None else position[0] + SUCCESSOR

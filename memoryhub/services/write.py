@@ -276,7 +276,9 @@ def _announce(
         )
     statuses = {str(record.pk): record.status for record in written}
     pending = [pk for pk, status in statuses.items() if status == MemoryRecord.Status.PENDING]
-    schedule_indexing(pending, bulk=len(pending) >= memoryhub_settings.BULK_MIN_RECORDS)
+    schedule_indexing(
+        pending, bulk=len(pending) >= memoryhub_settings.BULK_MIN_RECORDS, org_id=scope.org_id
+    )
 
 
 def _observe_written(
@@ -556,7 +558,7 @@ def _announce_update(
     )
     _observe_written(scope, knowledge_base, created=0, updated=1, principal=principal)
     if content_changed:
-        schedule_indexing([str(record.pk)])
+        schedule_indexing([str(record.pk)], org_id=scope.org_id)
     bump_generation_on_commit(scope)
 
 

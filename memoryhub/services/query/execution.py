@@ -140,7 +140,7 @@ def fetch(scope: Scope, ids: list[Any]) -> dict[Any, dict[str, Any]]:
             f"SELECT r.id, r.content, kb.name, r.metadata, r.key, r.kind, r.namespace, r.tags,"
             f" r.created_at, r.derived_from, {OCCURRED_SQL.format(table='r')}"
             f" FROM {records} r JOIN {knowledge_bases} kb"
-            " ON kb.id = r.knowledge_base_id"
+            " ON kb.id = r.knowledge_base_id AND kb.org_id = r.org_id"
             " WHERE r.org_id = %s AND r.domain_id = %s AND r.id = ANY(%s)"
             f" AND {LIVE_SQL.format(table='r')}",
             [scope.org_id, scope.domain_id, list(ids)],
@@ -189,7 +189,8 @@ def _turns_sql() -> str:
     )
     return (
         "WITH h AS ("
-        f"SELECT r.id, r.knowledge_base_id, r.namespace, {SESSION_SQL.format(table='r')}"
+        f"SELECT r.id, r.org_id, r.knowledge_base_id, r.namespace,"
+        f" {SESSION_SQL.format(table='r')}"
         f" AS session, {OCCURRED_SQL.format(table='r')} AS occurred FROM {records} r"
         " WHERE r.org_id = %s AND r.domain_id = %s AND r.id = ANY(%s::uuid[])"
         f" AND {TURN_SQL.format(table='r')})"
@@ -203,7 +204,8 @@ def _turns_sql() -> str:
         f" (SELECT true AS after, {turn} AND {occurred} >= h.occurred"
         f" AND ({occurred}, n.id) > (h.occurred, h.id)"
         f" ORDER BY {occurred}, n.id LIMIT %s)"
-        f") t JOIN {knowledge_bases} kb ON kb.id = t.knowledge_base_id"
+        f") t JOIN {knowledge_bases} kb"
+        " ON kb.id = t.knowledge_base_id AND kb.org_id = h.org_id"
         " ORDER BY h.id, t.after, t.occurred, t.id"
     )
 

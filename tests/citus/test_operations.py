@@ -1,0 +1,141 @@
+"""Operations on a live cluster: a tenant moved to another worker and isolated on a shard
+of its own while an agent keeps writing (nothing lost, doubled or leaked), and an erased
+subject looked for on every node afterwards (tables, shards, statistics)."""
+
+from __future__ import annotations
+
+import re
+import threading
+
+import psycopg
+import pytest
+from django.db import connection, connections
+
+from memoryhub.models import MemoryRecord
+from memoryhub.services import distribution, forget, query, write
+from memoryhub.services.forget import ForgetRequest, vacuum_erased_tables
+from tests import cluster as citus
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def node_hits(conninfo: str, pattern: re.Pattern[str]) -> list[str]:
+    """Where ``pattern`` occurs on one node: every text-like column of every table (the
+    shards included) and ``pg_stats``."""
+    hits = []
+    with psycopg.connect(conninfo, autocommit=True) as node:
+        node.execute("SET citus.override_table_visibility = off")
+        columns = node.execute(
+            "SELECT c.relname, a.attname FROM pg_class c"
+            " JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'public'"
+            " JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped"
+            " WHERE c.relkind = 'r' AND format_type(a.atttypid, NULL) IN"
+            " ('text', 'character varying', 'jsonb', 'json', 'text[]',"
+            " 'character varying[]', 'tsvector')"
+        ).fetchall()
+        for table, column in columns:
+            rows = node.execute(
+                f'SELECT "{column}"::text FROM "{table}" WHERE "{column}" IS NOT NULL'
+            )
+            hits += [f"{table}.{column}" for (text,) in rows if pattern.search(text)]
+        stats = node.execute(
+            "SELECT tablename, attname, concat(most_common_vals::text, histogram_bounds::text)"
+            " FROM pg_stats WHERE schemaname = 'public'"
+        )
+        hits += [
+            f"pg_stats {table}.{column}"
+            for table, column, text in stats
+            if pattern.search(text or "")
+        ]
+    return hits
+
+
+def database_name() -> str:
+    return connection.settings_dict["NAME"]
+
+
+class Writer(threading.Thread):
+    """An agent writing one turn at a time until told to stop."""
+
+    def __init__(self, tenant) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(daemon=True)
+        self.tenant = tenant
+        self.stop = threading.Event()
+        self.written: list[str] = []
+        self.errors: list[str] = []
+        self.working = threading.Event()  # set once some turns are written
+
+    def run(self) -> None:
+        n = 0
+        try:
+            while not self.stop.is_set():
+                try:
+                    write.write(self.tenant.scope, [{"content": f"turn {n} during the move"}])
+                    self.written.append(f"turn {n} during the move")
+                    if len(self.written) == 5:
+                        self.working.set()
+                except Exception as exc:
+                    self.errors.append(repr(exc))
+                    self.working.set()
+                n += 1
+        finally:
+            connections.close_all()
+
+
+def test_a_tenant_moves_and_is_isolated_online_under_writes(tenant, other_tenant) -> None:  # type: ignore[no-untyped-def]
+    write.write(tenant.scope, [{"content": f"before the move {n}"} for n in range(50)])
+    write.write(other_tenant.scope, [{"content": "globex's own note"}])
+    cluster = citus.cluster()
+    before = distribution.tenant_node(connection, tenant.org.pk)
+    (target,) = [node for node in cluster.worker_nodes if node.port != before.port]
+
+    writer = Writer(tenant)
+    writer.start()
+    try:
+        assert writer.working.wait(timeout=60)  # the move starts while turns are written
+        shard = distribution.isolate_tenant(connection, tenant.org.pk)
+        moved = distribution.move_tenant(connection, tenant.org.pk, target.host, target.port)
+    finally:
+        writer.stop.set()
+        writer.join(timeout=60)
+
+    assert writer.errors == []
+    assert moved.startswith("moved")
+    after = distribution.tenant_node(connection, tenant.org.pk)
+    assert (after.shard, after.port) == (shard, target.port)
+    contents = list(
+        MemoryRecord.unscoped.filter(org_id=tenant.org.pk).values_list("content", flat=True)
+    )
+    assert len(contents) == len(set(contents)) == 50 + len(writer.written)  # none lost or doubled
+    assert set(writer.written) <= set(contents)
+    # The other org's memory is its own, wherever the shards went.
+    found = query.query(other_tenant.scope, query="note during the move", mode="keyword", k=50)
+    assert [item.content for item in found.items] == ["globex's own note"]
+    mine = query.query(tenant.scope, query="globex", mode="keyword", k=50)
+    assert mine.items == []
+    # The old worker keeps no copy of the moved shard group.
+    old = next(node for node in cluster.worker_nodes if node.port == before.port)
+    pattern = re.compile(r"before the move|during the move")
+    assert node_hits(old.conninfo(database_name()), pattern) == []
+
+
+def test_an_erased_subject_is_on_no_node(tenant, other_tenant) -> None:  # type: ignore[no-untyped-def]
+    secret = "zorblax-7731"
+    for n in range(30):  # one turn at a time (row by row) and then a batch (COPY)
+        write.write(
+            tenant.scope,
+            [{"content": f"alice's code word is {secret} ({n})", "metadata": {"code": secret}}],
+        )
+    write.write(
+        tenant.scope,
+        [{"content": f"{secret} again ({n})", "metadata": {"code": secret}} for n in range(60)],
+    )
+    write.write(other_tenant.scope, [{"content": "bob's note"}])
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+    result = forget.forget(tenant.scope, ForgetRequest(all=True))
+    assert result.deleted == 90
+    vacuum_erased_tables()
+    pattern = re.compile(secret)
+    for node in citus.cluster().nodes:
+        assert node_hits(node.conninfo(database_name()), pattern) == [], node.name

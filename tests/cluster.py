@@ -1,0 +1,116 @@
+"""The test session on a Citus cluster (``MEMORYHUB_TEST_CITUS=1``, as ``make test`` runs
+the core suites a second time).
+
+The session builds Citus from the vendored source (``memoryhub.contrib.citus_cluster``:
+cached outside the clone, keyed by the tarball's checksum), starts a coordinator and two
+workers of its own on free ports in a temporary directory, and stops and deletes them
+when it ends. Each xdist worker's test database is created on every node with the
+``citus`` and ``vector`` extensions, migrated as usual, then distributed with
+``manage.py memoryhub_citus distribute`` (8 shards: the tests need placements on both
+workers, not 32 of them).
+
+With no tarball and no ``CI=true``, the cluster tests skip and say why; under
+``CI=true`` a missing tarball or a failed build is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+ENABLED = os.environ.get("MEMORYHUB_TEST_CITUS") == "1"
+#: Where the controller's cluster is (xdist workers find it through the environment).
+CLUSTER_DIR = "MEMORYHUB_TEST_CITUS_DIR"
+#: Shards per distributed table in the tests.
+SHARD_COUNT = 8
+
+
+def source() -> Path | None:
+    """The Citus source tarball: ``$MEMORYHUB_CITUS_SOURCE``, else the one vendored beside
+    the project (``../shared/vendor``)."""
+    configured = os.environ.get("MEMORYHUB_CITUS_SOURCE")
+    if configured:
+        return Path(configured)
+    vendor = Path(__file__).resolve().parents[2] / "shared" / "vendor"
+    found = sorted(vendor.glob("citus-*.tar.gz"))
+    return found[-1] if found else None
+
+
+def unavailable() -> str | None:
+    """Why the cluster cannot be had here (None: it can)."""
+    tarball = source()
+    if tarball is None or not tarball.exists():
+        return (
+            "no Citus source tarball (set MEMORYHUB_CITUS_SOURCE or vendor one in ../shared/vendor)"
+        )
+    return None
+
+
+def start(config: pytest.Config) -> None:
+    """In the controller (or the only process): build and start the cluster."""
+    from memoryhub.contrib.citus_cluster import Cluster, build
+
+    reason = unavailable()
+    if reason:
+        if os.environ.get("CI") == "true":
+            raise pytest.UsageError(f"MEMORYHUB_TEST_CITUS=1 under CI=true, but {reason}")
+        os.environ["MEMORYHUB_TEST_CITUS_SKIP"] = reason
+        return
+    directory = Path(tempfile.mkdtemp(prefix="memoryhub-citus-"))
+    cluster = Cluster(directory / "cluster", build(source()), workers=2, durable=False)
+    cluster.start()
+    os.environ[CLUSTER_DIR] = str(directory / "cluster")
+    config._memoryhub_citus = cluster  # type: ignore[attr-defined]
+
+
+def stop(config: pytest.Config) -> None:
+    cluster = getattr(config, "_memoryhub_citus", None)
+    if cluster is not None:
+        cluster.destroy()
+
+
+def cluster():  # type: ignore[no-untyped-def]
+    import json
+
+    from memoryhub.contrib.citus_cluster import Cluster
+
+    directory = Path(os.environ[CLUSTER_DIR])
+    bin_dir = Path(json.loads((directory / "cluster.json").read_text())["bin_dir"])
+    return Cluster(directory, bin_dir, workers=2, durable=False)
+
+
+def point_settings_at_cluster() -> None:
+    """The default database is the cluster's coordinator (settings are edited in place,
+    before any connection is made)."""
+    from django.conf import settings
+
+    node = cluster().coordinator
+    database = settings.DATABASES["default"]
+    database.update(
+        ENGINE="memoryhub.contrib.postgresql",
+        HOST=node.host,
+        PORT=node.port,
+        USER="postgres",
+        PASSWORD="",
+        NAME="memoryhub_citus",
+        OPTIONS={},
+    )
+    database.setdefault("TEST", {})["NAME"] = "test_memoryhub_citus"
+    database.pop("DATA_DIR", None)
+    from django.db import connections
+
+    try:  # a connection object made before (of the embedded backend) is made again
+        del connections["default"]
+    except AttributeError:
+        pass
+
+
+def prepare_test_database() -> None:
+    """Create this process's test database on every node (extensions, workers added):
+    Django then finds it and migrates it (``keepdb``)."""
+    from django.conf import settings
+
+    cluster().create_database(settings.DATABASES["default"]["TEST"]["NAME"])

@@ -1,0 +1,89 @@
+"""The schema a cluster distributed by org accepts, checked on any PostgreSQL: every table
+with tenant data is declared distributed, and its keys hold ``org_id``."""
+
+from __future__ import annotations
+
+import pytest
+from django.apps import apps
+from django.db import connection
+
+from memoryhub.services import distribution
+
+pytestmark = pytest.mark.django_db
+
+
+def constraints(table: str) -> list[tuple[str, str, list[str], str | None]]:
+    """(name, type, columns, referenced table) of the primary keys, unique constraints and
+    indexes, and foreign keys of ``table``."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.conname, c.contype,"
+            " ARRAY(SELECT attname FROM pg_attribute WHERE attrelid = c.conrelid"
+            " AND attnum = ANY (c.conkey)), c.confrelid::regclass::text"
+            " FROM pg_constraint c WHERE c.conrelid = %s::regclass AND c.contype IN ('p', 'u', 'f')"
+            " UNION ALL SELECT i.indexrelid::regclass::text, 'i',"
+            " ARRAY(SELECT attname FROM pg_attribute WHERE attrelid = i.indrelid"
+            " AND attnum = ANY (i.indkey)), NULL FROM pg_index i"
+            " WHERE i.indrelid = %s::regclass AND i.indisunique",
+            [table, table],
+        )
+        return [
+            (name, kind, list(columns), target) for name, kind, columns, target in cursor.fetchall()
+        ]
+
+
+def test_every_table_holding_an_org_id_is_distributed_or_tenancy() -> None:
+    placed = {model._meta.db_table for model in distribution.DISTRIBUTED + distribution.REFERENCE}
+    holding = {
+        model._meta.db_table
+        for model in apps.get_models()
+        if any(field.column == "org_id" for field in model._meta.concrete_fields)
+    }
+    assert holding - placed == set()
+
+
+@pytest.mark.parametrize("model", distribution.DISTRIBUTED, ids=lambda m: m._meta.db_table)
+def test_a_distributed_tables_keys_hold_the_org(model) -> None:  # type: ignore[no-untyped-def]
+    distributed = {other._meta.db_table for other in distribution.DISTRIBUTED}
+    offending = [
+        (name, columns)
+        for name, kind, columns, target in constraints(model._meta.db_table)
+        if (kind in "pui" or target in distributed) and "org_id" not in columns
+    ]
+    assert offending == []
+
+
+def test_every_key_between_tenant_tables_is_declared_and_made() -> None:
+    distributed = {model._meta.db_table for model in distribution.DISTRIBUTED}
+    made = {
+        (model._meta.db_table, tuple(sorted(columns)), target)
+        for model in distribution.DISTRIBUTED
+        for _, kind, columns, target in constraints(model._meta.db_table)
+        if kind == "f" and target in distributed
+    }
+    declared = {
+        (
+            model._meta.db_table,
+            tuple(sorted([model._meta.get_field(name).column, "org_id"])),
+            model._meta.get_field(name).related_model._meta.db_table,
+        )
+        for model, name in distribution.TENANT_KEYS
+    }
+    assert made == declared
+
+
+def test_a_key_between_tenant_tables_refuses_another_orgs_row(tenant, other_tenant) -> None:  # type: ignore[no-untyped-def]
+    """A record cannot point at a knowledge base of another org: the key holds the org."""
+    from django.db import IntegrityError, transaction
+
+    from memoryhub.models import KnowledgeBase, MemoryRecord
+
+    theirs = KnowledgeBase.unscoped.create(
+        org=other_tenant.org, domain=other_tenant.domain, name="theirs"
+    )
+    with pytest.raises(IntegrityError), transaction.atomic():
+        MemoryRecord.unscoped.create(
+            org=tenant.org, domain=tenant.domain, knowledge_base=theirs, content="x"
+        )
+        with connection.cursor() as cursor:
+            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")

@@ -36,7 +36,7 @@ def index_records(
         countdown = min(2**self.request.retries, RETRY_BACKOFF_MAX)
         raise self.retry(exc=exc, countdown=countdown) from exc
     # Turns waiting to be consolidated can go now that they are embedded.
-    consolidation.schedule_for(result.indexed)
+    consolidation.schedule_for(result.indexed, org_id)
     return {
         "indexed": len(result.indexed),
         "skipped": len(result.skipped),

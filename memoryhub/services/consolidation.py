@@ -82,13 +82,17 @@ def configured_extractor() -> Extractor:
     return extractor_from_env()
 
 
-def schedule_for(record_ids: Sequence[str]) -> int:
-    """Enqueue a run for each (knowledge base, namespace) of ``record_ids`` that has
-    records waiting, once the caller's transaction commits; returns how many."""
+def schedule_for(record_ids: Sequence[str], org_id: int | None = None) -> int:
+    """Enqueue a run for each (knowledge base, namespace) of ``record_ids`` (of org
+    ``org_id``, when one org's) that has records waiting, once the caller's transaction
+    commits; returns how many."""
     if not record_ids:
         return 0
+    records = MemoryRecord.unscoped.filter(pk__in=list(record_ids))
+    if org_id is not None:
+        records = records.filter(org_id=org_id)
     groups = list(
-        MemoryRecord.unscoped.filter(pk__in=list(record_ids), consolidation=CONSOLIDATION_PENDING)
+        records.filter(consolidation=CONSOLIDATION_PENDING)
         .values_list("knowledge_base_id", "namespace")
         .distinct()
     )

@@ -310,7 +310,13 @@ ERASED_JOB = {"filename": "(erased)", "namespace": "", "namespaces": None}
 
 
 def _drop_files(jobs: QuerySet[ImportJob]) -> None:
-    ImportChunk.objects.filter(job__in=jobs.values("pk")).delete()
+    # By each job's org and id, not a subquery: on a cluster, the delete goes to the
+    # org's shard group only.
+    by_org: dict[int, list[int]] = {}
+    for org_id, pk in jobs.values_list("org_id", "pk"):
+        by_org.setdefault(org_id, []).append(pk)
+    for org_id, ids in by_org.items():
+        ImportChunk.objects.filter(org_id=org_id, job_id__in=ids).delete()
 
 
 def _scrub_jobs(jobs: QuerySet[ImportJob], namespace: str | None) -> None:

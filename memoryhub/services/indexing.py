@@ -136,7 +136,7 @@ def index_records(
             for org_id, domain_id in {(row[2], row[3]) for row in rows}:
                 bump_generation_on_commit(Scope(org_id=org_id, domain_id=domain_id))
     if failure is not None:
-        result.failed = _record_failure([row[0] for row in rows], failure)
+        result.failed = _record_failure([row[0] for row in rows], failure, org_id)
         raise EmbedderError(str(failure)) from failure
     return result
 
@@ -162,7 +162,7 @@ def _store_in_bulk(
         if where.batch is not None:
             for position in positions:
                 batches[position] = where.batch
-    bulk.store_vectors([row[0] for row in rows], vectors, model, batches)
+    bulk.store_vectors([row[0] for row in rows], vectors, model, batches, org_id=rows[0][2])
     if maintain:
         transaction.on_commit(
             lambda: send("tenant_indexes", what="tenant index maintenance", left="left")
@@ -195,7 +195,7 @@ def _store_vectors(
                    vector_batch = batch.vector_batch
               FROM unnest(%s::uuid[], %s::vector[], %s::bigint[])
                    AS batch(id, embedding, vector_batch)
-             WHERE record.id = batch.id
+             WHERE record.org_id = %s AND record.id = batch.id
             """,
             [
                 model,
@@ -204,16 +204,18 @@ def _store_vectors(
                 [str(row[0]) for row in rows],
                 ["[" + ",".join(repr(float(x)) for x in vector) + "]" for vector in vectors],
                 [batch_of[(row[2], row[3])] for row in rows],
+                rows[0][2],  # one org's records (index_records)
             ],
         )
 
 
-def _record_failure(record_ids: list[Any], exc: Exception) -> list[str]:
-    """Count an attempt; mark records failed once they have used up their attempts."""
+def _record_failure(record_ids: list[Any], exc: Exception, org_id: int) -> list[str]:
+    """Count an attempt; mark records (of org ``org_id``) failed once they have used up
+    their attempts."""
     message = f"{type(exc).__name__}: {exc}"[:2000]
     max_attempts = memoryhub_settings.INDEX_MAX_ATTEMPTS
     with transaction.atomic():
-        records = MemoryRecord.unscoped.filter(pk__in=record_ids).exclude(
+        records = MemoryRecord.unscoped.filter(org_id=org_id, pk__in=record_ids).exclude(
             status=MemoryRecord.Status.INDEXED
         )
         records.update(attempts=F("attempts") + 1, last_error=message)
@@ -222,7 +224,7 @@ def _record_failure(record_ids: list[Any], exc: Exception) -> list[str]:
         )
         if not exhausted:
             return []
-        MemoryRecord.unscoped.filter(pk__in=[pk for pk, _, _ in exhausted]).update(
+        MemoryRecord.unscoped.filter(org_id=org_id, pk__in=[pk for pk, _, _ in exhausted]).update(
             status=MemoryRecord.Status.FAILED
         )
         per_scope: dict[tuple[int, int], int] = {}

@@ -334,7 +334,7 @@ def test_store_vectors_writes_what_it_was_given(tenant):
     ids = result.record_ids
     vectors = np.eye(2, 384, dtype=np.float32)
     with transaction.atomic():
-        bulk.store_vectors(ids, vectors, "test-model", [7, None])
+        bulk.store_vectors(ids, vectors, "test-model", [7, None], org_id=tenant.org.pk)
     by_id = {str(record.pk): record for record in stored(tenant.scope)}
     assert [by_id[pk].vector_batch for pk in ids] == [7, None]
     assert all(by_id[pk].embedding_model == "test-model" for pk in ids)

@@ -146,10 +146,13 @@ def store_vectors(
     vectors: Iterable[Sequence[float]],
     model_name: str,
     batches: Sequence[int | None],
+    *,
+    org_id: int,
 ) -> None:
     """Store each record's vector, its model and ``indexed`` status, and the bulk batch
     that stored it (``MemoryRecord.vector_batch``; None: row by row), with one binary
-    COPY into a temporary table and one ``UPDATE … FROM``."""
+    COPY into a temporary table and one ``UPDATE … FROM``. The records are org
+    ``org_id``'s."""
     table = MemoryRecord._meta.db_table
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
@@ -180,8 +183,8 @@ def store_vectors(
                    indexed_at = %s,
                    vector_batch = batch.vector_batch
               FROM memoryhub_vectors_in AS batch
-             WHERE record.id = batch.id
+             WHERE record.org_id = %s AND record.id = batch.id
             """,
-            [model_name, MemoryRecord.Status.INDEXED, timezone.now()],
+            [model_name, MemoryRecord.Status.INDEXED, timezone.now(), org_id],
         )
         cursor.execute("DROP TABLE memoryhub_vectors_in")

@@ -9,7 +9,7 @@ from django.db import connection
 from django.db.models import QuerySet, TextField
 from django.db.models.functions import Cast
 
-from ...models import MemoryRecord
+from ...models import MemoryRecord, RecordVersion
 
 __all__ = ["delete_records", "detach_sources"]
 
@@ -17,26 +17,49 @@ __all__ = ["delete_records", "detach_sources"]
 def delete_records(records: QuerySet[MemoryRecord]) -> tuple[int, dict[int, int]]:
     """Delete ``records`` (their versions go with them), the admin log about them, and
     the consolidated facts they leave with no source. Returns how many of ``records``
-    went, and the facts per knowledge base id (erased records too, counted as such)."""
-    orphans = detach_sources(records)
-    _scrub_admin_log(records)
-    _, per_model = MemoryRecord.unscoped.filter(pk__in=records.values("pk")).delete()
-    deleted = per_model.get(MemoryRecord._meta.label, 0)
-    if not orphans:
-        return deleted, {}
-    facts = MemoryRecord.unscoped.filter(pk__in=orphans)
-    counts: dict[int, int] = {}
-    for kb_id in facts.values_list("knowledge_base_id", flat=True):
-        counts[kb_id] = counts.get(kb_id, 0) + 1
-    _scrub_admin_log(facts)
-    facts.delete()
+    went, and the facts per knowledge base id (erased records too, counted as such).
+
+    One org at a time, each statement naming it: on a cluster distributed by org, each
+    goes to that org's shard group only (an erasure's selection is one org's; the expiry
+    purge's may be several)."""
+    orgs = sorted(set(records.order_by().values_list("org_id", flat=True).distinct()))
+    deleted, counts = 0, {}
+    for org_id in orgs:
+        selected = records.filter(org_id=org_id)
+        orphans = detach_sources(selected, org_id=org_id)
+        _scrub_admin_log(selected)
+        deleted += _delete(selected, org_id)
+        if orphans:
+            facts = MemoryRecord.unscoped.filter(org_id=org_id, pk__in=orphans)
+            for kb_id in facts.values_list("knowledge_base_id", flat=True):
+                counts[kb_id] = counts.get(kb_id, 0) + 1
+            _scrub_admin_log(facts)
+            _delete(facts, org_id)
     return deleted, counts
 
 
-def detach_sources(records: QuerySet[MemoryRecord]) -> list[str]:
-    """Before ``records`` are deleted: remove them from the ``derived_from`` of the facts
-    citing them (in the same domains) and return the ids of facts left with no source
-    (the caller erases them too). Facts among ``records`` themselves are left alone."""
+def _delete(records: QuerySet[MemoryRecord], org_id: int) -> int:
+    """Delete org ``org_id``'s ``records`` and their versions (the only rows that refer
+    to a record); return how many records. Two statements, not Django's collector, whose
+    lookups of the versions by record id alone would go to every shard."""
+    selected, params = records.order_by().values("pk").query.sql_with_params()
+    table, versions = MemoryRecord._meta.db_table, RecordVersion._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"DELETE FROM {versions} WHERE org_id = %s AND record_id IN ({selected})",
+            [org_id, *params],
+        )
+        cursor.execute(
+            f"DELETE FROM {table} WHERE org_id = %s AND id IN ({selected})", [org_id, *params]
+        )
+        return cursor.rowcount
+
+
+def detach_sources(records: QuerySet[MemoryRecord], *, org_id: int) -> list[str]:
+    """Before ``records`` (org ``org_id``'s) are deleted: remove them from the
+    ``derived_from`` of the facts citing them (in the same domains) and return the ids
+    of facts left with no source (the caller erases them too). Facts among ``records``
+    themselves are left alone."""
     selected, params = records.order_by().values("pk").query.sql_with_params()
     table = MemoryRecord._meta.db_table
     with connection.cursor() as cursor:
@@ -48,11 +71,12 @@ def detach_sources(records: QuerySet[MemoryRecord]) -> list[str]:
                SET derived_from = ARRAY(SELECT source FROM unnest(fact.derived_from) AS source
                                          WHERE source <> ALL(erased.ids))
               FROM erased
-             WHERE fact.derived_from <> '{{}}' AND fact.derived_from && erased.ids
+             WHERE fact.org_id = %s
+               AND fact.derived_from <> '{{}}' AND fact.derived_from && erased.ids
                AND NOT (fact.id = ANY(erased.ids))
          RETURNING fact.id, cardinality(fact.derived_from)
             """,
-            params,
+            [*params, org_id],
         )
         return [str(pk) for pk, remaining in cursor.fetchall() if remaining == 0]
 

@@ -29,5 +29,6 @@ urlpatterns = [
         views.ErasureReceiptView.as_view(),
         name="erasure",
     ),
-    re_path(r"^.*$", views.NotFoundView.as_view(), name="not-found"),
+    # (?s): a path holding a line break is an API path too (a JSON 404, not HTML).
+    re_path(r"(?s)^.*$", views.NotFoundView.as_view(), name="not-found"),
 ]

@@ -89,12 +89,16 @@ def index_records(
         ):
             by_org.setdefault(owner, []).append(str(pk))
         result = IndexResult()
+        skipped = set()
         for owner, ids in by_org.items():
             part = index_records(ids, force=force, org_id=owner)
             result.indexed += part.indexed
             result.failed += part.failed
+            skipped.update(part.skipped)
         found = {pk for ids in by_org.values() for pk in ids}
-        result.skipped = [str(pk) for pk in record_ids if str(pk) not in found]
+        result.skipped = [
+            str(pk) for pk in record_ids if str(pk) not in found or str(pk) in skipped
+        ]
         return result
     embedder = memoryhub_settings.embedder()
     result = IndexResult()

@@ -361,12 +361,14 @@ def summarize_sources(scope: Scope) -> list[dict[str, Any]]:
     now = timezone.now()
     live = live_q("records__", now)
     with tenant_scope(scope):
+        # Grouped by the columns shown, not by the knowledge base's id alone: the
+        # table's primary key is (id, org_id), so an id does not determine the rest.
         rows = (
-            KnowledgeBase.objects.annotate(record_count=Count("records", filter=live))
-            .order_by("name")
-            .values(
-                "name", "description", "read_only", "on_write", "refused_writes", "record_count"
+            KnowledgeBase.objects.values(
+                "name", "description", "read_only", "on_write", "refused_writes"
             )
+            .annotate(record_count=Count("records", filter=live))
+            .order_by("name")
         )
         return [
             {

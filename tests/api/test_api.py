@@ -524,3 +524,11 @@ def test_wait_does_not_hold_the_request_when_no_worker_is_seen(api, tenant):
     assert response.json()["pending_reason"] == "no_worker"
     assert response.json()["records"][0]["status"] == "pending"
     assert elapsed < 20  # it did not wait the 30 s for a worker that is not there
+
+
+@pytest.mark.parametrize("path", ["domains/%0A/records", "domains/x%0A/namespaces", "%0A"])
+def test_a_path_holding_a_line_break_is_a_json_404(api_client, path):
+    """Found by the door fuzzer: the catch-all's ``.`` did not match a line break, so
+    such a path fell through to Django's HTML 404."""
+    response = api_client.get(f"/api/v1/{path}")
+    assert (response.status_code, response["Content-Type"]) == (404, "application/json")

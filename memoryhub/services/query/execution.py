@@ -9,6 +9,7 @@ from typing import Any
 import psycopg
 from django.db import connection, transaction
 from psycopg import ClientCursor
+from psycopg import sql as psql
 
 from ...items import MemoryItem, Turns
 from ...models import (
@@ -20,6 +21,7 @@ from ...models import (
     MemoryRecord,
 )
 from ...scope import Scope
+from ..distribution import is_citus
 from .plans import ROW_FIELDS, Leg, Slot
 
 _SET = "SELECT " + ", ".join(["set_config(%s, %s, true)"] * 4)
@@ -33,6 +35,35 @@ def _binds_client_side() -> bool:
         connection.connection.cursor_factory is not None
         and issubclass(connection.connection.cursor_factory, ClientCursor)
     )
+
+
+def _settings_statements(settings: list[tuple[str, Any]]) -> tuple[list[str], list[Any]]:
+    """The statements that set ``settings`` for the rest of the transaction, and their
+    parameters. On a Citus cluster, ``SET LOCAL`` commands, which Citus sends on to the
+    workers running the statements (``citus.propagate_set_commands``): ``set_config()``
+    would set them on the coordinator alone, and a worker's HNSW scan would run on its
+    defaults."""
+    if not settings:
+        return [], []
+    if not is_citus(connection):
+        return [_SET], [v for pair in settings for v in pair]
+    connection.ensure_connection()
+    return [
+        "SET LOCAL citus.propagate_set_commands = 'local'",
+        *(
+            psql.SQL("SET LOCAL {} = {}")
+            .format(psql.Identifier(*name.split(".")), psql.Literal(str(value)))
+            .as_string(connection.connection)
+            for name, value in settings
+        ),
+    ], []
+
+
+def _configure(cursor: Any, settings: list[tuple[str, Any]]) -> None:
+    """Set ``settings`` for the rest of the transaction (:func:`_settings_statements`)."""
+    statements, params = _settings_statements(settings)
+    for statement in statements:
+        cursor.execute(statement, params or None)
 
 
 def _reset_value(cursor: Any, name: str) -> str:
@@ -66,14 +97,12 @@ def run(
         pass
     elif connection.get_autocommit() and not connection.in_atomic_block and _binds_client_side():
         # One message, one implicit transaction: the settings end with it.
-        statements = [sql for sql, _ in compiled]
-        params: list[Any] = [p for _, leg_params in compiled for p in leg_params]
-        if names:
-            statements.insert(0, _SET)
-            params[:0] = [v for name in names for v in (name, settings[name])]
+        setting, params = _settings_statements([(name, settings[name]) for name in names])
+        statements = [*setting, *(sql for sql, _ in compiled)]
+        params += [p for _, leg_params in compiled for p in leg_params]
         with connection.cursor() as cursor:
             cursor.execute(";\n".join(statements), params)
-            if names:
+            for _ in setting:
                 cursor.nextset()
             for index in range(len(compiled)):
                 if index:
@@ -88,7 +117,7 @@ def run(
                     "SELECT " + ", ".join(["current_setting(%s, true)"] * len(names)), names
                 )
                 saved = list(cursor.fetchone())
-                cursor.execute(_SET, [v for name in names for v in (name, settings[name])])
+                _configure(cursor, [(name, settings[name]) for name in names])
             for sql, leg_params in compiled:
                 cursor.execute(sql, leg_params)
                 results.append(cursor.fetchall())
@@ -97,12 +126,11 @@ def run(
             # settings would otherwise outlive this query (SET LOCAL ends with the
             # outermost transaction, not with a savepoint).
             restore = [
-                v
+                (name, value if value is not None else _reset_value(cursor, name))
                 for name, value in zip(names, saved, strict=True)
-                for v in (name, value if value is not None else _reset_value(cursor, name))
             ]
             if restore:
-                cursor.execute(_SET, restore)
+                _configure(cursor, restore)
     found = iter(results)
     ranked: list[list[tuple[Any, float]]] = []
     rows: dict[Any, dict[str, Any]] = {}

@@ -20,8 +20,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def node_hits(conninfo: str, pattern: re.Pattern[str]) -> list[str]:
-    """Where ``pattern`` occurs on one node: every text-like column of every table (the
-    shards included) and ``pg_stats``."""
+    """Where ``pattern`` occurs on one node: every text-like column of every table the
+    node stores (its shards and local tables; not the distributed tables' shells, whose
+    reads would fetch every node's rows) and ``pg_stats``."""
     hits = []
     with psycopg.connect(conninfo, autocommit=True) as node:
         node.execute("SET citus.override_table_visibility = off")
@@ -32,6 +33,7 @@ def node_hits(conninfo: str, pattern: re.Pattern[str]) -> list[str]:
             " WHERE c.relkind = 'r' AND format_type(a.atttypid, NULL) IN"
             " ('text', 'character varying', 'jsonb', 'json', 'text[]',"
             " 'character varying[]', 'tsvector')"
+            " AND NOT EXISTS (SELECT 1 FROM pg_dist_partition p WHERE p.logicalrelid = c.oid)"
         ).fetchall()
         for table, column in columns:
             rows = node.execute(
@@ -82,41 +84,79 @@ class Writer(threading.Thread):
             connections.close_all()
 
 
-def test_a_tenant_moves_and_is_isolated_online_under_writes(tenant, other_tenant) -> None:  # type: ignore[no-untyped-def]
+def run_under_writes(tenant, operation):  # type: ignore[no-untyped-def]
+    """Run ``operation()`` while an agent of ``tenant`` keeps writing; return the writer
+    (its turns and errors) and what the operation returned."""
+    writer = Writer(tenant)
+    writer.start()
+    try:
+        assert writer.working.wait(timeout=60)  # the operation starts while turns are written
+        outcome = operation()
+    finally:
+        writer.stop.set()
+        writer.join(timeout=60)
+    return writer, outcome
+
+
+def assert_nothing_lost_or_doubled(tenant, writer) -> None:  # type: ignore[no-untyped-def]
+    assert writer.errors == []
+    contents = list(
+        MemoryRecord.unscoped.filter(org_id=tenant.org.pk).values_list("content", flat=True)
+    )
+    assert len(contents) == len(set(contents))  # none doubled
+    assert sorted(set(writer.written) - set(contents)) == []  # none lost
+    assert len(contents) == 50 + len(writer.written)
+
+
+def assert_no_leak(tenant, other_tenant) -> None:  # type: ignore[no-untyped-def]
+    found = query.query(other_tenant.scope, query="note during the move", mode="keyword", k=50)
+    assert [item.content for item in found.items] == ["globex's own note"]
+    assert query.query(tenant.scope, query="globex", mode="keyword", k=50).items == []
+
+
+@pytest.fixture
+def two_orgs(tenant, other_tenant):  # type: ignore[no-untyped-def]
     write.write(tenant.scope, [{"content": f"before the move {n}"} for n in range(50)])
     write.write(other_tenant.scope, [{"content": "globex's own note"}])
+    return tenant, other_tenant
+
+
+def test_a_tenant_moves_to_another_worker_online_under_writes(two_orgs) -> None:  # type: ignore[no-untyped-def]
+    tenant, other_tenant = two_orgs
     cluster = citus.cluster()
     before = distribution.tenant_node(connection, tenant.org.pk)
     (target,) = [node for node in cluster.worker_nodes if node.port != before.port]
 
-    writer = Writer(tenant)
-    writer.start()
-    try:
-        assert writer.working.wait(timeout=60)  # the move starts while turns are written
-        shard = distribution.isolate_tenant(connection, tenant.org.pk)
-        moved = distribution.move_tenant(connection, tenant.org.pk, target.host, target.port)
-    finally:
-        writer.stop.set()
-        writer.join(timeout=60)
-
-    assert writer.errors == []
-    assert moved.startswith("moved")
-    after = distribution.tenant_node(connection, tenant.org.pk)
-    assert (after.shard, after.port) == (shard, target.port)
-    contents = list(
-        MemoryRecord.unscoped.filter(org_id=tenant.org.pk).values_list("content", flat=True)
+    writer, moved = run_under_writes(
+        tenant,
+        lambda: distribution.move_tenant(connection, tenant.org.pk, target.host, target.port),
     )
-    assert len(contents) == len(set(contents)) == 50 + len(writer.written)  # none lost or doubled
-    assert set(writer.written) <= set(contents)
-    # The other org's memory is its own, wherever the shards went.
-    found = query.query(other_tenant.scope, query="note during the move", mode="keyword", k=50)
-    assert [item.content for item in found.items] == ["globex's own note"]
-    mine = query.query(tenant.scope, query="globex", mode="keyword", k=50)
-    assert mine.items == []
+
+    assert moved.startswith("moved")
+    assert distribution.tenant_node(connection, tenant.org.pk).port == target.port
+    assert_nothing_lost_or_doubled(tenant, writer)
+    assert_no_leak(tenant, other_tenant)
     # The old worker keeps no copy of the moved shard group.
     old = next(node for node in cluster.worker_nodes if node.port == before.port)
     pattern = re.compile(r"before the move|during the move")
     assert node_hits(old.conninfo(database_name()), pattern) == []
+
+
+def test_a_tenant_is_isolated_on_a_shard_of_its_own_under_writes(two_orgs) -> None:  # type: ignore[no-untyped-def]
+    tenant, other_tenant = two_orgs
+    writer, shard = run_under_writes(
+        tenant, lambda: distribution.isolate_tenant(connection, tenant.org.pk)
+    )
+
+    assert distribution.tenant_node(connection, tenant.org.pk).shard == shard
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT shardminvalue = shardmaxvalue FROM pg_dist_shard WHERE shardid = %s", [shard]
+        )
+        assert cursor.fetchone() == (True,)
+    assert distribution.isolate_tenant(connection, tenant.org.pk) == shard  # already alone
+    assert_nothing_lost_or_doubled(tenant, writer)
+    assert_no_leak(tenant, other_tenant)
 
 
 def test_an_erased_subject_is_on_no_node(tenant, other_tenant) -> None:  # type: ignore[no-untyped-def]

@@ -51,6 +51,7 @@ __all__ = [
     "TenantNode",
     "cleanup",
     "distribute",
+    "distributed_tables",
     "is_citus",
     "isolate_tenant",
     "layout",
@@ -110,6 +111,11 @@ def is_citus(connection: BaseDatabaseWrapper) -> bool:
             known = cursor.fetchone() is not None
         connection._memoryhub_citus = known  # type: ignore[attr-defined]
     return bool(known)
+
+
+def distributed_tables(connection: BaseDatabaseWrapper) -> set[str]:
+    """The names of the tables distributed by org (sharded) in the database."""
+    return {table for table, place in layout(connection).items() if place.kind == "distributed"}
 
 
 def layout(connection: BaseDatabaseWrapper) -> dict[str, Placement]:

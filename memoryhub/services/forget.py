@@ -45,7 +45,7 @@ from ..models import (
 from ..scope import Scope, tenant_scope
 from ..vocabulary import MAX_SOURCE_NAME_LENGTH, ForgetRequestSerializer, field_names
 from . import imports, word_statistics
-from .distribution import org_of
+from .distribution import distributed_tables, is_citus, org_of
 from .records import get_record
 from .scheduling import send
 from .store.deletion import delete_records
@@ -595,12 +595,33 @@ def vacuum_erased_tables() -> list[str]:
     return done
 
 
+#: On a worker, for shard ``%1$s``: clear its statistics when it is empty.
+_CLEAR_SHARD_STATS = """
+SELECT CASE WHEN EXISTS (SELECT 1 FROM %1$s) THEN 0 ELSE (
+    SELECT count(pg_clear_attribute_stats(s.schemaname::text, s.tablename::text,
+                                          s.attname::text, s.inherited))
+      FROM pg_stats s JOIN pg_class c ON c.relname = s.tablename
+     WHERE c.oid = '%1$s'::regclass AND s.schemaname = current_schema()) END
+"""
+
+
 def _clear_stats_if_empty(cursor: Any, table: str) -> None:
     """ANALYZE of a table left empty keeps its old statistics (PostgreSQL only replaces
     them from a sample of rows): an erasure that emptied it would leave erased values in
     ``pg_stats``. PostgreSQL 18 can clear them (``pg_clear_attribute_stats``, the table
     owner may); on older servers the stale values stay until rows come back and are
-    analysed, and an error is logged."""
+    analysed, and an error is logged.
+
+    On a Citus cluster a distributed table's statistics are its shards', on the workers:
+    each shard the erasure emptied has its statistics cleared there."""
+    if is_citus(connection) and table in distributed_tables(connection):
+        cursor.execute(
+            "SELECT success, result FROM run_command_on_shards(%s, %s)", [table, _CLEAR_SHARD_STATS]
+        )
+        for success, result in cursor.fetchall():
+            if not success:
+                logger.error("clearing the statistics of a shard of %s failed: %s", table, result)
+        return
     cursor.execute(f"SELECT EXISTS (SELECT 1 FROM {connection.ops.quote_name(table)})")
     if cursor.fetchone()[0]:
         return

@@ -202,15 +202,25 @@ def test_erasure_drops_the_admin_log_of_erased_records(tenant, admin_client):
 
 
 def _pg_stats_text() -> str:
+    """What ``pg_stats`` holds of memoryhub's tables: on a Citus cluster, on every node
+    (the shards' statistics are the workers')."""
     from django.db import connection
 
+    from memoryhub.services.distribution import is_citus
+
+    statement = (
+        "SELECT coalesce(string_agg(concat_ws(' ', attname, most_common_vals::text,"
+        " histogram_bounds::text, most_common_elems::text), ' | '), '')"
+        " FROM pg_stats WHERE tablename LIKE 'memoryhub_%'"
+    )
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT coalesce(string_agg(concat_ws(' ', attname, most_common_vals::text,"
-            " histogram_bounds::text, most_common_elems::text), ' | '), '')"
-            " FROM pg_stats WHERE tablename LIKE 'memoryhub_%%'"
-        )
-        return cursor.fetchone()[0]
+        if is_citus(connection):
+            cursor.execute(
+                "SELECT string_agg(result, ' | ') FROM run_command_on_all_nodes(%s)", [statement]
+            )
+        else:
+            cursor.execute(statement.replace("%", "%%"))
+        return cursor.fetchone()[0] or ""
 
 
 @pytest.mark.django_db(transaction=True)

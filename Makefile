@@ -7,7 +7,7 @@ TEST_STAMP := $(VENV)/.installed-test-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install run test docs lint format bench mutate worker stop-db clean
+.PHONY: test-citus install run test docs lint format bench mutate worker stop-db clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,14 @@ run: install
 TEST_JOBS ?= auto
 test: $(TEST_STAMP)
 	$(PY) -m pytest -n $(TEST_JOBS) --dist loadgroup
+	$(MAKE) test-citus
+
+# The core suites again on a Citus cluster (a coordinator and two workers the session
+# builds from the vendored Citus source and starts; tests/cluster.py), with the cluster's
+# own tests (tests/citus).
+CITUS_SUITES := tests/citus tests/models tests/services tests/erasure tests/api tests/mcp tests/policy
+test-citus: $(TEST_STAMP)
+	MEMORYHUB_TEST_CITUS=1 $(PY) -m pytest -n $(TEST_JOBS) --dist loadgroup $(CITUS_SUITES)
 
 # The documentation site (mkdocs.yml, docs/), rebuilt on every change; DOCS_PORT so it
 # can run beside make run. make test builds it strictly (tests/project/test_docs.py).

@@ -268,6 +268,14 @@ PROBLEMS: tuple[Problem, ...] = (
         "(from memoryhub.schedule import beat_schedule), and run beat.",
     ),
     Problem(
+        "memoryhub.W006",
+        Warning,
+        "On a Citus cluster, a table is not distributed (or not a reference table) as"
+        " memoryhub needs.",
+        "Database {alias!r} is a Citus coordinator, but: {problems}.",
+        "Run manage.py memoryhub_citus distribute (after migrate); see 'Running on Citus'.",
+    ),
+    Problem(
         "memoryhub.W005",
         Warning,
         "The sweep is on beat's schedule, but not every `SWEEP_INTERVAL` seconds.",
@@ -531,7 +539,25 @@ def check_database(databases: Any = None, **kwargs: Any) -> list[CheckMessage]:
             continue
         if not available:
             messages.append(report("memoryhub.E010", alias=alias))
+            continue
+        messages += _check_distribution(alias, connection)
     return messages
+
+
+def _check_distribution(alias: str, connection: Any) -> list[CheckMessage]:
+    """On a Citus coordinator: the tables distributed as memoryhub needs them (a warning,
+    not an error: ``migrate`` runs this check before the tables exist)."""
+    from .services import distribution
+
+    try:
+        if not distribution.is_citus(connection):
+            return []
+        problems = distribution.layout_problems(connection)
+    except Exception:  # a database that does not answer is reported by Django's checks
+        return []
+    if not problems:
+        return []
+    return [report("memoryhub.W006", alias=alias, problems="; ".join(problems))]
 
 
 def check_broker(**kwargs: Any) -> list[CheckMessage]:

@@ -16,7 +16,7 @@ import hashlib
 import unicodedata
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
@@ -115,7 +115,7 @@ def domain_key(**options: Any) -> models.ForeignKey[Any, Any]:
     return _tenant_key("tenants.Domain", _("domain"), options)
 
 
-class TenantForeignKey(models.ForeignKey):  # type: ignore[type-arg]
+class TenantForeignKey(models.ForeignKey[Any, Any]):
     """A foreign key between two tables of one org's data: its joins also match the org
     (``target.org_id = source.org_id``). The org holds nothing more than the key did,
     but a cluster distributed by org then sees a join inside one shard group, and the
@@ -124,9 +124,10 @@ class TenantForeignKey(models.ForeignKey):  # type: ignore[type-arg]
     def get_extra_restriction(self, alias: str | None, related_alias: str | None) -> Any:
         if alias is None or related_alias is None:  # a subquery pushdown: the key alone
             return None
-        own = self.model._meta.get_field("org")
-        theirs = self.related_model._meta.get_field("org")
-        return WhereNode([Exact(theirs.get_col(alias), own.get_col(related_alias))])
+        own = cast(models.Field[Any, Any], self.model._meta.get_field("org"))
+        theirs = cast(models.Field[Any, Any], self.related_model._meta.get_field("org"))
+        condition: Any = Exact(theirs.get_col(alias), own.get_col(related_alias))
+        return WhereNode([condition])
 
     def deconstruct(self) -> Any:
         name, _, args, kwargs = super().deconstruct()
@@ -175,9 +176,7 @@ class TenantScopedModel(models.Model):
         # A saved row keeps its org (the distribution column of a cluster, which an
         # UPDATE may not set), and is found by its org with its id: one shard group.
         values = [value for value in values if value[0].attname != "org_id"]
-        return super()._do_update(  # type: ignore[misc]
-            base_qs.filter(org_id=self.org_id), using, pk_val, values, *args
-        )
+        return super()._do_update(base_qs.filter(org_id=self.org_id), using, pk_val, values, *args)
 
 
 class KnowledgeBaseQuerySet(models.QuerySet["KnowledgeBase"]):

@@ -15,6 +15,7 @@ With no tarball and no ``CI=true``, the cluster tests skip and say why; under
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
@@ -102,10 +103,9 @@ def point_settings_at_cluster() -> None:
     database.pop("DATA_DIR", None)
     from django.db import connections
 
-    try:  # a connection object made before (of the embedded backend) is made again
+    # A connection object made before (of the embedded backend) is made again.
+    with contextlib.suppress(AttributeError):
         del connections["default"]
-    except AttributeError:
-        pass
 
 
 def prepare_test_database() -> None:
@@ -114,3 +114,31 @@ def prepare_test_database() -> None:
     from django.conf import settings
 
     cluster().create_database(settings.DATABASES["default"]["TEST"]["NAME"])
+
+
+#: Why a test runs on one server only (``single_node``): the reasons, once.
+ONE_SERVERS_PLAN = (
+    "reads one server's plan (index names, SET LOCAL planner switches), which a Citus plan"
+    " and its workers do not show or take"
+)
+OWN_INDEX_SIZES = (
+    "the own index's sizes come from the coordinator's catalog, which Citus does not fill"
+    " (a known gap on a cluster)"
+)
+SHARDS_OVER_OWN_CONNECTIONS = (
+    "reads the shards over connections of their own, which do not see a test's uncommitted rows"
+)
+BACKWARDS = (
+    "migrates the test database backwards and forwards: a distributed layout is not"
+    " migrated backwards past 0018 (its keys hold the org)"
+)
+ONE_MESSAGE = (
+    "one message per query is a single-node path; on a cluster a query is a transaction"
+    " with SET LOCAL"
+)
+
+
+def single_node(reason: str) -> pytest.MarkDecorator:
+    """A test of one server's behaviour, left out of the session on a cluster (deselected
+    there, with ``reason`` in the report)."""
+    return pytest.mark.single_node(reason=reason)

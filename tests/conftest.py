@@ -69,10 +69,18 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not citus.ENABLED:
+        return
     reason = os.environ.get("MEMORYHUB_TEST_CITUS_SKIP")
-    if citus.ENABLED and reason:
+    if reason:
         for item in items:
             item.add_marker(pytest.mark.skip(reason=reason))
+        return
+    # On a cluster, a test of one server's behaviour is left out (citus.single_node).
+    single = [item for item in items if item.get_closest_marker("single_node")]
+    if single:
+        config.hook.pytest_deselected(items=single)
+        items[:] = [item for item in items if not item.get_closest_marker("single_node")]
 
 
 @pytest.fixture(scope="session")

@@ -58,6 +58,7 @@ __all__ = [
     "layout_problems",
     "move_tenant",
     "org_of",
+    "problems_in",
     "tenant_node",
 ]
 
@@ -140,7 +141,11 @@ def layout(connection: BaseDatabaseWrapper) -> dict[str, Placement]:
 
 def layout_problems(connection: BaseDatabaseWrapper) -> list[str]:
     """What is not where memoryhub needs it, one line per table (empty: all is well)."""
-    places = layout(connection)
+    return problems_in(layout(connection))
+
+
+def problems_in(places: dict[str, Placement]) -> list[str]:
+    """What is not where memoryhub needs it in ``places`` (:func:`layout`)."""
     problems = []
     groups = set()
     for model in DISTRIBUTED:
@@ -167,7 +172,7 @@ def _tenancy_keys(model: type[models.Model]) -> list[models.ForeignKey[Any, Any]
         field
         for field in model._meta.concrete_fields
         if isinstance(field, models.ForeignKey)
-        and field.db_constraint
+        and field.db_constraint  # type: ignore[attr-defined]
         and field.related_model._meta.db_table in reference
     ]
 

@@ -136,11 +136,13 @@ _LIVE = LIVE_SQL.format(table="r")
 _NAMESPACES_SQL = f"""
 WITH RECURSIVE walk(namespace, step) AS (
     SELECT (SELECT {_NAMESPACE} FROM {_RECORDS} r
-            WHERE r.org_id = %(org)s AND r.knowledge_base_id = %(kb)s AND {_NAMESPACE} >= %(start)s AND {_LIVE}
+            WHERE r.org_id = %(org)s AND r.knowledge_base_id = %(kb)s
+              AND {_NAMESPACE} >= %(start)s AND {_LIVE}
             ORDER BY {_NAMESPACE} LIMIT 1), 1
   UNION ALL
     SELECT (SELECT {_NAMESPACE} FROM {_RECORDS} r
-            WHERE r.org_id = %(org)s AND r.knowledge_base_id = %(kb)s AND {_NAMESPACE} > w.namespace AND {_LIVE}
+            WHERE r.org_id = %(org)s AND r.knowledge_base_id = %(kb)s
+              AND {_NAMESPACE} > w.namespace AND {_LIVE}
             ORDER BY {_NAMESPACE} LIMIT 1), w.step + 1
     FROM walk w
     WHERE w.step < %(limit)s AND starts_with(w.namespace, %(prefix)s)

@@ -131,3 +131,9 @@ def test_each_query_statement_is_planned_for_one_task(tenant, committed) -> None
             plan = "\n".join(row[0] for row in cursor.fetchall())
             counts = re.findall(r"Task Count: (\d+)", plan)
             assert counts and set(counts) == {"1"}, plan
+
+
+def test_the_system_check_is_quiet_on_a_distributed_cluster() -> None:
+    from memoryhub.checks import check_database
+
+    assert [message.id for message in check_database(databases=["default"])] == []

@@ -279,7 +279,8 @@ def test_a_table_an_erasure_empties_keeps_no_statistics_of_it(tenant):
     )
     # The file's chunks as they are while a big import waits (eager mode ran this one).
     ImportChunk.objects.bulk_create(
-        ImportChunk(job=job, org_id=job.org_id, seq=n, text='{"content": "BOBPII secret"}\n') for n in range(6)
+        ImportChunk(job=job, org_id=job.org_id, seq=n, text='{"content": "BOBPII secret"}\n')
+        for n in range(6)
     )
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE memoryhub_importchunk")

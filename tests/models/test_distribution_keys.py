@@ -87,3 +87,30 @@ def test_a_key_between_tenant_tables_refuses_another_orgs_row(tenant, other_tena
         )
         with connection.cursor() as cursor:
             cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+
+
+def test_a_table_left_undistributed_or_apart_is_named() -> None:
+    """What the system check (memoryhub.W006) and ``memoryhub_citus status`` report."""
+    places = {
+        model._meta.db_table: distribution.Placement("distributed", "org_id", 1)
+        for model in distribution.DISTRIBUTED
+    }
+    places |= {
+        model._meta.db_table: distribution.Placement("reference")
+        for model in distribution.REFERENCE
+    }
+    assert distribution.problems_in(places) == []
+    places["memoryhub_recordversion"] = distribution.Placement("local")
+    places["memoryhub_observation"] = distribution.Placement("distributed", "org_id", 2)
+    del places["tenants_apikey"]
+    assert distribution.problems_in(places) == [
+        "memoryhub_recordversion is a local table, not distributed by org_id",
+        "the tenant tables are not co-located (several co-location groups)",
+        "tenants_apikey is a postgres table, not a reference table",
+    ]
+
+
+def test_a_plain_postgresql_gets_no_distribution_warning() -> None:
+    from memoryhub.checks import check_database
+
+    assert [m.id for m in check_database(databases=["default"])] == []

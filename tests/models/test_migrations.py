@@ -8,8 +8,9 @@ from django.db.migrations.executor import MigrationExecutor
 
 from memoryhub.models import WordStatistics
 from memoryhub.services import vector_indexes, write
+from tests.cluster import BACKWARDS, single_node
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), single_node(BACKWARDS)]
 
 BEFORE = [("memoryhub", "0015_word_statistics")]
 AFTER = [("memoryhub", "0016_search_vector_dotted_names")]

@@ -24,6 +24,7 @@ from memoryhub.scope import Scope, tenant_scope
 from memoryhub.services import indexing, query, vector_indexes, write
 from memoryhub.services.query import plans
 from memoryhub.services.store import bulk
+from tests.cluster import OWN_INDEX_SIZES, single_node
 
 pytestmark = pytest.mark.django_db
 
@@ -172,6 +173,7 @@ def _explain(scope: Scope, text: str) -> str:
         return "\n".join(row[0] for row in cursor.fetchall())
 
 
+@single_node(OWN_INDEX_SIZES)
 def test_a_domains_own_index_is_built_again_over_its_delta_and_swapped_in(
     tenant, other_tenant, committed, settings
 ):
@@ -204,6 +206,7 @@ def test_a_domains_own_index_is_built_again_over_its_delta_and_swapped_in(
     assert_found_by_its_org_only(other_tenant.scope, "Globex", strategy="hnsw")
 
 
+@single_node(OWN_INDEX_SIZES)
 def test_a_large_bulk_store_asks_for_its_domains_own_index(tenant, committed, settings):
     mine = vector_indexes.tenant_index_name(MODEL, tenant.scope.org_id, tenant.scope.domain_id)
     settings.MEMORYHUB = {
@@ -365,6 +368,7 @@ def _own_index_with_memos(tenant, committed, settings, memos: int) -> str:  # ty
     return mine
 
 
+@single_node(OWN_INDEX_SIZES)
 def test_past_its_most_a_delta_takes_no_more_and_vectors_go_into_the_own_index_only(
     tenant, committed, settings, monkeypatch
 ):
@@ -395,6 +399,7 @@ def test_past_its_most_a_delta_takes_no_more_and_vectors_go_into_the_own_index_o
     assert result.items[0].content == "Acme policy on parking: ask the parking desk, form 6."
 
 
+@single_node(OWN_INDEX_SIZES)
 def test_a_load_into_a_domain_with_its_own_index_rebuilds_it_in_bulk_as_it_doubles(
     tenant, other_tenant, committed, settings
 ):
@@ -480,6 +485,7 @@ def test_a_fold_waits_for_another_fold_of_the_same_domain_and_a_worker_leaves_it
     assert vector_indexes._fold((tenant.scope.org_id, tenant.scope.domain_id), MODEL) == len(TOPICS)
 
 
+@single_node(OWN_INDEX_SIZES)
 def test_a_settled_delta_small_beside_its_index_is_inserted_into_it_row_by_row(
     tenant, committed, settings
 ):
@@ -549,6 +555,7 @@ def test_an_own_index_kept_below_the_bound_still_takes_its_delta_in(tenant, comm
     assert all(r.vector_batch is None or r.vector_batch <= own.covers for r in stored(tenant.scope))
 
 
+@single_node(OWN_INDEX_SIZES)
 def test_a_vector_query_searches_a_domains_own_index_harder_than_a_hybrid_leg(
     tenant, other_tenant, committed, settings
 ):
@@ -575,6 +582,7 @@ def test_a_vector_query_searches_a_domains_own_index_harder_than_a_hybrid_leg(
     assert plan.settings["hnsw.ef_search"] == "50"
 
 
+@single_node(OWN_INDEX_SIZES)
 def test_a_vector_query_searches_a_large_own_index_harder_still(
     tenant, other_tenant, committed, settings, monkeypatch
 ):

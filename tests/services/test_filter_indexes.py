@@ -17,6 +17,7 @@ from pgvector import Vector
 from memoryhub.embedders import HashingEmbedder
 from memoryhub.services import filter_indexes, query, vector_indexes, write
 from memoryhub.services.query import QueryRequest
+from tests.cluster import ONE_SERVERS_PLAN, single_node
 from tests.services.test_time_aware import errors_of
 
 pytestmark = pytest.mark.django_db
@@ -84,6 +85,7 @@ def index_condition(scope, where, index: str) -> str:
     return "\n".join(c for c in conditions if c.startswith("Index Cond:"))
 
 
+@single_node(ONE_SERVERS_PLAN)
 def test_a_vector_query_filtered_on_an_indexed_key_is_scanned_exactly(
     tenant, other_tenant, committed, settings
 ):
@@ -157,6 +159,7 @@ def test_an_index_left_invalid_is_built_again(tenant, committed, settings):
     assert filter_indexes.indexed_keys() == {KEY}
 
 
+@single_node(ONE_SERVERS_PLAN)
 def test_a_range_on_an_indexed_number_is_found_by_its_index(
     tenant, other_tenant, committed, settings
 ):
@@ -240,6 +243,7 @@ def test_an_index_not_named_as_ours_is_left_alone(tenant, settings):
         assert cursor.fetchone()[0]
 
 
+@single_node(ONE_SERVERS_PLAN)
 @pytest.mark.parametrize("key", ["it's", 'a "quoted" key', "7", "x); DROP TABLE y; --"])
 def test_any_key_is_indexed_and_found_by_its_index(tenant, other_tenant, committed, settings, key):
     settings.MEMORYHUB = {**SETTINGS, "INDEXED_METADATA_KEYS": [key]}

@@ -17,6 +17,7 @@ from memoryhub.embedders import HashingEmbedder
 from memoryhub.models import MemoryRecord
 from memoryhub.scope import tenant_scope
 from memoryhub.services import indexing, query, write
+from tests.cluster import SHARDS_OVER_OWN_CONNECTIONS, single_node
 
 PASSAGES = [
     "Refunds are issued to the original payment method within 5 business days.",
@@ -169,6 +170,7 @@ def test_calibrated_merge_lifts_what_stands_out_under_its_own_model():
     assert query.merge_models([new[:3], old[:3]], "calibrated")[0][0] == "n0"
 
 
+@single_node(SHARDS_OVER_OWN_CONNECTIONS)
 def test_health_and_the_operator_home_show_the_change(
     tenant, other_tenant, populated, new_model, admin_client, api_client, committed
 ):

@@ -18,6 +18,7 @@ from memoryhub.models import MemoryRecord, Observation
 from memoryhub.scope import Scope, tenant_scope
 from memoryhub.services import knowledge_bases, query, vector_indexes, write
 from memoryhub.services.query import QueryRequest, execution, fusion, plans, render_grounding
+from tests.cluster import ONE_MESSAGE, ONE_SERVERS_PLAN, single_node
 from tests.factories import DomainFactory, OrgFactory
 
 pytestmark = pytest.mark.django_db
@@ -465,6 +466,7 @@ def _explain_vector_leg(scope: Scope, text: str) -> str:
         return "\n".join(row[0] for row in cursor.fetchall())
 
 
+@single_node(ONE_SERVERS_PLAN)
 def test_a_large_domain_gets_its_own_hnsw_index_and_only_its_queries_use_it(
     tenant, other_tenant, handbook, committed, settings
 ):
@@ -545,6 +547,7 @@ def test_tenant_index_maintenance_never_touches_a_shared_index_and_runs_once_at_
     assert vector_indexes.ensure_tenant_indexes(min_records=4).created
 
 
+@single_node(ONE_SERVERS_PLAN)
 def test_the_sweeper_builds_tenant_indexes_and_disabling_drops_them(
     tenant, handbook, committed, settings
 ):
@@ -670,6 +673,7 @@ def test_hnsw_settings_end_with_the_query_inside_a_transaction(tenant, handbook,
     assert _session_settings() == before  # enable_sort=off did not outlive the query
 
 
+@single_node(ONE_MESSAGE)
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("mode", ["vector", "keyword", "hybrid"])
 def test_outside_a_transaction_a_query_is_one_round_trip_and_leaves_no_settings(

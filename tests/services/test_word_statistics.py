@@ -18,6 +18,7 @@ from memoryhub.scope import Scope, tenant_scope
 from memoryhub.services import query, vector_indexes, word_statistics, write
 from memoryhub.services.forget import ForgetRequest, forget
 from memoryhub.services.query import WORDS, keyword_words
+from tests.cluster import ONE_SERVERS_PLAN, single_node
 
 pytestmark = pytest.mark.django_db
 
@@ -208,6 +209,7 @@ def test_the_records_holding_every_common_word_stay_when_too_few_to_fill_k(
         assert {f"{org} refund invoice pair {n}." for n in range(5)} <= set(found)
 
 
+@single_node(ONE_SERVERS_PLAN)
 @pytest.mark.parametrize("leg", ["keyword", "every_keyword"])
 def test_a_large_domains_keyword_leg_ranks_a_bounded_number_of_records(
     tenant, committed, settings, few_common_records, no_more_than_the_budget, leg
@@ -363,6 +365,7 @@ def test_a_count_waits_for_an_erasure_that_holds_the_domains_lock(tenant, other_
     run(tenant.scope)  # the erasure ended: it goes through
 
 
+@single_node(ONE_SERVERS_PLAN)
 def test_the_rarest_words_match_is_written_twice_only_in_a_domain_holding_much_of_the_table(
     tenant, other_tenant, committed, settings, few_common_records
 ):

@@ -225,6 +225,7 @@ class Cluster:
         from ..embedded_postgres.server import memory_settings
 
         memory = memory_settings()
+        share = max(int(memory["shared_buffers"].removesuffix("MB")) // (self.workers + 1), 128)
         settings = {
             "shared_preload_libraries": "citus",
             "listen_addresses": node.host,
@@ -237,7 +238,7 @@ class Cluster:
             "max_connections": "300",
             "max_worker_processes": "32",
             # One machine holds every node: a share of its memory each.
-            "shared_buffers": f"{max(int(memory['shared_buffers'][:-2]) // (self.workers + 1), 128)}MB",
+            "shared_buffers": f"{share}MB",
             "maintenance_work_mem": memory["maintenance_work_mem"],
             "citus.max_client_connections": "250",
         }

@@ -95,7 +95,14 @@ def run(
     results: list[list[tuple[Any, Any]]] = []
     if not compiled:
         pass
-    elif connection.get_autocommit() and not connection.in_atomic_block and _binds_client_side():
+    elif (
+        connection.get_autocommit()
+        and not connection.in_atomic_block
+        and _binds_client_side()
+        # On a Citus cluster, settings go to the workers as SET LOCAL commands, which a
+        # one-message implicit transaction does not carry to them.
+        and not (names and is_citus(connection))
+    ):
         # One message, one implicit transaction: the settings end with it.
         setting, params = _settings_statements([(name, settings[name]) for name in names])
         statements = [*setting, *(sql for sql, _ in compiled)]

@@ -23,7 +23,7 @@ def delete_records(records: QuerySet[MemoryRecord]) -> tuple[int, dict[int, int]
     goes to that org's shard group only (an erasure's selection is one org's; the expiry
     purge's may be several)."""
     orgs = sorted(set(records.order_by().values_list("org_id", flat=True).distinct()))
-    deleted, counts = 0, {}
+    deleted, counts = 0, dict[int, int]()
     for org_id in orgs:
         selected = records.filter(org_id=org_id)
         orphans = detach_sources(selected, org_id=org_id)

@@ -115,7 +115,7 @@ def domain_key(**options: Any) -> models.ForeignKey[Any, Any]:
     return _tenant_key("tenants.Domain", _("domain"), options)
 
 
-class TenantForeignKey(models.ForeignKey[Any, Any]):
+class TenantForeignKey(models.ForeignKey):
     """A foreign key between two tables of one org's data: its joins also match the org
     (``target.org_id = source.org_id``). The org holds nothing more than the key did,
     but a cluster distributed by org then sees a join inside one shard group, and the
@@ -124,8 +124,8 @@ class TenantForeignKey(models.ForeignKey[Any, Any]):
     def get_extra_restriction(self, alias: str | None, related_alias: str | None) -> Any:
         if alias is None or related_alias is None:  # a subquery pushdown: the key alone
             return None
-        own = cast(models.Field[Any, Any], self.model._meta.get_field("org"))
-        theirs = cast(models.Field[Any, Any], self.related_model._meta.get_field("org"))
+        own = cast("models.Field[Any, Any]", self.model._meta.get_field("org"))
+        theirs = cast("models.Field[Any, Any]", self.related_model._meta.get_field("org"))
         condition: Any = Exact(theirs.get_col(alias), own.get_col(related_alias))
         return WhereNode([condition])
 

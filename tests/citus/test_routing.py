@@ -137,3 +137,13 @@ def test_the_system_check_is_quiet_on_a_distributed_cluster() -> None:
     from memoryhub.checks import check_database
 
     assert [message.id for message in check_database(databases=["default"])] == []
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("mode", ["vector", "keyword", "hybrid"])
+def test_outside_a_transaction_every_mode_answers(tenant, mode) -> None:  # type: ignore[no-untyped-def]
+    """As a web process asks (autocommit, no transaction open): the path the tests inside
+    a transaction never take."""
+    write.write(tenant.scope, [{"content": f"launch plan note {n}"} for n in range(5)])
+    result = query.query(tenant.scope, query="launch plan", mode=mode, k=3)
+    assert len(result.items) == 3

@@ -122,8 +122,8 @@ ONE_SERVERS_PLAN = (
     " and its workers do not show or take"
 )
 OWN_INDEX_SIZES = (
-    "the own index's sizes come from the coordinator's catalog, which Citus does not fill"
-    " (a known gap on a cluster)"
+    "reads an own index's sizes, which on a cluster come from the shards over connections"
+    " of their own: they do not see an index a test built and did not commit"
 )
 SHARDS_OVER_OWN_CONNECTIONS = (
     "reads the shards over connections of their own, which do not see a test's uncommitted rows"

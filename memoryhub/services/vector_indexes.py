@@ -18,15 +18,17 @@ exact scan.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import math
 import re
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 from psycopg import sql
 
@@ -35,6 +37,7 @@ from ..conf import memoryhub_settings
 from ..models import MemoryRecord
 from ..scope import Scope
 from . import filter_indexes, record_indexes, word_statistics
+from .distribution import is_citus
 from .store.locks import int4_key
 
 logger = logging.getLogger(__name__)
@@ -617,6 +620,7 @@ def _tenant_indexes() -> dict[str, bool]:
 def _bump(name: str) -> None:
     """The domain's compiled plans chose their index and ``ef_search`` for the old set
     of indexes (and the delta it left)."""
+    _shard_sizes.pop(name, None)
     match = _TENANT_INDEX_NAME.match(name)
     if match:
         bump_generation(Scope(org_id=int(match[1]), domain_id=int(match[2])))
@@ -686,6 +690,10 @@ class OwnIndex:
 
 
 def _own_index_row(name: str) -> tuple[float, float, str] | None:
+    """The own index ``name``'s rows, the records table's, and the index's predicate, as
+    the planner's statistics count them."""
+    if is_citus(connection):
+        return _own_index_row_on_shards(name)
     with _connection_cursor() as cursor:
         cursor.execute(  # type: ignore[attr-defined]
             "SELECT t.reltuples, r.reltuples, pg_get_expr(i.indpred, i.indrelid)"
@@ -695,6 +703,51 @@ def _own_index_row(name: str) -> tuple[float, float, str] | None:
         )
         row = cursor.fetchone()  # type: ignore[attr-defined]
     return None if row is None else (float(row[0]), float(row[1]), str(row[2] or ""))
+
+
+#: On a Citus cluster, how long an own index's sizes read from the shards serve (they
+#: change as the domain grows, not per query), and those read so far.
+SHARD_SIZES_SECONDS = 60.0
+_shard_sizes: dict[str, tuple[float, tuple[float, float, str] | None]] = {}
+
+
+def _own_index_row_on_shards(name: str) -> tuple[float, float, str] | None:
+    """:func:`_own_index_row` on a Citus cluster, whose coordinator's catalog counts no
+    rows: the records table's rows summed over its shards (each worker's statistics),
+    and the index's on the shard of its org, the one that holds the domain."""
+    cached = _shard_sizes.get(name)
+    if cached is not None and time.monotonic() - cached[0] < SHARD_SIZES_SECONDS:
+        return cached[1]
+    match = _TENANT_INDEX_NAME.match(name)
+    if match is None:
+        return None
+    table = MemoryRecord._meta.db_table
+    per_shard = (
+        "SELECT json_build_array(r.reltuples, t.reltuples, pg_get_expr(i.indpred, i.indrelid))"
+        " FROM pg_class r LEFT JOIN pg_class t ON t.relname = "
+        + sql.Literal(name).as_string(None)
+        + " || substring(r.relname from '_[0-9]+$')"
+        " LEFT JOIN pg_index i ON i.indexrelid = t.oid AND i.indisvalid"
+        " WHERE r.oid = '%s'::regclass"
+    )
+    with _connection_cursor() as cursor:
+        cursor.execute(  # type: ignore[attr-defined]
+            "SELECT shardid = get_shard_id_for_distribution_column(%s, %s), success, result"
+            " FROM run_command_on_placements(%s, %s)",
+            [table, int(match[1]), table, per_shard],
+        )
+        rows = cursor.fetchall()  # type: ignore[attr-defined]
+    total, mine, predicate, valid = 0.0, 0.0, "", False
+    for own_shard, success, result in rows:
+        if not success:
+            raise DatabaseError(f"reading a shard's statistics failed: {result}")
+        shard_rows, index_rows, index_predicate = json.loads(result)
+        total += max(float(shard_rows), 0.0)
+        if own_shard and index_rows is not None and index_predicate is not None:
+            mine, predicate, valid = float(index_rows), str(index_predicate), True
+    row = (mine, total, predicate) if valid else None
+    _shard_sizes[name] = (time.monotonic(), row)
+    return row
 
 
 def _own_index_by_name(name: str) -> OwnIndex | None:

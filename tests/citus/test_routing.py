@@ -147,3 +147,26 @@ def test_outside_a_transaction_every_mode_answers(tenant, mode) -> None:  # type
     write.write(tenant.scope, [{"content": f"launch plan note {n}"} for n in range(5)])
     result = query.query(tenant.scope, query="launch plan", mode=mode, k=3)
     assert len(result.items) == 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_domains_own_index_is_sized_from_its_shard(tenant, other_tenant, settings) -> None:  # type: ignore[no-untyped-def]
+    """The coordinator's catalog counts no rows on a cluster: the own index's rows come
+    from its org's shard, the table's from every shard (what the ef_search share and the
+    insert-or-rebuild choice read)."""
+    from memoryhub.conf import memoryhub_settings
+    from memoryhub.services import vector_indexes
+
+    settings.MEMORYHUB = {"BULK_MIN_RECORDS": 1000, "TENANT_INDEX_MIN_RECORDS": 30}
+    write.write(tenant.scope, [{"content": f"Acme memo {n}."} for n in range(30)])
+    write.write(other_tenant.scope, [{"content": f"Globex memo {n}."} for n in range(30)])
+    model = memoryhub_settings.embedder().name
+    mine = vector_indexes.tenant_index_name(model, tenant.scope.org_id, tenant.scope.domain_id)
+    assert mine in vector_indexes.ensure_tenant_indexes().created
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE memoryhub_memoryrecord")
+    vector_indexes._shard_sizes.clear()
+    own = vector_indexes.own_index(tenant.scope, model)
+    assert own is not None
+    assert own.covered == 30
+    assert own.share == pytest.approx(0.5, abs=0.05)

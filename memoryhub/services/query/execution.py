@@ -60,8 +60,11 @@ def _settings_statements(settings: list[tuple[str, Any]]) -> tuple[list[str], li
 
 
 def _configure(cursor: Any, settings: list[tuple[str, Any]]) -> None:
-    """Set ``settings`` for the rest of the transaction (:func:`_settings_statements`)."""
+    """Set ``settings`` for the rest of the transaction (:func:`_settings_statements`),
+    in one round trip."""
     statements, params = _settings_statements(settings)
+    if len(statements) > 1 and _binds_client_side():
+        statements = [";\n".join(statements)]
     for statement in statements:
         cursor.execute(statement, params or None)
 
@@ -116,9 +119,15 @@ def run(
                     cursor.nextset()
                 results.append(cursor.fetchall())
     else:
+        # A transaction of its own: its COMMIT ends the settings. Inside the caller's, they
+        # are restored after (SET LOCAL ends with the outermost transaction, not with a
+        # savepoint).
+        outermost = connection.get_autocommit() and not connection.in_atomic_block
         with transaction.atomic(), connection.cursor() as cursor:
-            saved: list[Any] = []
-            if names:
+            saved: list[Any] = []  # the caller's values, restored after (none: outermost)
+            if names and outermost:
+                _configure(cursor, [(name, settings[name]) for name in names])
+            elif names:
                 # missing_ok: hnsw.* exist only once pgvector is loaded in the session.
                 cursor.execute(
                     "SELECT " + ", ".join(["current_setting(%s, true)"] * len(names)), names
@@ -129,12 +138,10 @@ def run(
                 cursor.execute(sql, leg_params)
                 results.append(cursor.fetchall())
             # Only on success: after an error the transaction is aborted anyway, and a
-            # restore would hide the error. Inside the caller's transaction the
-            # settings would otherwise outlive this query (SET LOCAL ends with the
-            # outermost transaction, not with a savepoint).
+            # restore would hide the error.
             restore = [
                 (name, value if value is not None else _reset_value(cursor, name))
-                for name, value in zip(names, saved, strict=True)
+                for name, value in zip(names if saved else [], saved, strict=True)
             ]
             if restore:
                 _configure(cursor, restore)

@@ -273,7 +273,7 @@ PROBLEMS: tuple[Problem, ...] = (
         "On a Citus cluster, a table is not distributed (or not a reference table) as"
         " memoryhub needs.",
         "Database {alias!r} is a Citus coordinator, but: {problems}.",
-        "Run manage.py memoryhub_citus distribute (after migrate); see 'Running on Citus'.",
+        "Run manage.py memoryhub_citus distribute (after migrate); see the how-to 'Run on Citus'.",
     ),
     Problem(
         "memoryhub.W005",

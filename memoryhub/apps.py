@@ -1,6 +1,6 @@
 from typing import Any
 
-from celery.signals import before_task_publish, worker_ready, worker_shutdown
+from celery.signals import before_task_publish, worker_init, worker_ready, worker_shutdown
 from django.apps import AppConfig
 from django.core import checks
 from django.db import connections
@@ -30,7 +30,7 @@ class MemoryhubConfig(AppConfig):
 
     def ready(self) -> None:
         from .cache import domain_saved
-        from .worker import start_heartbeat, stop_heartbeat
+        from .worker import keep_reconnecting, start_heartbeat, stop_heartbeat
 
         checks.register(check_settings, "memoryhub")
         checks.register(check_deploy_settings, "memoryhub", deploy=True)
@@ -43,4 +43,6 @@ class MemoryhubConfig(AppConfig):
         before_task_publish.connect(stamp_task_headers, weak=False)
         # A worker writes a heartbeat that the health endpoint reads.
         worker_ready.connect(start_heartbeat, weak=False)
+        # ... and reconnects when its broker goes away (memoryhub.worker).
+        worker_init.connect(keep_reconnecting, weak=False)
         worker_shutdown.connect(stop_heartbeat, weak=False)

@@ -63,3 +63,30 @@ def start_heartbeat(sender: Any = None, **kwargs: Any) -> None:
 def stop_heartbeat(**kwargs: Any) -> None:
     """``worker_shutdown`` receiver: stop the heartbeat thread."""
     _stop.set()
+
+
+def keep_reconnecting(**kwargs: Any) -> None:
+    """``worker_init`` receiver: when the broker (Redis) goes away, the worker reconnects
+    instead of stopping.
+
+    Releasing the dead connection, kombu's Redis transport (5.7) closes its channel, whose
+    close restores unacknowledged messages through a new client built from a transport
+    that no longer has its connection: ``'NoneType' object has no attribute 'hostname'``.
+    Celery's consumer takes that ``AttributeError`` as unrecoverable and the worker stops
+    (seen in ``tests/workers/test_faults.py``, a Redis killed mid-run). Raised as the
+    connection error it is, kombu ignores it while releasing the connection, and the
+    consumer reconnects; the messages come back after the visibility timeout.
+    """
+    from kombu.transport import redis as transport
+
+    original = transport.Channel._connparams
+    if getattr(original, "memoryhub_guard", False):
+        return
+
+    def _connparams(self: Any, asynchronous: bool = False) -> Any:
+        if self.connection is None or self.connection.client is None:
+            raise transport.redis.exceptions.ConnectionError("the broker connection is gone")
+        return original(self, asynchronous)
+
+    _connparams.memoryhub_guard = True  # type: ignore[attr-defined]
+    transport.Channel._connparams = _connparams  # type: ignore[method-assign]

@@ -35,6 +35,7 @@ from tests.programs import (
     RedisServer,
     celery_broker,
     indexed_transitions,
+    redis_server,
     start_gunicorn,
     start_postgres,
     start_private_redis,
@@ -507,3 +508,23 @@ def test_database_restarted_under_a_running_api(postgres, tmp_path):
         f"200 again {recovered_seconds:.2f} s after PostgreSQL started, same gunicorn "
         f"master and workers ({held} connection(s) held across the restart)"
     )
+
+
+def test_a_channel_closed_after_its_connection_went_raises_a_connection_error(tmp_path):
+    """The kombu race behind a worker that stopped when Redis went away: closing a
+    channel whose transport lost its connection was an ``AttributeError`` (unrecoverable
+    to Celery); with ``memoryhub.worker.keep_reconnecting`` it is a connection error,
+    which kombu ignores while it releases the connection, and the worker reconnects."""
+    from kombu import Connection
+
+    from memoryhub.worker import keep_reconnecting
+
+    keep_reconnecting()
+    with redis_server(tmp_path) as server:
+        connection = Connection(server.url())
+        channel = connection.default_channel
+        channel.qos._delivered["tag-1"] = None  # a message delivered, not acknowledged
+        channel._pool = None
+        channel.connection.client = None
+        with pytest.raises(connection.connection_errors):
+            channel.close()

@@ -19,6 +19,7 @@ import contextlib
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -168,3 +169,27 @@ def single_node(reason: str) -> pytest.MarkDecorator:
     """A test of one server's behaviour, left out of the session on a cluster (deselected
     there, with ``reason`` in the report)."""
     return pytest.mark.single_node(reason=reason)
+
+
+_setup_lock: Any = None
+
+
+def hold_setup_lock() -> None:
+    """Take the cluster's setup lock: one xdist worker at a time creates, migrates and
+    distributes its test database (two at once made Citus drop a worker connection it
+    marks essential, and every test of one process failed at setup)."""
+    global _setup_lock
+    import fcntl
+
+    _setup_lock = (cluster().directory / "setup.lock").open("w")
+    fcntl.flock(_setup_lock, fcntl.LOCK_EX)
+
+
+def release_setup_lock() -> None:
+    global _setup_lock
+    import fcntl
+
+    if _setup_lock is not None:
+        fcntl.flock(_setup_lock, fcntl.LOCK_UN)
+        _setup_lock.close()
+        _setup_lock = None

@@ -92,18 +92,22 @@ def django_db_keepdb(request: pytest.FixtureRequest) -> bool:
 
 @pytest.fixture(scope="session")
 def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: None) -> None:
-    if citus.ENABLED:
+    if citus.ENABLED and citus.CLUSTER_DIR in os.environ:
+        citus.hold_setup_lock()  # released once the database is distributed
         citus.prepare_test_database()
 
 
 @pytest.fixture(scope="session")
 def django_db_setup(django_db_setup: None, django_db_blocker) -> None:  # type: ignore[no-untyped-def]
     """The test database, migrated, and on a Citus cluster distributed."""
-    if citus.ENABLED:
+    if citus.ENABLED and citus.CLUSTER_DIR in os.environ:
         from django.core.management import call_command
 
-        with django_db_blocker.unblock():
-            call_command("memoryhub_citus", "distribute", f"--shard-count={citus.SHARD_COUNT}")
+        try:
+            with django_db_blocker.unblock():
+                call_command("memoryhub_citus", "distribute", f"--shard-count={citus.SHARD_COUNT}")
+        finally:
+            citus.release_setup_lock()
 
 
 def start_embedded_postgres() -> None:

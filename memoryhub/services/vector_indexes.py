@@ -692,7 +692,10 @@ class OwnIndex:
 def _own_index_row(name: str) -> tuple[float, float, str] | None:
     """The own index ``name``'s rows, the records table's, and the index's predicate, as
     the planner's statistics count them."""
-    if is_citus(connection):
+    # On a cluster the shards are read over connections of their own, so only outside a
+    # transaction: one that built or changed an index holds locks those reads would wait
+    # for, and they would not see its uncommitted index anyway.
+    if is_citus(connection) and not connection.in_atomic_block:
         return _own_index_row_on_shards(name)
     with _connection_cursor() as cursor:
         cursor.execute(  # type: ignore[attr-defined]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -98,6 +99,7 @@ def stop(config: pytest.Config) -> None:
     cluster = getattr(config, "_memoryhub_citus", None)
     if cluster is not None:
         cluster.destroy()
+        shutil.rmtree(cluster.directory.parent, ignore_errors=True)  # the session's mkdtemp
 
 
 def cluster():  # type: ignore[no-untyped-def]

@@ -33,7 +33,17 @@ __all__ = [
 #: The fields a record stores of what was written (history keeps them too); a write's
 #: item also names its ``namespace`` and may give ``ttl_seconds`` instead of
 #: ``expires_at`` (``memoryhub.vocabulary`` declares the requests).
-STORED_FIELDS = ("content", "key", "kind", "tags", "metadata", "expires_at", "occurred_at")
+STORED_FIELDS = (
+    "content",
+    "key",
+    "kind",
+    "tags",
+    "metadata",
+    "expires_at",
+    "occurred_at",
+    "valid_from",
+    "valid_until",
+)
 
 FROZEN_MESSAGE = (
     "this payload belongs to a frozen value and cannot be mutated in place. "
@@ -111,6 +121,11 @@ class MemoryItem:
     dedupe_sources: tuple[str, ...] | None = None
     #: A consolidated fact's sources: the ids of the episodic records it came from.
     derived_from: tuple[str, ...] = ()
+    #: When what it says became true and stopped being true (None: unbounded), and the
+    #: record that superseded it (services/supersession.py).
+    valid_from: datetime | None = None
+    valid_until: datetime | None = None
+    superseded_by: str | None = None
     #: The neighbouring turns of its conversation, when the query asked for them
     #: (``context_turns``); never stored.
     context: Turns | None = None
@@ -140,6 +155,9 @@ class MemoryItem:
             "created_at": self.created_at,
             "occurred_at": self.occurred_at,
             "derived_from": list(self.derived_from),
+            "valid_from": self.valid_from,
+            "valid_until": self.valid_until,
+            "superseded_by": self.superseded_by,
         }
         if self.dedupe_count is not None:
             data["dedupe_count"] = self.dedupe_count

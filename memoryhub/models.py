@@ -256,6 +256,19 @@ def live_q(prefix: str = "", now: object = None) -> Q:
     return Q(**{f"{prefix}expires_at__isnull": True}) | Q(**{f"{prefix}expires_at__gt": moment})
 
 
+def valid_q(at: object = None, *, as_of: bool = False) -> Q:
+    """The one validity rule: a record is valid from its ``valid_from`` (empty: always)
+    until its ``valid_until`` (exclusive; empty: still). ``at`` defaults to the clock
+    (``Now()`` for a reused statement). ``as_of`` asks what memory held at a moment in
+    the past: a record whose ``valid_from`` is empty counts from when it occurred
+    (:func:`occurred`), so what was said later is not yet known then."""
+    moment = at or timezone.now()
+    until = Q(valid_until__isnull=True) | Q(valid_until__gt=moment)
+    if as_of:
+        return until & Q(LessThanOrEqual(Coalesce(F("valid_from"), occurred()), moment))
+    return until & (Q(valid_from__isnull=True) | Q(valid_from__lte=moment))
+
+
 #: The same rule in SQL, for statements written by hand (``{table}``: the records alias).
 LIVE_SQL = "({table}.expires_at IS NULL OR {table}.expires_at > now())"
 
@@ -397,6 +410,23 @@ class MemoryRecord(TenantScopedModel):
     updated_at = models.DateTimeField(_("updated"), auto_now=True)
     indexed_at = models.DateTimeField(_("indexed"), null=True, blank=True, editable=False)
     expires_at = models.DateTimeField(_("expires"), null=True, blank=True)
+    #: When what it says became true and stopped being true (a fact's validity; both
+    #: empty: always, as far as memory knows). A query reads what is valid now, or at its
+    #: ``as_of`` (:func:`valid_q`); a superseded fact is closed (``valid_until``) and names
+    #: the record that superseded it, which then holds its key (services/supersession.py).
+    valid_from = models.DateTimeField(
+        _("valid from"),
+        null=True,
+        blank=True,
+        help_text=_("When it became true; empty: when it occurred (or was created)."),
+    )
+    valid_until = models.DateTimeField(
+        _("valid until"),
+        null=True,
+        blank=True,
+        help_text=_("When it stopped being true (exclusive); empty: still true."),
+    )
+    superseded_by = models.UUIDField(_("superseded by"), null=True, blank=True, editable=False)
     #: Consolidation (services/consolidation.py): a semantic fact lists the episodic
     #: records it was derived from; an episodic record waits (``pending``) until a worker
     #: has consolidated it (``done``); "" is neither.
@@ -448,8 +478,8 @@ class MemoryRecord(TenantScopedModel):
         constraints = [
             models.UniqueConstraint(
                 fields=["knowledge_base", "namespace", "key", "org"],
-                condition=Q(key__isnull=False),
-                name="memoryhub_record_unique_key",
+                condition=Q(key__isnull=False, superseded_by__isnull=True),
+                name="memoryhub_record_unique_current_key",
             ),
             models.CheckConstraint(
                 condition=Q(status__in=["pending", "indexed", "failed"]),
@@ -509,6 +539,12 @@ class MemoryRecord(TenantScopedModel):
                 name="memoryhub_record_delta_idx",
             ),
             GinIndex(fields=["search_vector"], name="memoryhub_record_fts_idx"),
+            # A fact's predecessors (what it superseded): its timeline, and erasure.
+            models.Index(
+                fields=["superseded_by"],
+                condition=Q(superseded_by__isnull=False),
+                name="memoryhub_record_chain_idx",
+            ),
             GinIndex(fields=["tags"], name="memoryhub_record_tags_idx"),
             # occurred_after/occurred_before: a narrow window of a large domain is read
             # from here, not filtered out of the whole scope (the plan's size count of
@@ -571,6 +607,7 @@ class RecordVersion(TenantScopedModel):
         ADMIN = "admin", _("edited in the admin")
         RESTORE = "restore", _("restored")
         CONSOLIDATION = "consolidation", _("consolidated")
+        SUPERSEDE = "supersede", _("superseded")
 
     id = models.BigAutoField(primary_key=True)
     org = org_key(db_index=False, verbose_name=None)
@@ -590,6 +627,8 @@ class RecordVersion(TenantScopedModel):
     metadata = models.JSONField(_("metadata"), default=dict)
     expires_at = models.DateTimeField(_("expires"), null=True, blank=True)
     occurred_at = models.DateTimeField(_("occurred"), null=True, blank=True)
+    valid_from = models.DateTimeField(_("valid from"), null=True, blank=True)
+    valid_until = models.DateTimeField(_("valid until"), null=True, blank=True)
     changed_at = models.DateTimeField(_("changed"))
     actor = models.CharField(_("actor"), max_length=200, blank=True, default="")
     cause = models.CharField(_("cause"), max_length=16, choices=Cause)

@@ -141,10 +141,31 @@ class ItemFieldsSerializer(BoundedSerializer):
     expires_at = serializers.DateTimeField(required=False, allow_null=True)
     ttl_seconds = serializers.IntegerField(required=False, min_value=1, max_value=MAX_TTL_SECONDS)
     occurred_at = MomentField(required=False, allow_null=True, help_text=OCCURRED_HELP)
+    valid_from = MomentField(
+        required=False,
+        allow_null=True,
+        help_text="When what it says became true; absent or null: when it occurred. A query "
+        "reads what is valid now, or at its as_of.",
+    )
+    valid_until = MomentField(
+        required=False,
+        allow_null=True,
+        help_text="When it stopped being true (exclusive); absent or null: still true. "
+        "Setting it closes a fact without a successor.",
+    )
 
 
 class ItemInSerializer(ItemFieldsSerializer):
     """One memory item of a write (and one line of an import)."""
+
+    supersede = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="With a key: when the record holding the key says something else, it is "
+        "closed at this item's valid_from (default its occurred_at, else now) and kept, "
+        "linked to the new record, which takes the key (a change in the world, not a "
+        "correction).",
+    )
 
     def bounded_fields(self) -> dict[str, serializers.Field]:
         return {
@@ -237,6 +258,13 @@ class QueryRequestSerializer(BoundedSerializer):
         allow_null=True,
         help_text="Only records that occurred before this moment (exclusive); as "
         "occurred_after. 2025-03-01 to 2025-03-02 selects 1 March (UTC).",
+    )
+    as_of = MomentField(
+        required=False,
+        allow_null=True,
+        help_text="Read memory as it was at this moment: records valid then (valid_from, "
+        "else when they occurred, at or before it; valid_until after it). Absent or null: "
+        "what is valid now. ISO 8601 with a time zone, or a date alone: its start in UTC.",
     )
     recency_half_life = serializers.FloatField(
         required=False,

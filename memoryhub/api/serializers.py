@@ -81,6 +81,15 @@ class QueryItemSerializer(serializers.Serializer):
         child=serializers.UUIDField(),
         help_text="A consolidated fact's sources: the episodic records it came from.",
     )
+    valid_from = serializers.DateTimeField(
+        allow_null=True, help_text="When it became true (null: when it occurred)."
+    )
+    valid_until = serializers.DateTimeField(
+        allow_null=True, help_text="When it stopped being true (null: still true)."
+    )
+    superseded_by = serializers.UUIDField(
+        allow_null=True, help_text="The record that superseded it (null: none)."
+    )
     dedupe_count = serializers.IntegerField(required=False)
     dedupe_sources = serializers.ListField(child=serializers.CharField(), required=False)
     legs = LegsSerializer(
@@ -148,6 +157,9 @@ class RecordSerializer(serializers.ModelSerializer):
             "updated_at",
             "expires_at",
             "occurred_at",
+            "valid_from",
+            "valid_until",
+            "superseded_by",
             "derived_from",
         ]
         read_only_fields = fields
@@ -164,12 +176,14 @@ class RecordVersionSerializer(serializers.Serializer):
     occurred_at = serializers.DateTimeField(
         help_text="When its content happened (the record's creation time unless set)."
     )
+    valid_from = serializers.DateTimeField(allow_null=True)
+    valid_until = serializers.DateTimeField(allow_null=True)
     changed_at = serializers.DateTimeField(help_text="When this state came to be.")
     actor = serializers.CharField(help_text="Who made the change that produced it.")
     cause = serializers.ChoiceField(
         choices=RecordVersion.Cause.choices,
         help_text="What produced it: create, upsert (written again by key), update, import, "
-        "admin, restore or consolidation.",
+        "admin, restore, consolidation or supersede.",
     )
 
 

@@ -33,6 +33,8 @@ def version_fields(state: Any) -> dict[str, Any]:
         "metadata": state.metadata,
         "expires_at": state.expires_at,
         "occurred_at": state.occurred_at,
+        "valid_from": state.valid_from,
+        "valid_until": state.valid_until,
     }
 
 

@@ -61,6 +61,11 @@ class WriteItem:
     metadata: Mapping[str, Any] = field(default_factory=dict)
     expires_at: datetime | None = None
     occurred_at: datetime | None = None
+    valid_from: datetime | None = None
+    valid_until: datetime | None = None
+    #: Close the current record of ``key`` (when it says something else) instead of
+    #: overwriting it: services/supersession.py.
+    supersede: bool = False
 
     @property
     def content_hash(self) -> str:
@@ -274,6 +279,21 @@ def validate_items(raw_items: Any) -> list[WriteItem]:
             occurred_at = validate_moment(
                 occurred_at, f"{path}.occurred_at", errors, bounds=OCCURRED_RANGE, dates=True
             )
+        valid_from, valid_until = (
+            validate_moment(raw[name], f"{path}.{name}", errors, bounds=OCCURRED_RANGE, dates=True)
+            if raw.get(name) is not None
+            else None
+            for name in ("valid_from", "valid_until")
+        )
+        if valid_from is not None and valid_until is not None and valid_until <= valid_from:
+            errors.setdefault(f"{path}.valid_until", []).append("must be later than valid_from.")
+        supersede = raw.get("supersede", False)
+        if not isinstance(supersede, bool):
+            errors.setdefault(f"{path}.supersede", []).append("must be true or false.")
+        elif supersede and key is None:
+            errors.setdefault(f"{path}.supersede", []).append(
+                "needs a key: the record it supersedes is the one holding the key."
+            )
         if key is not None and namespace is not None:
             first = seen_keys.setdefault((namespace, key), index)
             if first != index:
@@ -293,6 +313,9 @@ def validate_items(raw_items: Any) -> list[WriteItem]:
                 metadata=metadata,
                 expires_at=expires_at,
                 occurred_at=occurred_at,
+                valid_from=valid_from,
+                valid_until=valid_until,
+                supersede=supersede,
             )
         )
     if errors:

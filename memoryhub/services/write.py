@@ -14,6 +14,7 @@ rolled-back write schedules nothing.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -30,7 +31,7 @@ from ..items import RecordResult, WriteResult
 from ..models import KnowledgeBase, MemoryRecord, Observation, RecordVersion
 from ..scope import Scope, tenant_scope
 from ..vocabulary import RecordUpdateSerializer, WriteRequestSerializer, field_names
-from . import history
+from . import history, supersession
 from .indexing import schedule_indexing
 from .knowledge_bases import resolve_sources, source_names
 from .records import get_record
@@ -100,6 +101,8 @@ def _apply(record: MemoryRecord, item: WriteItem, *, content_changed: bool) -> N
     record.metadata = dict(item.metadata)
     record.expires_at = item.expires_at
     record.occurred_at = item.occurred_at
+    record.valid_from = item.valid_from
+    record.valid_until = item.valid_until
     if content_changed:
         record.status = MemoryRecord.Status.PENDING
         record.embedding = None
@@ -133,8 +136,11 @@ def _existing(
     if keys:
         # Namespace and key: the unique index (knowledge base, namespace, key) answers it
         # (the key alone would scan the whole knowledge base on every call).
+        # The current record of each key: a superseded one keeps its key, closed.
         for record in records.filter(
-            namespace__in={namespace for namespace, _ in keys}, key__in={key for _, key in keys}
+            namespace__in={namespace for namespace, _ in keys},
+            key__in={key for _, key in keys},
+            superseded_by__isnull=True,
         ).select_for_update():
             by_key[(record.namespace, record.key or "")] = record
     by_hash: dict[tuple[str, str], str] = {}
@@ -164,9 +170,16 @@ def _write_to(
     now = timezone.now()
     batch = _Batch()
     created: set[Any] = set()  # a key written twice in one call: one record, no history
-    for item in items:
+    for index, item in enumerate(items):
         digest = item.content_hash
         existing = by_key.get((item.namespace, item.key)) if item.key is not None else None
+        superseded = None
+        if existing is not None and item.supersede:
+            if existing.content_hash != digest:
+                superseded, existing = existing, None
+            elif item.valid_from is None:
+                # Restating the current value keeps when it became true.
+                item = dataclasses.replace(item, valid_from=existing.valid_from)
         if existing is not None:
             if existing.pk not in created and not _unchanged(existing, item):
                 history.snapshot([existing], actor=actor, cause=cause)
@@ -189,6 +202,13 @@ def _write_to(
             batch.results.append(RecordResult(duplicate_of, None, "", True, knowledge_base.name))
             continue
         record = _new_record(scope, knowledge_base, item, now, len(batch.new_records))
+        if superseded is not None:
+            moment = item.valid_from or item.occurred_at or now
+            path = f"items[{index}].valid_from"
+            history.snapshot([superseded], actor=actor, cause=RecordVersion.Cause.SUPERSEDE)
+            supersession.close(superseded, record, moment, path)
+            superseded.updated_at = now
+            batch.changed.append(superseded)
         record.import_job_id = import_job
         record.changed_by, record.change_cause = actor[:200], _creation_cause(cause)
         if consolidate and item.kind == MemoryRecord.Kind.EPISODIC:
@@ -228,6 +248,8 @@ def _new_record(
         tags=list(item.tags),
         expires_at=item.expires_at,
         occurred_at=item.occurred_at,
+        valid_from=item.valid_from,
+        valid_until=item.valid_until,
         # Distinct, increasing timestamps keep a batch's order in newest-first lists.
         created_at=now + timedelta(microseconds=position),
         updated_at=now,
@@ -434,6 +456,8 @@ def _unchanged(record: MemoryRecord, item: WriteItem) -> bool:
         and record.metadata == dict(item.metadata)
         and record.expires_at == item.expires_at
         and record.occurred_at == item.occurred_at
+        and record.valid_from == item.valid_from
+        and record.valid_until == item.valid_until
     )
 
 
@@ -530,8 +554,13 @@ def _check_key_free(record: MemoryRecord, key: str | None) -> None:
     """``ValidationFailed`` if another record of ``record``'s namespace has ``key``."""
     if key is None:
         return
+    if record.superseded_by is not None:
+        return  # a closed record's key is not unique: its successor holds it
     taken = MemoryRecord.objects.filter(
-        knowledge_base=record.knowledge_base, namespace=record.namespace, key=key
+        knowledge_base=record.knowledge_base,
+        namespace=record.namespace,
+        key=key,
+        superseded_by__isnull=True,
     ).exclude(pk=record.pk)
     if taken.exists():
         raise ValidationFailed({"key": ["another record of this namespace has this key."]})

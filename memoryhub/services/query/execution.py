@@ -180,7 +180,8 @@ def fetch(scope: Scope, ids: list[Any]) -> dict[Any, dict[str, Any]]:
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT r.id, r.content, kb.name, r.metadata, r.key, r.kind, r.namespace, r.tags,"
-            f" r.created_at, r.derived_from, {OCCURRED_SQL.format(table='r')}"
+            f" r.created_at, r.derived_from, {OCCURRED_SQL.format(table='r')},"
+            " r.valid_from, r.valid_until, r.superseded_by"
             f" FROM {records} r JOIN {knowledge_bases} kb"
             " ON kb.id = r.knowledge_base_id AND kb.org_id = r.org_id"
             " WHERE r.org_id = %s AND r.domain_id = %s AND r.id = ANY(%s)"
@@ -211,6 +212,9 @@ def to_item(row: dict[str, Any], score: float | None) -> MemoryItem:
         created_at=row["created_at"],
         occurred_at=row["occurred"],
         derived_from=tuple(row["derived_from"] or ()),
+        valid_from=row["valid_from"],
+        valid_until=row["valid_until"],
+        superseded_by=str(row["superseded_by"]) if row["superseded_by"] else None,
     )
 
 
@@ -223,7 +227,8 @@ def _turns_sql() -> str:
     occurred = OCCURRED_SQL.format(table="n")
     turn = (
         "n.id, n.knowledge_base_id, n.content, n.metadata, n.key, n.kind, n.namespace,"
-        f" n.tags, n.created_at, n.derived_from, {occurred} AS occurred FROM {records} n"
+        f" n.tags, n.created_at, n.derived_from, {occurred} AS occurred,"
+        f" n.valid_from, n.valid_until, n.superseded_by FROM {records} n"
         " WHERE n.org_id = %s AND n.domain_id = %s"
         " AND n.knowledge_base_id = h.knowledge_base_id AND n.namespace = h.namespace"
         f" AND {SESSION_SQL.format(table='n')} = h.session AND {TURN_SQL.format(table='n')}"
@@ -237,7 +242,8 @@ def _turns_sql() -> str:
         " WHERE r.org_id = %s AND r.domain_id = %s AND r.id = ANY(%s::uuid[])"
         f" AND {TURN_SQL.format(table='r')})"
         " SELECT h.id, t.after, t.id, t.content, kb.name, t.metadata, t.key, t.kind,"
-        " t.namespace, t.tags, t.created_at, t.derived_from, t.occurred FROM h"
+        " t.namespace, t.tags, t.created_at, t.derived_from, t.occurred,"
+        " t.valid_from, t.valid_until, t.superseded_by FROM h"
         " CROSS JOIN LATERAL ("
         f"(SELECT false AS after, {turn} AND {occurred} <= h.occurred"
         f" AND ({occurred}, n.id) < (h.occurred, h.id)"

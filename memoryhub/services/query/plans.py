@@ -32,6 +32,7 @@ from ...models import (
     MemoryRecord,
     MemoryRecordQuerySet,
     occurred,
+    valid_q,
 )
 from ...scope import Scope, tenant_scope
 from .. import filter_indexes, indexing, vector_indexes, word_statistics
@@ -60,12 +61,14 @@ MIN_EF_SEARCH_LARGE = 100
 #: ``models.occurred`` expression, which the legs annotate).
 ROW_FIELDS: tuple[str, ...] = ("content", "knowledge_base__name", "metadata", "key", "kind")
 ROW_FIELDS += ("namespace", "tags", "created_at", "derived_from", "occurred")
+ROW_FIELDS += ("valid_from", "valid_until", "superseded_by")
 
 
 def _base_queryset(scope: Scope, request: QueryRequest) -> MemoryRecordQuerySet:
     # Now(), not the clock: the compiled statement is reused, and expiry is the server's now.
     records = (
         MemoryRecord.objects.live(now=Now())
+        .filter(valid_q(request.as_of, as_of=True) if request.as_of is not None else valid_q(Now()))
         .in_namespaces(list(request.namespaces))
         .occurred_between(request.occurred_after, request.occurred_before)
     )

@@ -46,6 +46,8 @@ class QueryRequest:
     occurred_before: datetime | None = None
     #: Seconds; None: ``RECENCY_HALF_LIFE``; 0: no recency boost for this query.
     recency_half_life: float | None = None
+    #: Read what was valid at this moment (``models.valid_q``); None: what is valid now.
+    as_of: datetime | None = None
     #: Neighbouring turns of each hit's session to return, on each side (0: none).
     context_turns: int = 0
     #: Return each item's rank and score in each leg (``QueryResult.legs``).
@@ -120,6 +122,11 @@ class QueryRequest:
             else None
             for name in ("occurred_after", "occurred_before")
         )
+        as_of = (
+            validate_moment(raw["as_of"], "as_of", errors, bounds=OCCURRED_RANGE, dates=True)
+            if raw.get("as_of") is not None
+            else None
+        )
         if after is not None and before is not None and before <= after:
             errors.setdefault("occurred_before", []).append("must be later than occurred_after.")
         half_life = raw.get("recency_half_life")
@@ -154,6 +161,7 @@ class QueryRequest:
             min_score=None if min_score is None else float(min_score),
             occurred_after=after,
             occurred_before=before,
+            as_of=as_of,
             recency_half_life=half_life,
             context_turns=turns,
             explain=explain,
@@ -182,6 +190,7 @@ class QueryRequest:
             "min_score": self.min_score,
             "occurred_after": _iso(self.occurred_after),
             "occurred_before": _iso(self.occurred_before),
+            "as_of": _iso(self.as_of),
             "recency_half_life": self.half_life(),
             "rerank": self.rerank,
         }

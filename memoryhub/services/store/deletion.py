@@ -3,21 +3,25 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib.admin.models import LogEntry
 from django.contrib.contenttypes.models import ContentType
 from django.db import connection
-from django.db.models import QuerySet, TextField
+from django.db.models import Q, QuerySet, TextField
 from django.db.models.functions import Cast
 
 from ...models import MemoryRecord, RecordVersion
 
-__all__ = ["delete_records", "detach_sources"]
+__all__ = ["delete_records", "detach_sources", "predecessors"]
 
 
 def delete_records(records: QuerySet[MemoryRecord]) -> tuple[int, dict[int, int]]:
-    """Delete ``records`` (their versions go with them), the admin log about them, and
-    the consolidated facts they leave with no source. Returns how many of ``records``
-    went, and the facts per knowledge base id (erased records too, counted as such).
+    """Delete ``records`` with what they superseded (a fact's earlier values, all the way
+    back: a chain is erased whole), their versions, the admin log about them, and the
+    consolidated facts they leave with no source (with what those superseded). Returns
+    how many records went, and the records that went with them per knowledge base id
+    (what they superseded and the facts left with no source).
 
     One org at a time, each statement naming it: on a cluster distributed by org, each
     goes to that org's shard group only (an erasure's selection is one org's; the expiry
@@ -26,16 +30,49 @@ def delete_records(records: QuerySet[MemoryRecord]) -> tuple[int, dict[int, int]
     deleted, counts = 0, dict[int, int]()
     for org_id in orgs:
         selected = records.filter(org_id=org_id)
+        earlier = predecessors(selected, org_id)
+        if earlier:
+            _count(MemoryRecord.unscoped.filter(org_id=org_id, pk__in=earlier), counts)
+            selected = MemoryRecord.unscoped.filter(org_id=org_id).filter(
+                Q(pk__in=selected.order_by().values("pk")) | Q(pk__in=earlier)
+            )
         orphans = detach_sources(selected, org_id=org_id)
         _scrub_admin_log(selected)
-        deleted += _delete(selected, org_id)
+        deleted += _delete(selected, org_id) - len(earlier)
         if orphans:
+            orphans += predecessors(MemoryRecord.unscoped.filter(pk__in=orphans), org_id)
             facts = MemoryRecord.unscoped.filter(org_id=org_id, pk__in=orphans)
-            for kb_id in facts.values_list("knowledge_base_id", flat=True):
-                counts[kb_id] = counts.get(kb_id, 0) + 1
+            _count(facts, counts)
             _scrub_admin_log(facts)
             _delete(facts, org_id)
     return deleted, counts
+
+
+def _count(records: QuerySet[MemoryRecord], counts: dict[int, int]) -> None:
+    for kb_id in records.values_list("knowledge_base_id", flat=True):
+        counts[kb_id] = counts.get(kb_id, 0) + 1
+
+
+def predecessors(records: QuerySet[MemoryRecord], org_id: int) -> list[str]:
+    """The ids of every record that ``records`` (org ``org_id``'s) superseded,
+    transitively, that are not among them: one indexed statement per link of the longest chain
+    (``superseded_by`` is indexed where set), each naming the org."""
+    found: set[str] = set()
+    chosen: Any = records.order_by().values("pk")
+    frontier: Any = chosen
+    while True:
+        earlier = {
+            str(pk)
+            for pk in MemoryRecord.unscoped.filter(
+                org_id=org_id, superseded_by__isnull=False, superseded_by__in=frontier
+            )
+            .exclude(pk__in=chosen)
+            .values_list("pk", flat=True)
+        } - found
+        if not earlier:
+            return sorted(found)
+        found |= earlier
+        frontier = list(earlier)
 
 
 def _delete(records: QuerySet[MemoryRecord], org_id: int) -> int:

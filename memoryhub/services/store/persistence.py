@@ -32,6 +32,9 @@ UPSERT_FIELDS = [
     "metadata",
     "expires_at",
     "occurred_at",
+    "valid_from",
+    "valid_until",
+    "superseded_by",
     "updated_at",
     "status",
     "embedding",
@@ -48,16 +51,18 @@ UPSERT_FIELDS = [
 
 
 def save_records(new_records: Sequence[MemoryRecord], changed: Sequence[MemoryRecord]) -> None:
-    """Store a write's records: new ones with one binary COPY when there are at least
+    """Store a write's records: changed ones (kept in their history first) with
+    ``bulk_update``; new ones with one binary COPY when there are at least
     ``BULK_MIN_RECORDS`` of them (the rows ``bulk_create`` would insert, without
-    compiling an INSERT of them), else with ``bulk_create``; changed ones (kept in
-    their history first) with ``bulk_update`` either way."""
+    compiling an INSERT of them), else with ``bulk_create``."""
+    # Changed first: a record superseded by a new one gives up its key (the unique
+    # index covers current records only) before the new one takes it.
+    if changed:
+        MemoryRecord.objects.bulk_update(changed, UPSERT_FIELDS)
     if len(new_records) >= memoryhub_settings.BULK_MIN_RECORDS:
         bulk.copy_records(new_records)
     elif new_records:
         MemoryRecord.objects.bulk_create(new_records)
-    if changed:
-        MemoryRecord.objects.bulk_update(changed, UPSERT_FIELDS)
 
 
 def add_sources(fact_id: str, sources: Sequence[str]) -> None:

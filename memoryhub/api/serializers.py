@@ -194,6 +194,29 @@ class RecordHistorySerializer(serializers.Serializer):
     )
 
 
+class TimelineLinkSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    content = serializers.CharField()
+    key = serializers.CharField(allow_null=True)
+    valid_from = serializers.DateTimeField(
+        help_text="When it became true (its valid_from, else when it occurred)."
+    )
+    valid_until = serializers.DateTimeField(
+        allow_null=True, help_text="When it stopped being true (null: still true)."
+    )
+    superseded_by = serializers.UUIDField(allow_null=True)
+    created_at = serializers.DateTimeField()
+
+
+class TimelineSerializer(serializers.Serializer):
+    record = serializers.UUIDField()
+    links = TimelineLinkSerializer(
+        many=True,
+        help_text="The supersession chain the record is in, oldest first (at most 50 "
+        "links on each side of it).",
+    )
+
+
 class ForgetResponseSerializer(serializers.Serializer):
     deleted = serializers.IntegerField()
     by_source = serializers.DictField(child=serializers.IntegerField())

@@ -20,6 +20,11 @@ urlpatterns = [
         views.RecordHistoryView.as_view(),
         name="record-history",
     ),
+    path(
+        "domains/<slug:domain>/records/<str:record_id>/timeline",
+        views.RecordTimelineView.as_view(),
+        name="record-timeline",
+    ),
     path("domains/<slug:domain>/query", views.QueryView.as_view(), name="query"),
     path("domains/<slug:domain>/forget", views.ForgetView.as_view(), name="forget"),
     path("domains/<slug:domain>/namespaces", views.NamespacesView.as_view(), name="namespaces"),

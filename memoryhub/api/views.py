@@ -35,6 +35,7 @@ from ..services import history as history_service
 from ..services import indexing as indexing_service
 from ..services import query as query_service
 from ..services import records as records_service
+from ..services import supersession
 from ..services import write as write_service
 from . import schema
 from . import serializers as s
@@ -510,6 +511,23 @@ class RecordHistoryView(MemoryAPIView):
         except RecordNotFound:
             raise exceptions.NotFound("No such record.", code="record_not_found") from None
         return Response(s.RecordHistorySerializer(found).data)
+
+
+class RecordTimelineView(MemoryAPIView):
+    """A fact's timeline: what it superseded and what superseded it, oldest first."""
+
+    @extend_schema(
+        summary="Get a record's timeline",
+        parameters=[DOMAIN],
+        responses={200: s.TimelineSerializer, **errors_except(400, 413)},
+    )
+    def get(self, request: Request, domain: str, record_id: str) -> Response:
+        scope = resolve_domain(request, domain, Action.READ)
+        try:
+            links = supersession.timeline(scope, record_id)
+        except RecordNotFound:
+            raise exceptions.NotFound("No such record.", code="record_not_found") from None
+        return Response(s.TimelineSerializer({"record": record_id, "links": links}).data)
 
 
 def _get_or_404(scope: Any, record_id: str) -> MemoryRecord:

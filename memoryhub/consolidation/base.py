@@ -32,8 +32,10 @@ __all__ = [
     "validate_operations",
 ]
 
-OperationName = Literal["add", "update", "delete", "none"]
-OPERATIONS: tuple[OperationName, ...] = ("add", "update", "delete", "none")
+OperationName = Literal["add", "update", "supersede", "delete", "none"]
+OPERATIONS: tuple[OperationName, ...] = ("add", "update", "supersede", "delete", "none")
+#: The operations that write a fact's content.
+WRITES: tuple[OperationName, ...] = ("add", "update", "supersede")
 
 #: The longest fact content an operation may carry.
 MAX_FACT_CHARS = 2_000
@@ -102,10 +104,16 @@ class Operation:
 
     * ``add``: a new fact with ``content`` (and ``key``, or ``None``), derived from
       ``sources``.
-    * ``update``: fact ``fact_id`` now reads ``content``. The new content may still carry
-      what the old one said, so the caller should add ``sources`` to the fact's
-      ``derived_from`` rather than replace it: erasing any of those episodes must find
-      the fact.
+    * ``update``: fact ``fact_id`` now reads ``content`` (a correction or an
+      enrichment: what it said was never true, or is still true and more is known). The
+      new content may still carry what the old one said, so the caller should add
+      ``sources`` to the fact's ``derived_from`` rather than replace it: erasing any of
+      those episodes must find the fact.
+    * ``supersede``: fact ``fact_id`` (or, with ``fact_id`` None, the fact an earlier
+      ``add`` or ``supersede`` of the same answer wrote under ``key``) was true and
+      stopped being true when ``sources`` were first said; ``content`` is what is true
+      since. The caller closes the old fact (kept, with its validity and a link to its
+      successor) and adds the new one under the same key, derived from ``sources``.
     * ``delete``: fact ``fact_id`` is contradicted or retracted by ``sources`` (which may
       be empty).
     * ``none``: fact ``fact_id`` keeps its content; ``sources`` (possibly empty) are new
@@ -158,6 +166,28 @@ class Operation:
         )
 
     @classmethod
+    def supersede(
+        cls,
+        fact_id: str | None,
+        content: str,
+        sources: Sequence[str],
+        *,
+        key: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Self:
+        """Supersede fact ``fact_id``, or (``fact_id`` None) the fact an earlier operation
+        of the same answer wrote under ``key``: a value that changed twice in one batch
+        of episodes."""
+        return cls(
+            "supersede",
+            content=content,
+            fact_id=fact_id,
+            sources=tuple(sources),
+            key=key,
+            metadata=metadata or {},
+        )
+
+    @classmethod
     def delete(cls, fact_id: str, sources: Sequence[str] = ()) -> Self:
         return cls("delete", fact_id=fact_id, sources=tuple(sources))
 
@@ -197,11 +227,15 @@ def validate_operations(
     Every operation must keep these rules, or :class:`ExtractionError` names the first
     it breaks:
 
-    * ``add`` and ``update`` carry content (not blank, at most :data:`MAX_FACT_CHARS`)
-      and at least one source; ``delete`` and ``none`` carry no content;
-    * ``update``, ``delete`` and ``none`` name a fact of ``facts``; ``add`` names none;
+    * ``add``, ``update`` and ``supersede`` carry content (not blank, at most
+      :data:`MAX_FACT_CHARS`) and at least one source; ``delete`` and ``none`` carry no
+      content;
+    * every operation but ``add`` names a fact of ``facts``; ``add`` names none; a
+      ``supersede`` may instead name the key of an earlier ``add``, or of a fact an
+      earlier operation named (but did not delete);
     * every source is the id of one of ``episodes``;
-    * only ``add`` carries a key, and it is not blank and at most :data:`MAX_KEY_CHARS`;
+    * only ``add`` (and a ``supersede`` naming no fact) carries a key, not blank and at
+      most :data:`MAX_KEY_CHARS`;
     * no two operations name the same fact, and no two ``add`` carry the same key.
     """
     episode_ids = {episode.id for episode in episodes}
@@ -212,7 +246,7 @@ def validate_operations(
         where = f"operation {position} ({getattr(operation, 'op', '?')})"
         if not isinstance(operation, Operation) or operation.op not in OPERATIONS:
             raise ExtractionError(f"{where}: not an Operation")
-        writes = operation.op in ("add", "update")
+        writes = operation.op in WRITES
         if writes:
             if not operation.content.strip():
                 raise ExtractionError(f"{where}: content is empty")
@@ -238,6 +272,12 @@ def validate_operations(
                     raise ExtractionError(f"{where}: key {operation.key!r} added twice")
                 keys_added.add(operation.key)
             continue
+        if operation.op == "supersede" and operation.fact_id is None:
+            if operation.key not in keys_added:
+                raise ExtractionError(
+                    f"{where}: names no fact, and no earlier operation wrote key {operation.key!r}"
+                )
+            continue
         if operation.key is not None:
             raise ExtractionError(f"{where}: only an add carries a key")
         if operation.fact_id not in fact_ids:
@@ -245,6 +285,11 @@ def validate_operations(
         if operation.fact_id in facts_named:
             raise ExtractionError(f"{where}: fact {operation.fact_id!r} named twice")
         facts_named.add(operation.fact_id)
+        if operation.op != "delete":
+            # The fact (or its successor) still holds its key: a later supersede may name it.
+            keyed = next((fact.key for fact in facts if fact.id == operation.fact_id), None)
+            if keyed:
+                keys_added.add(keyed)
     return list(operations)
 
 

@@ -33,6 +33,7 @@ COPULA = re.compile(
 LEADING_FILLER = re.compile(r"^(?:(?:now|actually|still)\s+)+", re.IGNORECASE)
 TRAILING_FILLER = re.compile(r"(?:\s+(?:now|actually|these days))+$", re.IGNORECASE)
 TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+CORRECTION = re.compile(r"\b(?:actually|sorry|i meant|correction|typo|i misspoke)\b", re.IGNORECASE)
 NEGATIONS = frozenset({"not", "no", "never", "nor", "cannot", "nothing", "nobody"})
 MAX_VALUE_CHARS = 200
 
@@ -47,6 +48,10 @@ def normalise_attribute(text: str) -> str:
 
 def normalise_value(text: str) -> str:
     return " ".join(text.casefold().split())
+
+
+def _same(left: str, right: str) -> bool:
+    return normalise_value(left) == normalise_value(right)
 
 
 def sentences(text: str) -> Iterator[str]:
@@ -109,8 +114,11 @@ class BuiltinExtractor:
        latest value of each attribute wins, and its sources are the episodes that state
        that value: a new attribute is an ``add`` with key ``<attribute>`` and content
        ``<attribute>: <value>``; a known one with a different value (compared
-       case-insensitively) is an ``update`` of the first fact that holds it; the same
-       value is a ``none`` on that fact, citing the episodes that restate it.
+       case-insensitively) is a ``supersede`` of the first fact that holds it (the
+       attribute changed: the old value stays as history, closed when the new one was
+       said), or an ``update`` of it when the winning sentence reads as a correction
+       (``actually``, ``sorry``, ``I meant``, ``correction``, ``typo``); the same value is a
+       ``none`` on that fact, citing the episodes that restate it.
     2. **Repetition.** Any other sentence of at least ``min_tokens`` words (lowercased
        ``[a-z0-9]`` runs, ``don't`` is one word; no stemming, no stop words) and at most
        2,000 characters is compared by Jaccard similarity of its word set. At or above
@@ -207,30 +215,54 @@ class BuiltinExtractor:
     def _attribute_operations(
         self, statements: Sequence[Statement], known: Mapping[str, tuple[Fact, str]]
     ) -> list[Operation]:
-        latest: dict[str, Statement] = {}  # in the order attributes were first stated
+        """Each attribute's values in the order they were stated, a run of the same
+        value as one: the first run adds the attribute (or restates, corrects or
+        supersedes the known fact), and each later run supersedes the one before."""
+        runs: dict[str, list[list[Statement]]] = {}  # in the order attributes were stated
         for statement in statements:
-            if statement.attribute:
-                latest[statement.attribute] = statement
-        operations = []
-        for attribute, winner in latest.items():
-            sources = tuple(
-                dict.fromkeys(
-                    s.episode_id
-                    for s in statements
-                    if s.attribute == attribute
-                    and normalise_value(s.value) == normalise_value(winner.value)
-                )
-            )
-            content = f"{attribute}: {winner.value}"
-            if attribute not in known:
-                operations.append(Operation.add(content, sources, key=attribute))
+            if not statement.attribute:
                 continue
-            fact, value = known[attribute]
-            if normalise_value(value) == normalise_value(winner.value):
-                operations.append(Operation.none(fact.id, sources))
+            values = runs.setdefault(statement.attribute, [])
+            if values and _same(values[-1][-1].value, statement.value):
+                values[-1].append(statement)
             else:
-                operations.append(Operation.update(fact.id, content, sources))
+                values.append([statement])
+        operations = []
+        for attribute, values in runs.items():
+            key = attribute
+            if attribute in known:
+                fact, value = known[attribute]
+                if fact.key is None:
+                    # A keyless fact's successor has a key no later operation can name:
+                    # the latest value wins, sourced by every statement of it.
+                    latest = values[-1][-1].value
+                    values = [[s for run in values for s in run if _same(s.value, latest)]]
+                elif len(values) > 1 and _same(value, values[0][-1].value):
+                    values = values[1:]  # restated, then changed: the change is what counts
+                key = fact.key or attribute
+            for position, run in enumerate(values):
+                content = f"{attribute}: {run[-1].value}"
+                sources = tuple(dict.fromkeys(s.episode_id for s in run))
+                if position > 0:
+                    operations.append(Operation.supersede(None, content, sources, key=key))
+                elif attribute in known:
+                    operations.append(self._change(known[attribute], run[-1], content, sources))
+                else:
+                    operations.append(Operation.add(content, sources, key=attribute))
         return operations
+
+    @staticmethod
+    def _change(
+        known: tuple[Fact, str], winner: Statement, content: str, sources: tuple[str, ...]
+    ) -> Operation:
+        """What a known fact's first run of statements does to it: restates it, corrects
+        it (the sentence says so) or supersedes it."""
+        fact, value = known
+        if _same(value, winner.value):
+            return Operation.none(fact.id, sources)
+        if CORRECTION.search(winner.text):
+            return Operation.update(fact.id, content, sources)
+        return Operation.supersede(fact.id, content, sources)
 
     def _repetition_operations(
         self, statements: Sequence[Statement], facts: Sequence[Fact]

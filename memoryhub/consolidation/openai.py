@@ -23,6 +23,7 @@ import httpx
 from ..openai_compatible import RETRYABLE_STATUS, BearerClientOwner, retry_after
 from .base import (
     OPERATIONS,
+    WRITES,
     Episode,
     ExtractionError,
     ExtractorUnavailable,
@@ -55,13 +56,18 @@ content, fact_id, sources and key:
 - "add": a fact the episodes state that no existing fact covers. content: the fact, one \
 self-contained sentence. fact_id: null. key: a short stable name for what the fact is \
 about (for example "favourite colour"), or null.
-- "update": an existing fact the episodes change or enrich. fact_id: its id. content: the \
-whole new fact, keeping what is still true of the old one. key: null.
+- "update": an existing fact the episodes correct or enrich (it was wrong, or more is now \
+known about it). fact_id: its id. content: the whole new fact, keeping what is still true \
+of the old one. key: null.
+- "supersede": an existing fact that was true but stopped being true, because something \
+changed in the world (a new job, a move, a new preference). fact_id: its id. content: \
+what is true now, one self-contained sentence. key: null. The old fact is kept as history.
 - "delete": an existing fact the episodes contradict or retract. fact_id: its id. \
 content: null. key: null.
 - "none": an existing fact the episodes restate without changing it. fact_id: its id. \
 content: null. key: null.
-sources: the ids of the episodes the operation rests on; at least one for add and update.
+sources: the ids of the episodes the operation rests on; at least one for add, update \
+and supersede.
 
 Name each fact at most once. Use only the ids you are given; never invent one. Leave out \
 greetings, small talk, questions and guesses. If nothing is worth remembering, answer \
@@ -242,7 +248,7 @@ def _operation(position: int, item: object) -> Operation:
         raise MalformedAnswer(f"{where}: sources must be a list of strings")
     return Operation(
         op,  # type: ignore[arg-type]
-        content=content if op in ("add", "update") else "",
+        content=content if op in WRITES else "",
         fact_id=None if op == "add" else fact_id,
         sources=tuple(dict.fromkeys(sources)),
         key=key if op == "add" else None,

@@ -8,9 +8,12 @@ run hands the waiting turns and the namespace's most similar facts to the config
 :class:`~memoryhub.consolidation.Extractor`, validates its operations, and applies them
 through the write service (so the read-only policy, validation, history and indexing
 apply): ``add`` writes a ``semantic`` record in the same knowledge base and namespace,
-``update`` changes a fact (a new version, cause ``consolidation``), ``delete`` forgets one,
-``none`` keeps it; every fact lists the turns it came from in ``derived_from`` (sources
-are only ever added). A ``memory.consolidated`` observation records each run.
+valid from when its first source turn occurred; ``update`` changes a fact (a new version,
+cause ``consolidation``); ``supersede`` closes a fact when its sources were said and adds
+its successor under the same key (services/supersession.py; a successor that would start
+before the fact it replaces is an ``update`` instead); ``delete`` forgets one, ``none``
+keeps it; every fact lists the turns it came from in ``derived_from`` (sources are only
+ever added). A ``memory.consolidated`` observation records each run.
 
 Erasure: erasing a namespace erases its facts with its turns (same namespace). Forgetting
 single turns (by id, key, import or expiry) removes them from the ``derived_from`` of the
@@ -24,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Sequence
+from datetime import datetime
 from functools import partial
 from typing import Any, cast
 
@@ -42,7 +46,8 @@ from ..consolidation import (
     extractor_from_env,
     validate_operations,
 )
-from ..exceptions import RecordNotFound
+from ..consolidation.base import OPERATIONS
+from ..exceptions import RecordNotFound, ValidationFailed
 from ..models import KnowledgeBase, MemoryRecord, Observation
 from ..scope import Scope, tenant_scope
 from . import forget as forget_service
@@ -140,7 +145,7 @@ def consolidate(knowledge_base_id: int, namespace: str) -> dict[str, int] | None
         cursor.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", list(key))
         if not cursor.fetchone()[0]:
             return None
-    totals = {"episodes": 0, "add": 0, "update": 0, "delete": 0, "none": 0}
+    totals = {"episodes": 0, **dict.fromkeys(OPERATIONS, 0)}
     try:
         while True:
             batch = list(
@@ -195,7 +200,9 @@ def _run_batch(
 ) -> dict[str, int]:
     scope = Scope(knowledge_base.org_id, knowledge_base.domain_id)
     episodes = [
-        Episode(id=str(r.pk), content=r.content, created_at=r.created_at, metadata=r.metadata)
+        Episode(
+            id=str(r.pk), content=r.content, created_at=r.occurred_or_created, metadata=r.metadata
+        )
         for r in batch
     ]
     facts = _similar_facts(
@@ -214,11 +221,12 @@ def _run_batch(
         return {"episodes": len(batch), "failed": len(batch)}
     # The extractor acts as an agent: bound by the read-only rule like any other.
     agent = _agent(extractor)
-    counts = {"episodes": len(batch), "add": 0, "update": 0, "delete": 0, "none": 0}
+    said = {str(record.pk): record.occurred_or_created for record in batch}
+    counts = {"episodes": len(batch), **dict.fromkeys(OPERATIONS, 0)}
     applied: list[dict[str, Any]] = []
     with transaction.atomic():
         for operation in operations:
-            fact_id = _apply(scope, knowledge_base, namespace, operation, facts, agent)
+            fact_id = _apply(scope, knowledge_base, namespace, operation, facts, agent, said)
             counts[operation.op] += 1
             applied.append(
                 {"op": operation.op, "fact": fact_id, "sources": list(operation.sources)}
@@ -250,15 +258,23 @@ def _apply(
     operation: Operation,
     facts: Sequence[Fact],
     agent: policy.Principal,
+    said: dict[str, datetime],
 ) -> str | None:
-    """Apply one validated operation through the write path; the fact's id."""
+    """Apply one validated operation through the write path; the fact's id. ``said``:
+    when each episode of the batch occurred."""
     cause = "consolidation"
+    moments = [said[source] for source in operation.sources if source in said]
+    if operation.op == "supersede":
+        superseding = _supersede(scope, knowledge_base, namespace, operation, facts, agent, moments)
+        if superseding is not None or operation.fact_id is None:
+            return superseding
     if operation.op == "add":
         item: dict[str, Any] = {
             "content": operation.content,
             "kind": MemoryRecord.Kind.SEMANTIC,
             "namespace": namespace,
             "metadata": dict(operation.metadata),
+            "valid_from": min(moments) if moments else None,
         }
         # Always keyed: a keyless write would be deduplicated against a turn with the
         # same words (the fact would collapse into its own source), and a key makes a
@@ -276,7 +292,7 @@ def _apply(
         return fact_id
     current = next(fact for fact in facts if fact.id == fact_id)
     changes: dict[str, Any] = {}
-    if operation.op == "update" and operation.content != current.content:
+    if operation.op in ("update", "supersede") and operation.content != current.content:
         changes["content"] = operation.content
     metadata = {**current.metadata, **operation.metadata}
     if metadata != dict(current.metadata):
@@ -289,6 +305,85 @@ def _apply(
         add_sources(fact_id, operation.sources)
     except RecordNotFound:  # forgotten since it was read: nothing to keep up to date
         return None
+    return fact_id
+
+
+def _supersede(
+    scope: Scope,
+    knowledge_base: KnowledgeBase,
+    namespace: str,
+    operation: Operation,
+    facts: Sequence[Fact],
+    agent: policy.Principal,
+    moments: list[datetime],
+) -> str | None:
+    """Close fact ``operation.fact_id`` (or the current holder of ``operation.key``)
+    when its sources were first said and write its successor under its key (a keyless
+    fact gets the key of its words first); the successor's id. A successor that would
+    not start after what it replaces is a correction: None for a fact the caller then
+    updates, and the key's holder updated here. None too when the fact is gone."""
+    current = next((fact for fact in facts if fact.id == operation.fact_id), None)
+    key = current.key if current is not None else operation.key
+    try:
+        if key is None and current is not None:
+            key = _fact_key(current.content)
+            write_service.update_record(
+                scope,
+                current.id,
+                {"key": key},
+                partial=True,
+                principal=agent,
+                cause="consolidation",
+            )
+        result = write_service.write(
+            scope,
+            [
+                {
+                    "content": operation.content,
+                    "kind": MemoryRecord.Kind.SEMANTIC,
+                    "namespace": namespace,
+                    "metadata": dict(operation.metadata),
+                    "key": key,
+                    "supersede": True,
+                    "valid_from": min(moments) if moments else None,
+                }
+            ],
+            sources=[knowledge_base.name],
+            principal=agent,
+            cause="consolidation",
+        )
+    except RecordNotFound:
+        return None
+    except ValidationFailed:
+        if current is not None:
+            return None
+        # Said no later than the value it replaces: a correction of the key's holder.
+        holder = (
+            MemoryRecord.unscoped.filter(
+                org_id=scope.org_id,
+                knowledge_base_id=knowledge_base.pk,
+                namespace=namespace,
+                key=key,
+                superseded_by__isnull=True,
+            )
+            .values_list("pk", flat=True)
+            .first()
+        )
+        if holder is None:
+            return None
+        write_service.update_record(
+            scope,
+            holder,
+            {"content": operation.content},
+            partial=True,
+            principal=agent,
+            cause="consolidation",
+        )
+        fact_id = str(holder)
+        add_sources(fact_id, operation.sources)
+        return fact_id
+    fact_id = result.records[0].id
+    add_sources(fact_id, operation.sources)
     return fact_id
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from datetime import timedelta
 
 import pytest
 
@@ -63,10 +64,16 @@ def test_turns_written_with_consolidate_become_facts_with_sources(client, tenant
     found = facts(tenant)
     turns = turn_ids(tenant)
     assert set(found) == {
+        "favourite colour: blue",
         "favourite colour: green",
         "home city: Berlin",
         "The support team answered very quickly.",
     }
+    # Blue was true until green was said: closed, kept, linked to green.
+    blue, green = found["favourite colour: blue"], found["favourite colour: green"]
+    assert (blue.superseded_by, blue.valid_until) == (green.pk, green.valid_from)
+    assert green.valid_from is not None and green.superseded_by is None
+    assert blue.key == green.key == "favourite colour"
     assert [str(pk) for pk in found["favourite colour: green"].derived_from] == turns[
         "My favourite colour is green."
     ]
@@ -82,11 +89,12 @@ def test_turns_written_with_consolidate_become_facts_with_sources(client, tenant
             MemoryRecord.objects.filter(kind="episodic").values_list("consolidation", flat=True)
         ) == {"done"}
         [run] = Observation.objects.filter(kind=Observation.Kind.MEMORY_CONSOLIDATED)
-    assert (run.payload["add"], run.payload["episodes"], run.payload["extractor"]) == (
-        3,
-        10,
-        "builtin",
-    )
+    assert (
+        run.payload["add"],
+        run.payload["supersede"],
+        run.payload["episodes"],
+        run.payload["extractor"],
+    ) == (3, 1, 10, "builtin")
     # The facts come back from a query with their sources, over the API.
     items = client.post(
         "/api/v1/domains/support/query",
@@ -103,14 +111,14 @@ def test_turns_written_with_consolidate_become_facts_with_sources(client, tenant
         client.post(
             "/api/v1/domains/support/forget", {"namespace": "user:alice"}, format="json"
         ).json()["deleted"]
-        == 13
+        == 14
     )
     assert facts(tenant) == {} and turn_ids(tenant) == {}
     assert RecordVersion.unscoped.count() == 0
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_later_run_updates_a_fact_through_history(client, tenant):
+def test_a_later_run_supersedes_a_fact_and_as_of_reads_the_old_value(client, tenant):
     write_turns(client)
     fact = facts(tenant)["favourite colour: green"]
     body = {
@@ -125,14 +133,29 @@ def test_a_later_run_updates_a_fact_through_history(client, tenant):
     }
     client.post("/api/v1/domains/support/records", body, format="json")
     fact.refresh_from_db()
-    assert fact.content == "favourite colour: red"
-    assert (fact.version, fact.change_cause, fact.changed_by) == (
-        2,
-        "consolidation",
-        "consolidation:builtin",
-    )
-    assert len(fact.derived_from) == 2  # sources are only ever added
-    assert RecordVersion.unscoped.get(record=fact).content == "favourite colour: green"
+    red = facts(tenant)["favourite colour: red"]
+    # Green is closed when red was said, not overwritten: its content and sources stay.
+    assert fact.content == "favourite colour: green"
+    assert (fact.superseded_by, fact.valid_until) == (red.pk, red.valid_from)
+    assert (fact.change_cause, fact.changed_by) == ("supersede", "consolidation:builtin")
+    assert len(fact.derived_from) == 1 and len(red.derived_from) == 1
+    assert red.key == "favourite colour" and red.valid_until is None
+    # Now: red. As of the moment before red was said: green. The timeline: the chain.
+    asked = {"query": "favourite colour", "kinds": ["semantic"], "namespaces": ["user:alice"]}
+    url = "/api/v1/domains/support/query"
+    colours = lambda items: [i for i in items if i["key"] == "favourite colour"]  # noqa: E731
+    now = colours(client.post(url, asked, format="json").json()["items"])
+    assert [item["content"] for item in now] == ["favourite colour: red"]
+    before = (red.valid_from - timedelta(microseconds=1)).isoformat()
+    then = colours(client.post(url, {**asked, "as_of": before}, format="json").json()["items"])
+    assert [item["content"] for item in then] == ["favourite colour: green"]
+    assert then[0]["superseded_by"] == str(red.pk)
+    timeline = client.get(f"/api/v1/domains/support/records/{red.pk}/timeline").json()
+    assert [link["content"] for link in timeline["links"]] == [
+        "favourite colour: blue",
+        "favourite colour: green",
+        "favourite colour: red",
+    ]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -175,7 +198,8 @@ def test_no_fact_outlives_all_its_sources(client, tenant):
     [source] = turns["My favourite colour is green."]
     colour = facts(tenant)["favourite colour: green"]
     MemoryRecord.unscoped.filter(pk=source).update(expires_at="2000-01-01T00:00:00Z")
-    assert maintenance.purge_expired() == 2
+    # The source, the fact, and what the fact superseded (blue): a chain goes whole.
+    assert maintenance.purge_expired() == 3
     assert not MemoryRecord.unscoped.filter(pk=colour.pk).exists()
 
 
@@ -226,11 +250,11 @@ def test_one_run_per_namespace_at_a_time(tenant, committed):
     finally:
         holder.close()
     assert consolidation.consolidate(kb, "user:x") == {
-        "episodes": 1, "add": 1, "update": 0, "delete": 0, "none": 0,
+        "episodes": 1, "add": 1, "update": 0, "supersede": 0, "delete": 0, "none": 0,
     }  # fmt: skip
     # A redelivered message finds nothing waiting.
     assert consolidation.consolidate(kb, "user:x") == {
-        "episodes": 0, "add": 0, "update": 0, "delete": 0, "none": 0,
+        "episodes": 0, "add": 0, "update": 0, "supersede": 0, "delete": 0, "none": 0,
     }  # fmt: skip
 
 

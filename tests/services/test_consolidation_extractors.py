@@ -117,8 +117,8 @@ def test_builtin_adds_keyed_facts_from_attribute_statements():
     ]
 
 
-def test_builtin_latest_value_updates_the_fact_citing_only_the_episodes_that_state_it():
-    facts = [Fact("f1", "favourite colour: blue", derived_from=("old",))]
+def test_builtin_each_change_of_a_value_supersedes_the_one_before():
+    facts = [Fact("f1", "favourite colour: blue", derived_from=("old",), key="favourite colour")]
     operations = BuiltinExtractor().extract(
         episodes(
             "My favourite colour is red.",
@@ -127,7 +127,39 @@ def test_builtin_latest_value_updates_the_fact_citing_only_the_episodes_that_sta
         ),
         facts,
     )
-    assert operations == [Operation.update("f1", "favourite colour: green", ["e2", "e3"])]
+    assert operations == [
+        Operation.supersede("f1", "favourite colour: red", ["e1"]),
+        Operation.supersede(None, "favourite colour: green", ["e2", "e3"], key="favourite colour"),
+    ]
+    assert validate_operations(operations, episodes("a", "b", "c"), facts) == operations
+
+
+def test_builtin_a_keyless_fact_takes_the_latest_value_citing_the_episodes_that_state_it():
+    facts = [Fact("f1", "favourite colour: blue", derived_from=("old",))]
+    operations = BuiltinExtractor().extract(
+        episodes(
+            "My favourite colour is red.",
+            "Favourite colour is green now.",
+            "Nice weather. My favourite colour is green!",
+        ),
+        facts,
+    )
+    assert operations == [Operation.supersede("f1", "favourite colour: green", ["e2", "e3"])]
+
+
+def test_builtin_a_sentence_that_says_it_corrects_is_an_update():
+    facts = [Fact("f1", "favourite colour: blue", key="favourite colour")]
+    operations = BuiltinExtractor().extract(
+        episodes("Sorry, typo: my favourite colour is blau."), facts
+    )
+    assert operations == [Operation.update("f1", "favourite colour: blau", ["e1"])]
+
+
+def test_a_supersede_by_key_needs_an_earlier_operation_holding_the_key():
+    with pytest.raises(ExtractionError, match="no earlier operation wrote key"):
+        validate_operations(
+            [Operation.supersede(None, "city: Lyon", ["e1"], key="city")], episodes("x"), []
+        )
 
 
 def test_builtin_orders_episodes_by_time_not_by_position():
@@ -137,7 +169,8 @@ def test_builtin_orders_episodes_by_time_not_by_position():
         Episode("early", "My city is Paris.", created_at=start),
     ]
     assert BuiltinExtractor().extract(given, []) == [
-        Operation.add("city: Lyon", ["late"], key="city")
+        Operation.add("city: Paris", ["early"], key="city"),
+        Operation.supersede(None, "city: Lyon", ["late"], key="city"),
     ]
 
 
@@ -145,7 +178,10 @@ def test_builtin_reads_x_is_y_for_an_attribute_stated_earlier_in_the_batch():
     operations = BuiltinExtractor().extract(
         episodes("My hometown is Nantes.", "Hometown is Brest now."), []
     )
-    assert operations == [Operation.add("hometown: Brest", ["e2"], key="hometown")]
+    assert operations == [
+        Operation.add("hometown: Nantes", ["e1"], key="hometown"),
+        Operation.supersede(None, "hometown: Brest", ["e2"], key="hometown"),
+    ]
 
 
 def test_builtin_restating_an_attribute_leaves_the_fact_as_it_is():
@@ -197,7 +233,7 @@ def test_builtin_output_keeps_the_invariants():
     facts = [Fact("f1", "pet: a cat"), Fact("f2", "I like tea a lot.", metadata={"count": 1})]
     operations = BuiltinExtractor().extract(episodes(*texts), facts)
     assert operations == [
-        Operation.update("f1", "pet: a dog", ["e2"]),
+        Operation.supersede("f1", "pet: a dog", ["e2"]),
         Operation.none("f2", ["e1", "e3"], metadata={"count": 3}),
     ]
     assert validate_operations(operations, episodes(*texts), facts) == operations
@@ -346,10 +382,11 @@ def test_the_request_names_the_model_the_schema_and_every_id(api, sleeps):
     item = response_format["json_schema"]["schema"]["properties"]["operations"]["items"]
     assert item["additionalProperties"] is False
     assert sorted(item["required"]) == ["content", "fact_id", "key", "op", "sources"]
-    assert item["properties"]["op"]["enum"] == ["add", "update", "delete", "none"]
+    assert item["properties"]["op"]["enum"] == ["add", "update", "supersede", "delete", "none"]
     system, user = request["messages"]
     assert system["role"] == "system"
-    assert all(word in system["content"] for word in ('"add"', '"update"', '"delete"', '"none"'))
+    words = ('"add"', '"update"', '"supersede"', '"delete"', '"none"')
+    assert all(word in system["content"] for word in words)
     for item_id in ("ep-a", "ep-b", "fact-1", "fact-2"):
         assert f'"id": "{item_id}"' in user["content"]
     assert "I moved to Lyon last month." in user["content"]

@@ -23,7 +23,7 @@ from django.utils.translation import gettext_lazy as _
 
 from tenants.models import Domain, Org
 
-from ..models import KnowledgeBase
+from ..models import KnowledgeBase, valid_q
 
 #: The foreign keys whose active filter narrows the choices of the filters below.
 NARROWING_FIELDS = ("org", "domain", "knowledge_base")
@@ -146,6 +146,23 @@ class EmbeddingModelFilter(TopValuesFilter):
     parameter_name = "embedding_model"
     field = "embedding_model"
     blank_label = _("(none yet)")
+
+
+class ValidityFilter(admin.SimpleListFilter):
+    """Records valid now, or closed (superseded, or past their ``valid_until``)."""
+
+    title = _("validity")
+    parameter_name = "validity"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        return [("now", _("Valid now")), ("closed", _("Closed or superseded"))]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.value() == "now":
+            return queryset.filter(valid_q())
+        if self.value() == "closed":
+            return queryset.exclude(valid_q())
+        return queryset
 
 
 class CreatedWithinFilter(admin.SimpleListFilter):

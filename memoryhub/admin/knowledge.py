@@ -35,7 +35,7 @@ from ..models import ImportJob, KnowledgeBase, MemoryRecord
 from ..policy import Action
 from ..scope import Scope
 from ..services import forget as forget_service
-from ..services import imports, knowledge_bases, validation
+from ..services import imports, knowledge_bases, supersession, validation
 from ..services import records as record_service
 from .base import OperatorAdmin, admin_context, deletion_summary, operator_view, principal
 from .filters import knowledge_base_label
@@ -53,6 +53,8 @@ def item_from(data: dict[str, Any]) -> dict[str, Any]:
     item["tags"] = list(item.get("tags") or [])
     item["metadata"] = item.get("metadata") or {}
     item["namespace"] = item.get("namespace") or ""
+    if data.get("supersede"):
+        item["supersede"] = True
     return item
 
 
@@ -64,18 +66,28 @@ class RecordForm(forms.ModelForm):
     """
 
     knowledge_base = forms.ModelChoiceField(queryset=KnowledgeBase.unscoped.none())
+    supersede = forms.BooleanField(
+        label=_("Supersede"),
+        required=False,
+        help_text=_(
+            "With a key: the record holding it now is closed at this one's valid from "
+            "(else now) and kept in its timeline, instead of being overwritten."
+        ),
+    )
 
     class Meta:
         model = MemoryRecord
         fields = ["knowledge_base", "namespace", "key", "kind", "content", "tags", "metadata"]
-        fields += ["expires_at", "occurred_at"]
+        fields += ["expires_at", "occurred_at", "valid_from", "valid_until"]
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
         if self.errors:
             return cleaned
         try:
-            validation.validate_items([item_from(cleaned)])
+            [item] = validation.validate_items([item_from(cleaned)])
+            if cleaned.get("knowledge_base") is not None:
+                supersession.check_item(cleaned["knowledge_base"], item, "items[0].valid_from")
         except ValidationFailed as exc:
             for path_, messages_ in exc.errors.items():
                 field = path_.removeprefix("items[0].").split(".")[0].split("[")[0]

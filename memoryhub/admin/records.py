@@ -38,6 +38,7 @@ from ..services import consolidation as consolidation_service
 from ..services import forget as forget_service
 from ..services import history as history_service
 from ..services import indexing as indexing_service
+from ..services import supersession
 from ..services import write as write_service
 from ..templatetags.memoryhub_admin import when
 from .base import OperatorAdmin, admin_context, operator_view, principal
@@ -45,6 +46,7 @@ from .erasure import erasure_batch, show_receipt
 from .filters import (
     EmbeddingModelFilter,
     NamespaceFilter,
+    ValidityFilter,
     VisibleRelatedFilter,
     knowledge_base_label,
 )
@@ -107,6 +109,7 @@ class MemoryRecordAdmin(OperatorAdmin):
         ("org", VisibleRelatedFilter),
         ("domain", VisibleRelatedFilter),
         EmbeddingModelFilter,
+        ValidityFilter,
         "created_at",
     ]
     list_select_related = ["knowledge_base", "domain__org"]
@@ -132,9 +135,11 @@ class MemoryRecordAdmin(OperatorAdmin):
             "metadata",
             "expires_at",
             "occurred_at",
+            "valid_from",
+            "valid_until",
         ]
         if obj is None:
-            return [(None, {"fields": main})]
+            return [(None, {"fields": [*main, "supersede"]})]
         return [
             (None, {"fields": main}),
             (_("Indexing"), {"fields": list(INDEXING_FIELDS)}),
@@ -300,6 +305,8 @@ class MemoryRecordAdmin(OperatorAdmin):
                 "derived_from": sources,
                 "derived_from_total": len(obj.derived_from),
                 "facts": consolidation_service.facts_citing(scope, obj.pk, PROVENANCE_SHOWN),
+                # Supersession: the chain the record is in (bounded each way).
+                "timeline": _timeline(scope, obj),
             }
         return super().change_view(request, object_id, form_url, extra_context)
 
@@ -491,6 +498,12 @@ def _changes(older: dict[str, Any] | None, state: dict[str, Any]) -> str:
     if not items:
         return format_html("<em>{}</em>", _("no change"))
     return mark_safe("".join(items))  # each part escaped
+
+
+def _timeline(scope: Scope, record: MemoryRecord) -> list[dict[str, Any]]:
+    """The record's supersession chain, oldest first; empty when it is in none."""
+    links = supersession.timeline(scope, record.pk)
+    return links if len(links) > 1 else []
 
 
 def _short(value: Any, limit: int = 200) -> str:

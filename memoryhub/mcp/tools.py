@@ -37,6 +37,7 @@ from ..services import forget as forget_service
 from ..services import history as history_service
 from ..services import query as query_service
 from ..services import records as records_service
+from ..services import supersession
 from ..services import write as write_service
 
 __all__ = ["TOOLS", "Tool", "call", "calling_key", "describe", "jsonable", "scope_for"]
@@ -231,6 +232,12 @@ def _history(request: Request, scope: Scope, arguments: Arguments) -> dict[str, 
     return dict(s.RecordHistorySerializer(history_service.history(scope, _id(arguments))).data)
 
 
+def _timeline(request: Request, scope: Scope, arguments: Arguments) -> dict[str, Any]:
+    record_id = _id(arguments)
+    links = supersession.timeline(scope, record_id)
+    return dict(s.TimelineSerializer({"record": record_id, "links": links}).data)
+
+
 def _sources(request: Request, scope: Scope, arguments: Arguments) -> dict[str, Any]:
     return {"sources": records_service.summarize_sources(scope)}
 
@@ -288,6 +295,15 @@ TOOLS: dict[str, Tool] = {
             Action.READ,
             _record_id,
             _history,
+            read_only=True,
+        ),
+        Tool(
+            "memory_timeline",
+            "A fact's timeline: what it superseded and what superseded it, oldest first, "
+            "each with when it was valid.",
+            Action.READ,
+            _record_id,
+            _timeline,
             read_only=True,
         ),
         Tool(

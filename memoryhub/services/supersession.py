@@ -20,12 +20,15 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from django.utils import timezone
+
 from ..exceptions import ValidationFailed
-from ..models import MemoryRecord
+from ..models import KnowledgeBase, MemoryRecord
 from ..scope import Scope, tenant_scope
 from .records import get_record
+from .validation import WriteItem
 
-__all__ = ["TIMELINE_LIMIT", "close", "effective_start", "timeline"]
+__all__ = ["TIMELINE_LIMIT", "check_item", "check_start", "close", "effective_start", "timeline"]
 
 #: The most links of a chain a timeline shows on each side of a record.
 TIMELINE_LIMIT = 50
@@ -36,10 +39,10 @@ def effective_start(record: MemoryRecord) -> datetime:
     return record.valid_from or record.occurred_at or record.created_at
 
 
-def close(record: MemoryRecord, successor: MemoryRecord, moment: datetime, path: str) -> None:
-    """Close ``record`` at ``moment`` in favour of ``successor`` (both unsaved changes:
-    the write saves them). A moment at or before the record's own start is refused under
-    ``path``: a successor cannot begin before what it replaces."""
+def check_start(record: MemoryRecord, moment: datetime, path: str) -> None:
+    """Refuse (under ``path``) a successor of ``record`` that would begin at ``moment``,
+    at or before the record's own start: a successor cannot begin before what it
+    replaces."""
     if moment <= effective_start(record):
         raise ValidationFailed(
             {
@@ -49,6 +52,28 @@ def close(record: MemoryRecord, successor: MemoryRecord, moment: datetime, path:
                 ]
             }
         )
+
+
+def check_item(knowledge_base: KnowledgeBase, item: WriteItem, path: str) -> None:
+    """What a write of ``item`` (validated) to ``knowledge_base`` would refuse of its
+    supersession, without writing: for a form to show before anything is saved."""
+    if not item.supersede or item.key is None:
+        return
+    current = MemoryRecord.unscoped.filter(
+        org_id=knowledge_base.org_id,
+        knowledge_base=knowledge_base,
+        namespace=item.namespace,
+        key=item.key,
+        superseded_by__isnull=True,
+    ).first()
+    if current is not None and current.content_hash != item.content_hash:
+        check_start(current, item.valid_from or item.occurred_at or timezone.now(), path)
+
+
+def close(record: MemoryRecord, successor: MemoryRecord, moment: datetime, path: str) -> None:
+    """Close ``record`` at ``moment`` in favour of ``successor`` (both unsaved changes:
+    the write saves them); :func:`check_start` first."""
+    check_start(record, moment, path)
     if record.valid_until is None or record.valid_until > moment:
         record.valid_until = moment
     record.superseded_by = successor.pk

@@ -28,6 +28,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from rest_framework.test import APIClient
 
 from memoryhub.conf import memoryhub_settings
+from memoryhub.mcp.tools import TOOLS
 from memoryhub.models import KnowledgeBase, MemoryRecord, Observation
 from memoryhub.scope import Scope
 from memoryhub.services import knowledge_bases, write
@@ -174,6 +175,7 @@ def test_tools_are_listed_with_the_bounds_of_the_settings(live_server, world, re
             "memory_get",
             "memory_update",
             "memory_history",
+            "memory_timeline",
             "memory_forget",
             "memory_sources",
         ]
@@ -311,6 +313,7 @@ def probes(record_id: str) -> list[tuple[str, dict, str, str, dict | None]]:
             {"content": "hijacked"},
         ),
         ("memory_history", {"id": record_id}, "get", f"records/{record_id}/history", None),
+        ("memory_timeline", {"id": record_id}, "get", f"records/{record_id}/timeline", None),
         ("memory_forget", {"key": "shared-key"}, "post", "forget", {"key": "shared-key"}),
         ("memory_sources", {}, "get", "sources", None),
     ]
@@ -346,7 +349,7 @@ def test_other_orgs_domains_and_records_do_not_exist_through_mcp(live_server, wo
             assert body["code"] == "domain_not_found" == rest_body["code"], (name, tool)
             assert status == 404
             assert SECRET not in json.dumps(body) and "acme-sales" not in json.dumps(body)
-    assert seen == 3 * 7
+    assert seen == 3 * 8
     assert snapshot() == before
     refused = Observation.unscoped.filter(kind=Observation.Kind.SCOPE_REFUSED)
     assert refused.count() == 2 * seen  # once for MCP, once for REST
@@ -363,7 +366,7 @@ def test_another_orgs_record_ids_are_not_found_through_the_keys_own_domain(
         for tool, error, body, status, rest_body in mcp_and_rest(
             live_server, keys[key], "support", foreign, revision
         ):
-            if tool in ("memory_get", "memory_update", "memory_history"):
+            if tool in ("memory_get", "memory_update", "memory_history", "memory_timeline"):
                 assert error and body["code"] == "record_not_found" == rest_body["code"], tool
                 assert status == 404
             assert (SECRET if other == "globex" else "acme-") not in json.dumps(body), tool
@@ -374,7 +377,10 @@ def test_another_orgs_record_ids_are_not_found_through_the_keys_own_domain(
 @pytest.mark.parametrize(
     ("key_name", "allowed"),
     [
-        ("read-only", {"memory_query", "memory_get", "memory_history", "memory_sources"}),
+        (
+            "read-only",
+            {"memory_query", "memory_get", "memory_history", "memory_timeline", "memory_sources"},
+        ),
         ("write-only", {"memory_write", "memory_update"}),
         (
             "no-forget",
@@ -382,6 +388,7 @@ def test_another_orgs_record_ids_are_not_found_through_the_keys_own_domain(
                 "memory_query",
                 "memory_get",
                 "memory_history",
+                "memory_timeline",
                 "memory_sources",
                 "memory_write",
                 "memory_update",
@@ -578,7 +585,7 @@ def test_a_modern_client_never_initializes_and_is_given_no_session(live_server, 
 
     version, discovered, listed, found = asyncio.run(main())
     assert version == MODERN
-    assert len(listed.tools) == 7 and not found.is_error
+    assert len(listed.tools) == len(TOOLS) and not found.is_error
     methods = [body["method"] for _, body in sent]
     assert "initialize" not in methods
     assert methods == (["server/discover"] if mode == "auto" else []) + ["tools/list", "tools/call"]
@@ -668,3 +675,37 @@ def test_the_example_agent_runs_against_the_site(live_server, world):
     assert not MemoryRecord.unscoped.filter(
         namespace="user:alice", org__slug="acme", domain__slug="support"
     ).exists()
+
+
+def test_an_agent_supersedes_a_fact_and_reads_it_as_of_a_moment(live_server, world, revision):
+    _, _, keys, _ = world
+    key = keys["support"]
+
+    def fact(city: str, when: str) -> dict[str, Any]:
+        item = {"content": f"Bob lives in {city}.", "key": "city", "namespace": "user:bob"}
+        return {"items": [{**item, "valid_from": when, "supersede": True}]}
+
+    [(_, first), (_, second)] = calls(
+        live_server,
+        key,
+        ("memory_write", fact("Paris", "2026-01-01")),
+        ("memory_write", fact("Lyon", "2026-05-01")),
+        revision=revision,
+    )
+    paris, lyon = first["records"][0]["id"], second["records"][0]["id"]
+    asked = {"query": "Where does Bob live?", "namespaces": ["user:bob"], "mode": "keyword"}
+    (_, now), (_, then), (_, timeline), (error, bad) = calls(
+        live_server,
+        key,
+        ("memory_query", asked),
+        ("memory_query", {**asked, "as_of": "2026-04-30"}),
+        ("memory_timeline", {"id": lyon}),
+        ("memory_query", {**asked, "as_of": "April"}),
+        revision=revision,
+    )
+    assert [item["content"] for item in now["items"]] == ["Bob lives in Lyon."]
+    assert [item["id"] for item in then["items"]] == [paris]
+    assert then["items"][0]["superseded_by"] == lyon
+    assert then["items"][0]["valid_until"].startswith("2026-05-01")
+    assert [link["id"] for link in timeline["links"]] == [paris, lyon]
+    assert error and "as_of" in bad["errors"]

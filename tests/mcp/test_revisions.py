@@ -26,6 +26,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from rest_framework.test import APIClient
 
 from memoryhub.mcp import revisions
+from memoryhub.mcp.tools import TOOLS
 from memoryhub.models import MemoryRecord
 from memoryhub.scope import Scope
 from memoryhub.services import write
@@ -262,7 +263,7 @@ def test_every_handshake_revision_is_negotiated_and_served_in_its_own_shapes(wor
         listed = send(world, listing, headers)
         assert listed.status_code == 200 and "Mcp-Session-Id" not in listed
         result = listed.json()["result"]
-        assert len(result["tools"]) == 7
+        assert len(result["tools"]) == len(TOOLS)
         assert not {"resultType", "ttlMs", "cacheScope", "_meta"} & set(result)
     ping = send(world, {"jsonrpc": "2.0", "id": 3, "method": "ping"}, {})
     assert ping.json() == {"jsonrpc": "2.0", "id": 3, "result": {}}

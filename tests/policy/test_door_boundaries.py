@@ -70,6 +70,7 @@ TOOL_ARGUMENTS = {
     "memory_get": {"id": "00000000-0000-0000-0000-000000000000"},
     "memory_update": {"id": "00000000-0000-0000-0000-000000000000", "fields": {"content": "y"}},
     "memory_history": {"id": "00000000-0000-0000-0000-000000000000"},
+    "memory_timeline": {"id": "00000000-0000-0000-0000-000000000000"},
     "memory_forget": {"namespace": "user:alice"},
     "memory_sources": {},
 }

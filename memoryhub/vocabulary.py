@@ -57,6 +57,8 @@ MAX_SOURCE_NAME_LENGTH = 64
 #: The most rows one page of a domain's namespace listing holds (and the most index
 #: seeks it costs).
 MAX_NAMESPACE_PAGE = 1000
+#: The largest token budget (``max_tokens``) a query may ask for.
+MAX_TOKENS = 1_000_000
 #: ``ttl_seconds`` may not exceed ten years.
 MAX_TTL_SECONDS = 10 * 365 * 24 * 3600
 
@@ -308,6 +310,16 @@ class QueryRequestSerializer(BoundedSerializer):
                 max_value=limits.MAX_CONTEXT_TURNS,
                 help_text="Return each hit's neighbouring turns of its session "
                 '(metadata["session"]): up to this many before and after it (default 0).',
+            ),
+            "max_tokens": serializers.IntegerField(
+                required=False,
+                allow_null=True,
+                min_value=1,
+                max_value=MAX_TOKENS,
+                help_text="A budget for what the agent reads: the best hits of the k that "
+                "fit, then their context turns (nearest first), so the grounding holds at "
+                "most this many tokens (estimated: 4 characters a token). usage says what "
+                "was left out.",
             ),
         }
 

@@ -121,9 +121,24 @@ class QueryHitSerializer(QueryItemSerializer):
     )
 
 
+class UsageSerializer(serializers.Serializer):
+    tokens = serializers.IntegerField(
+        help_text="Estimated tokens of the grounding (4 characters a token, rounded up)."
+    )
+    items = serializers.IntegerField(help_text="Hits returned (context turns not counted).")
+    records_scanned = serializers.IntegerField(
+        help_text="Candidate records the search legs returned and the ranking read."
+    )
+    max_tokens = serializers.IntegerField(allow_null=True, help_text="The budget asked for.")
+    truncated = serializers.BooleanField(
+        help_text="true: the budget left hits or context turns out."
+    )
+
+
 class QueryResponseSerializer(serializers.Serializer):
     items = QueryHitSerializer(many=True)
     grounding = serializers.CharField(allow_null=True)
+    usage = UsageSerializer()
     reranked = serializers.BooleanField(
         help_text="true: the site's reranker ordered the items and each score is its "
         "relevance score (higher is more relevant); false: the mode's order and scores "
@@ -268,6 +283,7 @@ def query_result(result: QueryResult) -> dict[str, Any]:
         "items": result.item_dicts(),
         "grounding": render_grounding(result.items),
         "reranked": result.reranked,
+        "usage": result.usage,
     }
 
 

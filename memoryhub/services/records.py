@@ -55,7 +55,9 @@ def list_records(
     filter in the where language of :mod:`memoryhub.filters`, as a query takes it).
 
     Filters are exact, except ``tag`` (the record has that tag) and ``key_prefix`` (its
-    key starts with it; an empty prefix selects every record that has a key).
+    key starts with it; an empty prefix selects every record that has a key). ``key``
+    and ``key_prefix`` select the current holder of each key: a superseded record keeps
+    its key, and its successor's timeline shows it.
 
     The queryset is bound to the scope's org and domain explicitly, so it stays safe to
     evaluate (paginate) after the ``tenant_scope`` block has ended.
@@ -96,9 +98,9 @@ def list_records(
     if "tag" in filters:
         records = records.filter(tags__contains=[filters["tag"]])
     if "key" in filters:
-        records = records.filter(key=filters["key"])
+        records = records.filter(key=filters["key"], superseded_by__isnull=True)
     if "key_prefix" in filters:
-        records = records.filter(key__startswith=filters["key_prefix"])
+        records = records.filter(key__startswith=filters["key_prefix"], superseded_by__isnull=True)
     if "source" in filters:
         records = records.filter(knowledge_base__name=filters["source"])
     if "status" in filters:

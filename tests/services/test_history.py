@@ -77,7 +77,7 @@ def test_every_api_change_keeps_the_previous_state(client, tenant):
     assert newest["actor"].startswith("api-key:") and first["actor"].startswith("api-key:")
     assert set(newest) == {
         "version", "content", "key", "kind", "tags", "metadata", "expires_at",
-        "occurred_at", "changed_at", "actor", "cause",
+        "occurred_at", "valid_from", "valid_until", "changed_at", "actor", "cause",
     }  # fmt: skip
     times = [v["changed_at"] for v in found["versions"]]
     assert times == sorted(times, reverse=True)

@@ -207,3 +207,14 @@ def test_another_orgs_as_of_query_sees_none_of_ours(committed, tenant, other_ten
     chain(committed, tenant)
     assert ask(other_tenant) == []
     assert ask(other_tenant, as_of="2026-03-02") == []
+
+
+def test_listing_by_key_gives_the_current_holder(committed, tenant):
+    from memoryhub.services import records
+
+    _, _, globex = chain(committed, tenant)
+    by_key = records.list_records(tenant.scope, {"namespace": NS, "key": "employer"})
+    assert [str(r.pk) for r in by_key] == [globex]
+    keyed = records.list_records(tenant.scope, {"namespace": NS, "key_prefix": ""})
+    assert [str(r.pk) for r in keyed] == [globex]
+    assert len(records.list_records(tenant.scope, {"namespace": NS})) == 3

@@ -45,7 +45,7 @@ from ...conf import memoryhub_settings
 from ...items import MemoryItem, Turns, dedupe_items, grounding_lines, sort_by_score
 from ...models import Observation
 from ...scope import Scope
-from . import execution, rerank
+from . import budget, execution, rerank
 from .fusion import RRF_K, boost_recent, fuse, merge_models, union
 from .plans import VECTOR, WORDS, Slot, clear_plans, keyword_words, plan_for
 from .request import Legs, QueryRequest, QueryResult
@@ -234,11 +234,14 @@ def query(scope: Scope, request: QueryRequest | None = None, /, **raw: Any) -> Q
         items = _items(scope, ranked, limit=limit, observed=False)
         if scores is not None:
             items = rerank.apply(items, scores)
+        items = _with_turns(scope, items[: request.k], request.context_turns)
+        items, usage = _within_budget(items, request, len(ranked))
         return QueryResult(
-            items=_with_turns(scope, items[: request.k], request.context_turns),
+            items=items,
             cached=True,
             strategy=strategy,
             reranked=scores is not None,
+            usage=usage,
         )
     ranked, strategy, rows, legs = _rank(scope, request, gen, limit)
     items = _items(scope, ranked, rows, limit=limit, observed=True)
@@ -253,10 +256,32 @@ def query(scope: Scope, request: QueryRequest | None = None, /, **raw: Any) -> Q
     if scores is not None:
         items = rerank.apply(items, scores)
     items = _with_turns(scope, items[: request.k], request.context_turns)
+    items, usage = _within_budget(items, request, len(ranked))
     if request.explain:
         empty: Legs = {"vector": None, "keyword": None}
         legs = {item.id: legs.get(item.id, empty) for item in items if item.id}
-    return QueryResult(items=items, strategy=strategy, reranked=scores is not None, legs=legs)
+    return QueryResult(
+        items=items, strategy=strategy, reranked=scores is not None, legs=legs, usage=usage
+    )
+
+
+def _within_budget(
+    items: list[MemoryItem], request: QueryRequest, scanned: int
+) -> tuple[list[MemoryItem], dict[str, Any]]:
+    """The items packed into the request's ``max_tokens`` (all of them without one), and
+    the answer's usage."""
+    truncated = False
+    if request.max_tokens is not None:
+        items, truncated = budget.pack(
+            items, request.max_tokens, lambda chosen: render_grounding(chosen) or ""
+        )
+    return items, {
+        "tokens": budget.estimate_tokens(render_grounding(items) or ""),
+        "items": len(items),
+        "records_scanned": scanned,
+        "max_tokens": request.max_tokens,
+        "truncated": truncated,
+    }
 
 
 def render_grounding(items: Sequence[MemoryItem], format: Any = None) -> str | None:

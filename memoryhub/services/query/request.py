@@ -16,6 +16,7 @@ from ...models import (
 from ...vocabulary import (
     MAX_FILTER_VALUE_LENGTH,
     MAX_FILTER_VALUES,
+    MAX_TOKENS,
     MODES,
     QueryRequestSerializer,
     bounds,
@@ -50,6 +51,8 @@ class QueryRequest:
     as_of: datetime | None = None
     #: Neighbouring turns of each hit's session to return, on each side (0: none).
     context_turns: int = 0
+    #: The most (estimated) tokens the answer's grounding may hold (``budget.pack``).
+    max_tokens: int | None = None
     #: Return each item's rank and score in each leg (``QueryResult.legs``).
     explain: bool = False
     #: False: keep the fused order even when a reranker is configured.
@@ -146,6 +149,15 @@ class QueryRequest:
             errors.setdefault("context_turns", []).append(
                 f"must be an integer from 0 to {limits.MAX_CONTEXT_TURNS}."
             )
+        max_tokens = raw.get("max_tokens")
+        if max_tokens is not None and (
+            isinstance(max_tokens, bool)
+            or not isinstance(max_tokens, int)
+            or not 1 <= max_tokens <= MAX_TOKENS
+        ):
+            errors.setdefault("max_tokens", []).append(
+                f"must be an integer from 1 to {MAX_TOKENS}."
+            )
         if errors:
             raise ValidationFailed(errors)
         return cls(
@@ -164,6 +176,7 @@ class QueryRequest:
             as_of=as_of,
             recency_half_life=half_life,
             context_turns=turns,
+            max_tokens=max_tokens,
             explain=explain,
             rerank=rerank,
         )
@@ -241,6 +254,10 @@ class QueryResult:
     #: With ``explain``: each item's :data:`Legs`, by item id.
     legs: dict[str, Legs] = field(default_factory=dict)
     reranked: bool = False
+    #: What the answer cost and holds: ``tokens`` (estimated, of its grounding),
+    #: ``items``, ``records_scanned`` (the candidates the legs returned and the ranking
+    #: read), ``max_tokens`` and ``truncated`` (the budget left hits or turns out).
+    usage: dict[str, Any] = field(default_factory=dict)
 
     def item_dicts(self) -> list[dict[str, Any]]:
         """The items as the API and MCP answer them (with ``legs`` when explained)."""

@@ -1,4 +1,4 @@
-"""Conversational evaluation sets: LoCoMo when a copy is at hand, and a generated one.
+"""Conversational evaluation sets: LoCoMo when a copy is at hand, and two generated ones.
 
 A set is conversations (dated sessions of turns between two people) and questions
 whose evidence turns are annotated; retrieval is scored by *evidence recall@k*, the
@@ -25,6 +25,30 @@ so neither words nor vectors find them trivially:
   illness in another: "Which of Ana's pets got sick?");
 * *temporal*: when an event happened, evidence the turn that tells it (answered with the
   session date: memoryhub's ``occurred_at``).
+
+**Timeline** (``generate_timeline()``, deterministic from a seed, built without looking
+at LoCoMo's questions or scores). Two speakers over some 32 sessions spread across more
+than a year (every 9 to 18 days, evenings), without small talk glued to each fact:
+each speaker has four facts that *change* (city, employer, partner, pet, favourite
+series: two or three values each, a value held seven sessions at least) and two that do
+not (hometown, sister, instrument). The first value is said in passing ("My flat in
+Lisbon is freezing"), each later one as a change ("The movers dropped the last boxes at
+my new place in Oslo"), never with the question's words ("Where does Ana live now?").
+Distractors name the same entities without stating the fact: the next value talked
+about before it comes true ("I've been browsing flats in Oslo"), values of the same
+attribute said in passing (often one the other speaker held or will hold), the other speaker's
+reply naming the value. ``Conversation.facts`` lists every statement under its fact's
+key, oldest first. Questions:
+
+* *single-hop*: a fact that never changed;
+* *supersession-current*: the value now, evidence the latest statement;
+* *supersession-past*: the value before the next one ("Where was Ana living before the
+  move to Oslo?"), evidence the earlier statement;
+* *temporal*: when a value began ("When did Ana relocate to Oslo?"), evidence the change;
+* *as-of*: the value in a month wholly inside its validity ("Who employed Ana in March
+  2023?", ``Question.as_of`` the 15th of that month), evidence the statement then in force;
+* *multi-hop*: what held when something else changed ("Where was Ana living when the
+  beagle arrived?"), evidence the change and the statement of the other fact then in force.
 """
 
 from __future__ import annotations
@@ -474,7 +498,7 @@ _CHANGING = [
         mention=[
             "{x} from my climbing group says hi.",
             "Bumped into {x} at the market, we were at school together.",
-            "My colleague {x} is getting married in June.",
+            "My colleague {x} just got back from holiday.",
         ],
         plan=[
             "There's this person, {v}, at my pottery class, we keep chatting.",
@@ -661,13 +685,15 @@ def generate_timeline(
                 text = rng.choice(statements).format(v=value)
                 plan[rng.randrange(sessions)].append([(person, text, ("fact", person, key, 0))])
         # Distractors: other values of the same attributes said in passing, often one the
-        # person held, holds or will hold.
+        # other speaker held, holds or will hold.
         for s in range(sessions):
             for _ in range(rng.randint(2, 4)):
                 person = rng.choice((a, b))
                 attribute = rng.choice(_CHANGING)
-                own = chains.get((person, attribute.name))
-                pool = own if own and rng.random() < 0.4 else attribute.values
+                # The other speaker's: a value this one never held, said without
+                # contradicting what this one says of themselves.
+                held = chains.get((b if person == a else a, attribute.name))
+                pool = held if held and rng.random() < 0.4 else attribute.values
                 text = rng.choice(attribute.mention).format(x=rng.choice(pool))
                 plan[s].append([(person, text, None)])
         stated: dict[tuple[str, str, int], Turn] = {}

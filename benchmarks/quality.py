@@ -1,18 +1,30 @@
 """``python -m benchmarks.quality [--locomo PATH] [--embedders hashing,minilm]``: retrieval
 quality on conversations.
 
-Each conversation of each set (:mod:`benchmarks.conversations`: the generated set
-always, LoCoMo when ``--locomo`` points at a copy) is written through the write service
-one record per turn (``"<speaker>: <text>"``, kind ``episodic``, the turn's id as key, its
-session in ``metadata["session"]``, one namespace per conversation), indexed, and every
+Each conversation of each set (:mod:`benchmarks.conversations`: the known items, the
+generated and the timeline sets, LoCoMo when ``--locomo`` points at a copy; ``--sets``
+picks) is written through the write service one record per turn (``"<speaker>:
+<text>"``, kind ``episodic``, the turn's id as key, its session in
+``metadata["session"]``, one namespace per conversation), indexed, and every
 question is asked in its conversation's namespace in the three modes. Reported: evidence
 recall@5 and @10 (the share of a question's evidence turns in the first k) per mode, per
 embedder, per question category, with two baselines computed in the same run over the
 same texts: exact cosine (numpy, the embedder's vectors) and BM25 (rank-bm25, Okapi).
 
+A question about a moment (the timeline set's *as-of*) is asked with its ``as_of``. For a
+set whose conversations list facts (the timeline), each statement of a fact is written
+too, after its turns were asked, as a semantic record under the fact's key with
+``supersede`` and ``valid_from`` the turn's moment, and the questions one fact answers
+are asked of those records (kinds ``semantic``) as of now and as of their moment:
+*fact accuracy@1*, the first hit being the statement in force. Every per-category mean
+of @10 and of fact accuracy carries a 95% percentile bootstrap interval (the questions
+resampled 1,000 times, a fixed seed).
+
 A fusion study rides along: each leg's ranking (40 deep, as hybrid fetches it) is kept
 per question, and the candidate fusions of :mod:`memoryhub.services.query.fusion` are
-scored on it, so a fusion rule is chosen on measurements over every set and embedder.
+scored on it, so a fusion rule is chosen on measurements over every set and embedder;
+and, against tuning to one set, the fusion best on the timeline set is scored on
+LoCoMo (else on the generated set) and the other way round (``transfer``).
 
 Writes ``benchmarks/results-quality.json`` and the "Quality" section of ``REPORT.md``.
 """
@@ -32,7 +44,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks.conversations import Conversation, generate, known_items, load_locomo
+from benchmarks.conversations import (
+    Conversation,
+    generate,
+    generate_timeline,
+    known_items,
+    load_locomo,
+)
 from benchmarks.report import replace_section
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,10 +67,65 @@ EMBEDDERS = {
 }
 
 Ranking = list[tuple[Any, float]]
+#: Questions answered by one fact, asked of the keyed facts too (fact accuracy@1).
+FACT_CATEGORIES = ("single-hop", "supersession-current", "as-of")
+#: Bootstrap of the per-category means: resamples of the questions, its seed.
+RESAMPLES, SEED = 1000, 20240
+#: Weight selection: the fusion chosen on one set, reported on the other (the first pair
+#: whose two sets ran, for each embedder).
+TRANSFER_PAIRS = (("timeline", "LoCoMo"), ("timeline", "generated"))
 
 
 def _recall(ranked: Sequence[Any], evidence: set[Any], k: int) -> float:
     return len(evidence.intersection(ranked[:k])) / len(evidence)
+
+
+def bootstrap_ci(
+    values: Sequence[float], resamples: int = RESAMPLES, seed: int = SEED, level: float = 0.95
+) -> tuple[float, float]:
+    """The percentile bootstrap interval of the mean of ``values``: ``resamples`` draws
+    of as many values with replacement (a fixed seed: the same interval every run)."""
+    import numpy as np
+
+    data = np.asarray(values, dtype=float)
+    if len(data) == 0:
+        return (float("nan"), float("nan"))
+    rng = np.random.default_rng(seed)
+    means = data[rng.integers(0, len(data), size=(resamples, len(data)))].mean(axis=1)
+    tail = (1 - level) / 2 * 100
+    low, high = np.percentile(means, [tail, 100 - tail])
+    return (round(float(low), 3), round(float(high), 3))
+
+
+def transfer(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Weights chosen on one set, scored on the other: per embedder, for the first of
+    :data:`TRANSFER_PAIRS` whose sets both ran, both ways, the fusion of the study best on
+    one set (recall@10, all questions; the first listed among equals) and what it scores
+    on the other against the best there."""
+    studies = {(run["embedder"], run["set"]): run["fusion_study"] for run in runs}
+    found = []
+    for embedder in dict.fromkeys(run["embedder"] for run in runs):
+        for pair in TRANSFER_PAIRS:
+            if not all((embedder, name) in studies for name in pair):
+                continue
+            for chosen_on, reported_on in (pair, pair[::-1]):
+                source, target = studies[embedder, chosen_on], studies[embedder, reported_on]
+                chosen = max(source, key=lambda f: source[f]["all"])
+                best = max(target, key=lambda f: target[f]["all"])
+                found.append(
+                    {
+                        "embedder": embedder,
+                        "chosen_on": chosen_on,
+                        "fusion": chosen,
+                        "score_there": source[chosen]["all"],
+                        "reported_on": reported_on,
+                        "score": target[chosen]["all"],
+                        "best": target[best]["all"],
+                        "best_fusion": best,
+                    }
+                )
+            break
+    return found
 
 
 def _use_embedder(name: str) -> Any:
@@ -134,21 +207,29 @@ def _ask(scope: Any, conversation: Conversation, k: int) -> dict[str, Any]:
     found: dict[str, list[Any]] = defaultdict(list)
     latency: list[float] = []
     for question in conversation.questions:
+        # A question about a moment ("in March 2023") reads what was said by then.
+        when = {"as_of": question.as_of.isoformat()} if question.as_of else {}
         for mode in ("vector", "keyword"):
             items = query.query(
-                scope, query=question.text, k=DEPTH, mode=mode, namespaces=namespace
+                scope, query=question.text, k=DEPTH, mode=mode, namespaces=namespace, **when
             ).items
             found[f"{mode} leg"].append([(item.id, item.score) for item in items])
             found[mode].append([item.id for item in items])
         started = time.perf_counter()
         items = query.query(
-            scope, query=question.text, k=k, mode="hybrid", namespaces=namespace
+            scope, query=question.text, k=k, mode="hybrid", namespaces=namespace, **when
         ).items
         latency.append(time.perf_counter() - started)
         found["hybrid"].append([item.id for item in items])
         # Each hit with its session's previous and next turn (what the agent then reads).
         widened = query.query(
-            scope, query=question.text, k=k, mode="hybrid", namespaces=namespace, context_turns=1
+            scope,
+            query=question.text,
+            k=k,
+            mode="hybrid",
+            namespaces=namespace,
+            context_turns=1,
+            **when,
         ).items
         seen: list[Any] = []
         for item in widened:
@@ -157,6 +238,60 @@ def _ask(scope: Any, conversation: Conversation, k: int) -> dict[str, Any]:
                     seen.append(turn.id)
         found["hybrid + context 1"].append(seen)
     return {"rankings": found, "latency": latency}
+
+
+def _facts(scope: Any, conversation: Conversation) -> dict[str, list[tuple[str, float]]]:
+    """The conversation's facts written as keyed semantic records, each statement
+    superseding the previous one of its key from the turn's moment on (``supersede``,
+    ``valid_from``), indexed; then each question answered by one fact asked of them
+    (kinds ``semantic``) as of now and as of its moment (its ``as_of``, else the end of
+    the conversation): for "now" and "as_of", (category, 1 if the first hit is the fact
+    its evidence turn states, else 0)."""
+    from memoryhub.services import query, write
+
+    namespace = f"conv:{conversation.id}"
+    turns = {turn.id: turn for turn in conversation.turns}
+    records: dict[str, str] = {}
+    for key, turn_id in conversation.facts:
+        turn = turns[turn_id]
+        moment = turn.occurred_at.isoformat()
+        result = write.write(
+            scope,
+            [
+                {
+                    "content": turn.content,
+                    "key": f"fact:{key}",
+                    "kind": "semantic",
+                    "namespace": namespace,
+                    "metadata": {"fact": True, "turn": turn.id},
+                    "occurred_at": moment,
+                    "valid_from": moment,
+                    "supersede": True,
+                }
+            ],
+        )
+        records[turn_id] = str(result.records[0].id)
+    _index(list(records.values()))
+    end = max(turn.occurred_at for turn in conversation.turns)
+    found: dict[str, list[tuple[str, float]]] = defaultdict(list)
+    for question in conversation.questions:
+        if question.category not in FACT_CATEGORIES:
+            continue
+        expected = records[question.evidence[0]]
+        for label, moment in (("now", None), ("as_of", question.as_of or end)):
+            when = {"as_of": moment.isoformat()} if moment else {}
+            items = query.query(
+                scope,
+                query=question.text,
+                k=1,
+                mode="hybrid",
+                namespaces=[namespace],
+                kinds=["semantic"],
+                **when,
+            ).items
+            hit = 1.0 if items and str(items[0].id) == expected else 0.0
+            found[label].append((question.category, hit))
+    return found
 
 
 def _fusions() -> dict[str, Callable[[Ranking, Ranking], Ranking]]:
@@ -189,6 +324,7 @@ def evaluate(
     knowledge_bases.ensure_knowledge_base(scope, "memory")
     scores: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     study: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    facts: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     fusions = _fusions()
     write_seconds = index_seconds = encode_seconds = 0.0
     latency: list[float] = []
@@ -225,7 +361,14 @@ def evaluate(
                 fused = [pk for pk, _ in fuse(*legs)]
                 study[fusion_name]["all"].append(_recall(fused, evidence, 10))
                 study[fusion_name][question.category].append(_recall(fused, evidence, 10))
+        # Written after the turns were asked: the turns' rankings never meet the facts.
+        if conversation.facts:
+            for label, hits in _facts(scope, conversation).items():
+                for category, hit in hits:
+                    facts[label]["all"].append(hit)
+                    facts[label][category].append(hit)
     mean = lambda values: round(statistics.fmean(values), 3)  # noqa: E731
+    ci = lambda by: {c: bootstrap_ci(v) for c, v in by.items()}  # noqa: E731
     return {
         "set": name,
         "embedder": embedder.name,
@@ -238,7 +381,24 @@ def evaluate(
         "recall": {metric: {c: mean(v) for c, v in by.items()} for metric, by in scores.items()},
         "fusion_study": {f: {c: mean(v) for c, v in by.items()} for f, by in study.items()},
         "categories": {c: len(v) for c, v in scores["hybrid@10"].items()},
+        # 95% bootstrap intervals of the means, per category (questions resampled).
+        "ci": {metric: ci(by) for metric, by in scores.items() if metric.endswith("@10")},
+        **(
+            {
+                "facts": {
+                    label: {c: mean(v) for c, v in by.items()} for label, by in facts.items()
+                },
+                "facts_ci": {label: ci(by) for label, by in facts.items()},
+                "fact_questions": {c: len(v) for c, v in facts["now"].items()},
+            }
+            if facts
+            else {}
+        ),
     }
+
+
+def _interval(bounds: Sequence[float] | None) -> str:
+    return f"[{bounds[0]}, {bounds[1]}]" if bounds else "–"
 
 
 def section(results: dict[str, Any]) -> str:
@@ -251,8 +411,11 @@ def section(results: dict[str, Any]) -> str:
         f" texts in the same run. {results['cpus']} CPUs, {results['date']}. Sets: the main"
         " harness's known items (stdlib docstrings); a generated conversational set (the"
         " recipe is benchmarks/conversations.py); LoCoMo (Maharana et al., ACL 2024; read"
-        " from a local copy, not redistributed: benchmarks/DATASETS.md). Fusion: each"
-        " leg min-max normalised, the vector leg weighted 0.3 (hashing) or 0.4 (models).",
+        " from a local copy, not redistributed: benchmarks/DATASETS.md); a generated"
+        " timeline of facts that change (`generate_timeline()`: supersessions, as-of"
+        " questions, asked with their `as_of`). Fusion: each leg min-max normalised, the"
+        " vector leg weighted 0.3 (hashing) or 0.4 (models). Intervals: 95% percentile"
+        f" bootstrap of the mean, the questions resampled {RESAMPLES} times (seed {SEED}).",
         "",
     ]
     for run in results["runs"]:
@@ -260,8 +423,8 @@ def section(results: dict[str, Any]) -> str:
             f"### {run['set']}, {run['embedder']} ({run['turns']} turns,"
             f" {run['questions']} questions)",
             "",
-            "| questions | n | vector | keyword | hybrid | exact cosine | BM25 |",
-            "|---|---|---|---|---|---|---|",
+            "| questions | n | vector | keyword | hybrid | hybrid@10 95% CI | exact cosine | BM25 |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         categories = ["all", *sorted(c for c in run["categories"] if c != "all")]
         for category in categories:
@@ -270,6 +433,7 @@ def section(results: dict[str, Any]) -> str:
                 f" {run['recall'][f'{mode}@10'].get(category, '–')}"
                 for mode in ("vector", "keyword", "hybrid", "exact cosine", "BM25")
             ]
+            cells.insert(3, _interval(run.get("ci", {}).get("hybrid@10", {}).get(category)))
             lines.append(
                 f"| {category} | {run['categories'][category]} | " + " | ".join(cells) + " |"
             )
@@ -282,6 +446,25 @@ def section(results: dict[str, Any]) -> str:
             + ", ".join(f"{c} {context.get(c, '–')}" for c in categories)
             + f" (hybrid@10 alone: {run['recall']['hybrid@10']['all']}).",
         ]
+        if run.get("facts"):
+            facts, intervals = run["facts"], run["facts_ci"]
+            lines += [
+                "",
+                "Keyed facts (each statement also written as a semantic record under its"
+                " fact's key with `supersede`, valid from the turn's moment), the questions"
+                " one fact answers asked of them (kinds `semantic`, hybrid): fact"
+                " accuracy@1 as of now and as of the question's moment (its `as_of`, else"
+                " the conversation's end).",
+                "",
+                "| questions | n | now | 95% CI | as_of | 95% CI |",
+                "|---|---|---|---|---|---|",
+            ]
+            for category in ["all", *sorted(c for c in run["fact_questions"] if c != "all")]:
+                lines.append(
+                    f"| {category} | {run['fact_questions'][category]} |"
+                    f" {facts['now'][category]} | {_interval(intervals['now'][category])} |"
+                    f" {facts['as_of'][category]} | {_interval(intervals['as_of'][category])} |"
+                )
         study = run["fusion_study"]
         best = max(study, key=lambda f: study[f]["all"])
         lines += [
@@ -296,6 +479,15 @@ def section(results: dict[str, Any]) -> str:
             f" {run['hybrid_p50_ms']} ms.",
             "",
         ]
+    if results.get("transfer"):
+        lines += ["### Weights chosen on one set, reported on the other", ""]
+        for t in results["transfer"]:
+            lines.append(
+                f"* {t['embedder']}: chosen on {t['chosen_on']}: {t['fusion']}"
+                f" ({t['score_there']}); on {t['reported_on']} it scores {t['score']}"
+                f" (best there: {t['best']}, {t['best_fusion']})."
+            )
+        lines.append("")
     lines += ["### Targets", "", "| target | measured | verdict |", "|---|---|---|"]
     for run in results["runs"]:
         recall = {mode: run["recall"][f"{mode}@10"]["all"] for mode in MODES}
@@ -320,7 +512,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.quality")
     parser.add_argument("--locomo", type=Path, default=os.environ.get("MEMORYHUB_LOCOMO"))
     parser.add_argument("--embedders", default="hashing,minilm")
-    parser.add_argument("--sets", default="known-items,generated,locomo")
+    parser.add_argument("--sets", default="known-items,generated,timeline,locomo")
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--database", default="memoryhub_bench_quality")
     parser.add_argument("--out", type=Path, default=RESULTS, help="results JSON")
@@ -337,6 +529,8 @@ def main(argv: list[str] | None = None) -> int:
         sets["known items"] = known_items()
     if "generated" in wanted:
         sets["generated"] = generate()
+    if "timeline" in wanted:
+        sets["timeline"] = generate_timeline()
     if "locomo" in wanted and args.locomo:
         sets["LoCoMo"] = load_locomo(Path(args.locomo))
     results: dict[str, Any] = {
@@ -349,6 +543,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, conversations in sets.items():
             run = evaluate(name, conversations, embedder_name, args.k)
             results["runs"].append(run)
+            results["transfer"] = transfer(results["runs"])
             print(f"{name} / {run['embedder']}: hybrid@10 {run['recall']['hybrid@10']}", flush=True)
             args.out.write_text(json.dumps(results, indent=2) + "\n")
     if not args.no_report:

@@ -140,6 +140,19 @@ SETTINGS: dict[str, Setting] = {
         " for the hashing embedder, 0.4 for real models). A domain's own weight (admin)"
         " takes precedence.",
     ),
+    "SESSION_BOOST": Setting(
+        0.3,
+        'Hybrid search over conversation turns (records naming metadata["session"]): each'
+        " candidate gains this share of its session's weight among the 20 best (the sum"
+        " of their scores, over the heaviest session's), so evidence told across a few"
+        " turns of one session ranks together; 0: off.",
+    ),
+    "SPEAKER_BOOST": Setting(
+        0.15,
+        "Hybrid search over conversation turns: when a question names exactly one of the"
+        ' candidates\' speakers (metadata["speaker"], else a "Name: " prefix of the'
+        " content), that speaker's turns gain this much; 0: off.",
+    ),
     "TENANT_INDEX_MIN_RECORDS": Setting(
         10_000,
         "A domain with at least this many records gets its own (partial) HNSW index, built"

@@ -145,7 +145,7 @@ def consolidate(knowledge_base_id: int, namespace: str) -> dict[str, int] | None
         cursor.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", list(key))
         if not cursor.fetchone()[0]:
             return None
-    totals = {"episodes": 0, **dict.fromkeys(OPERATIONS, 0)}
+    totals: dict[str, int] = {"episodes": 0, **dict.fromkeys(OPERATIONS, 0)}
     try:
         while True:
             batch = list(
@@ -222,7 +222,7 @@ def _run_batch(
     # The extractor acts as an agent: bound by the read-only rule like any other.
     agent = _agent(extractor)
     said = {str(record.pk): record.occurred_or_created for record in batch}
-    counts = {"episodes": len(batch), **dict.fromkeys(OPERATIONS, 0)}
+    counts: dict[str, int] = {"episodes": len(batch), **dict.fromkeys(OPERATIONS, 0)}
     applied: list[dict[str, Any]] = []
     with transaction.atomic():
         for operation in operations:

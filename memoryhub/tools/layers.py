@@ -40,7 +40,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("store", "records", "record_indexes", "scheduling", "knowledge_bases", "distribution"),
     ("filter_indexes", "word_statistics", "history"),
     ("validation", "vector_indexes"),
-    ("indexing",),
+    ("indexing", "supersession"),
     ("write", "query"),
     ("imports",),
     ("forget",),

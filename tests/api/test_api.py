@@ -216,7 +216,7 @@ def test_query_returns_items_and_grounding(api, tenant):
     assert item["source"] == "memory"
     assert body["grounding"] == "Relevant context:\n[memory] Refunds take 5 days."
     empty = post(api, "query", {"query": "refunds", "where": {"team": "nobody"}})
-    assert empty.json() == {"items": [], "grounding": None, "reranked": False}
+    assert empty.json() == {"items": [], "grounding": None, "reranked": False, "usage": ANY}
 
 
 def test_query_explain_gives_each_items_legs(api):

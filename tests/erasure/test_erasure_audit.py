@@ -16,6 +16,7 @@ import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from unittest.mock import ANY
 
 import pytest
 from django.conf import settings
@@ -251,7 +252,7 @@ def test_erasing_100_subjects_leaves_no_trace(tenant, admin_client, json_log, ca
             {"query": f"{token(n)} password hint", "namespaces": [namespace(n)]},
             format="json",
         )
-        assert found.json() == {"items": [], "grounding": None, "reranked": False}
+        assert found.json() == {"items": [], "grounding": None, "reranked": False, "usage": ANY}
     log_text = json_log.getvalue()
     access = [json.loads(line) for line in log_text.splitlines() if "memoryhub.access" in line]
     assert len(access) >= SUBJECTS * 5  # write, query, list, erase, query again

@@ -115,6 +115,9 @@ def test_to_dict_is_json_ready_and_names_the_merge_only_when_there_is_one():
         "created_at": when,
         "occurred_at": when - timedelta(days=1),
         "derived_from": [],
+        "valid_from": None,
+        "valid_until": None,
+        "superseded_by": None,
     }
     fact = item("c", derived_from=["5f0b2f4e-1111-4111-8111-111111111111"]).to_dict()
     assert fact["derived_from"] == ["5f0b2f4e-1111-4111-8111-111111111111"]

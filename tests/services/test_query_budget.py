@@ -70,7 +70,9 @@ def test_every_answer_reports_its_usage_and_a_budget_bounds_it(tenant, other_ten
             for n, text in enumerate(texts)
         ],
     )
-    committed(write.write, other_tenant.scope, [{"content": f"Refund policy {n}"} for n in range(9)])
+    committed(
+        write.write, other_tenant.scope, [{"content": f"Refund policy {n}"} for n in range(9)]
+    )
     client = key_client(tenant, can_read=True)
     full = answer(client, query="refund policy note", k=6, mode="keyword").json()
     usage = full["usage"]

@@ -161,7 +161,8 @@ def test_turns_are_consolidated_by_a_real_worker_and_erased_with_their_namespace
     )
     wait_for(
         lambda: (
-            MemoryRecord.unscoped.filter(kind="semantic").count() == 4
+            # Four facts and blue, closed when green was said.
+            MemoryRecord.unscoped.filter(kind="semantic").count() == 5
             and not MemoryRecord.unscoped.filter(status="pending").exists()
         ),
         timeout=120,
@@ -180,6 +181,6 @@ def test_turns_are_consolidated_by_a_real_worker_and_erased_with_their_namespace
     erased = client.post(
         "/api/v1/domains/support/forget", {"namespace": "user:alice"}, format="json"
     ).json()
-    assert erased["deleted"] == 14
+    assert erased["deleted"] == 15
     assert client.post("/api/v1/domains/support/query", query, format="json").json()["items"] == []
     assert not MemoryRecord.unscoped.filter(namespace="user:alice").exists()

@@ -46,7 +46,7 @@ from ...items import MemoryItem, Turns, dedupe_items, grounding_lines, sort_by_s
 from ...models import Observation
 from ...scope import Scope
 from . import budget, execution, rerank
-from .fusion import RRF_K, boost_recent, fuse, merge_models, union
+from .fusion import RRF_K, boost_conversation, boost_recent, fuse, merge_models, union
 from .plans import VECTOR, WORDS, Slot, clear_plans, keyword_words, plan_for
 from .request import Legs, QueryRequest, QueryResult
 
@@ -133,6 +133,14 @@ def _rank(
         ranked = fuse(vector, keyword, plan.vector_weight)
     if request.min_score is not None:
         ranked = [(pk, score) for pk, score in ranked if score >= request.min_score]
+    if request.mode == "hybrid":
+        ranked = boost_conversation(
+            ranked,
+            rows,
+            request.query,
+            memoryhub_settings.SESSION_BOOST,
+            memoryhub_settings.SPEAKER_BOOST,
+        )
     half_life = request.half_life()
     if half_life is not None:
         occurred = {pk: row["occurred"] for pk, row in rows.items()}
@@ -221,6 +229,7 @@ def query(scope: Scope, request: QueryRequest | None = None, /, **raw: Any) -> Q
         "model": memoryhub_settings.embedder().name,
         "reranker": None if reranker is None else reranker.name,
         "candidates": limit,
+        "boosts": (memoryhub_settings.SESSION_BOOST, memoryhub_settings.SPEAKER_BOOST),
     }
     # One generation for the read, the plan and the write (one cache round trip): a write
     # between them moves the generation on, and this (older) ranking must not be stored

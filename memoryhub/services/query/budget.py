@@ -20,9 +20,8 @@ from collections.abc import Callable, Sequence
 from itertools import zip_longest
 
 from ...items import MemoryItem, Turns
-from ...vocabulary import MAX_TOKENS
 
-__all__ = ["MAX_TOKENS", "estimate_tokens", "pack"]
+__all__ = ["estimate_tokens", "pack"]
 
 
 def estimate_tokens(text: str) -> int:

@@ -140,6 +140,14 @@ SETTINGS: dict[str, Setting] = {
         " for the hashing embedder, 0.4 for real models). A domain's own weight (admin)"
         " takes precedence.",
     ),
+    "TURN_CONTEXT": Setting(
+        False,
+        'Embed each conversation turn (a record naming metadata["session"]) with the turn'
+        " before it in its session: its vector is the normalised sum of the turn's"
+        " embedding and of the two turns' together, so a turn that answers (\"yes, last"
+        ' May") carries what it answers. A second embedding per turn; forgetting a turn'
+        " re-embeds the turn after it. Recommended with a real model (local-embeddings).",
+    ),
     "SESSION_BOOST": Setting(
         0.3,
         'Hybrid search over conversation turns (records naming metadata["session"]): each'

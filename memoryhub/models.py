@@ -302,6 +302,30 @@ SESSION_SQL = f"({{table}}.metadata ->> '{SESSION_KEY}')"
 TURN_SQL = f"length({SESSION_SQL}) <= {SESSION_MAX_LENGTH}"
 
 
+def adjacent_turn_sql(table: str, *, after: bool, ids: str = "= ANY(%s::uuid[])") -> str:
+    """A statement giving, for each of org ``%s``'s records whose id is ``ids`` (by
+    default ``= ANY(%s)`` of a uuid[]; a subquery's ``IN (…)`` works too) that names a
+    session, the turn just before it (``after`` False) or just after it in its session
+    (same knowledge base and namespace, ordered by when it occurred, ties by id): rows of
+    (record id, turn id, turn content). One index range scan of the turns index per
+    record, stopping at the first row."""
+    occurred_n = OCCURRED_SQL.format(table="n")
+    occurred_r = OCCURRED_SQL.format(table="r")
+    compare, order = (">", "") if after else ("<", " DESC")
+    return (
+        f"SELECT r.id, t.id, t.content FROM {table} r CROSS JOIN LATERAL ("
+        f"SELECT n.id, n.content FROM {table} n"
+        " WHERE n.org_id = r.org_id AND n.domain_id = r.domain_id"
+        " AND n.knowledge_base_id = r.knowledge_base_id AND n.namespace = r.namespace"
+        f" AND {SESSION_SQL.format(table='n')} = {SESSION_SQL.format(table='r')}"
+        f" AND {TURN_SQL.format(table='n')}"
+        f" AND {occurred_n} {compare}= {occurred_r}"
+        f" AND ({occurred_n}, n.id) {compare} ({occurred_r}, r.id)"
+        f" ORDER BY {occurred_n}{order}, n.id{order} LIMIT 1) t"
+        f" WHERE r.org_id = %s AND r.id {ids} AND {TURN_SQL.format(table='r')}"
+    )
+
+
 class MemoryRecordQuerySet(models.QuerySet["MemoryRecord"]):
     def live(self, now: object = None) -> MemoryRecordQuerySet:
         """Records that have not expired."""
@@ -427,6 +451,11 @@ class MemoryRecord(TenantScopedModel):
         help_text=_("When it stopped being true (exclusive); empty: still true."),
     )
     superseded_by = models.UUIDField(_("superseded by"), null=True, blank=True, editable=False)
+    #: Its vector was embedded with the turn before it (``TURN_CONTEXT``): forgetting
+    #: that turn re-embeds this one (``store.deletion``).
+    context_embedded = models.BooleanField(
+        _("embedded with its previous turn"), default=False, editable=False
+    )
     #: Consolidation (services/consolidation.py): a semantic fact lists the episodic
     #: records it was derived from; an episodic record waits (``pending``) until a worker
     #: has consolidated it (``done``); "" is neither.
@@ -539,6 +568,13 @@ class MemoryRecord(TenantScopedModel):
                 name="memoryhub_record_delta_idx",
             ),
             GinIndex(fields=["search_vector"], name="memoryhub_record_fts_idx"),
+            # The turns whose vectors hold their previous turn (TURN_CONTEXT): what an
+            # erasure looks for, and none at all where the setting was never on.
+            models.Index(
+                fields=["org"],
+                condition=Q(context_embedded=True),
+                name="memoryhub_record_ctx_idx",
+            ),
             # A fact's predecessors (what it superseded): its timeline, and erasure.
             models.Index(
                 fields=["superseded_by"],

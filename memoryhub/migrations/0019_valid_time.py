@@ -1,5 +1,6 @@
 """Time-scoped facts: when a record's content became true and stopped being true, and
-the record that superseded it (services/supersession.py).
+the record that superseded it (services/supersession.py); and whether a turn's vector was
+embedded with the turn before it (``TURN_CONTEXT``).
 
 A key is unique among the records nobody superseded: a closed fact keeps its key beside
 the fact that replaced it. The new unique index is built concurrently before the old one
@@ -30,6 +31,13 @@ class Migration(migrations.Migration):
             name="superseded_by",
             field=models.UUIDField(
                 blank=True, editable=False, null=True, verbose_name="superseded by"
+            ),
+        ),
+        migrations.AddField(
+            model_name="memoryrecord",
+            name="context_embedded",
+            field=models.BooleanField(
+                default=False, editable=False, verbose_name="embedded with its previous turn"
             ),
         ),
         migrations.AddField(
@@ -86,6 +94,14 @@ class Migration(migrations.Migration):
                 condition=models.Q(("superseded_by__isnull", False)),
                 fields=["superseded_by"],
                 name="memoryhub_record_chain_idx",
+            ),
+        ),
+        AddIndexConcurrently(
+            model_name="memoryrecord",
+            index=models.Index(
+                condition=models.Q(("context_embedded", True)),
+                fields=["org"],
+                name="memoryhub_record_ctx_idx",
             ),
         ),
         migrations.SeparateDatabaseAndState(

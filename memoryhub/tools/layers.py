@@ -37,7 +37,8 @@ SERVICES = "memoryhub.services"
 
 #: The services (modules and packages of ``memoryhub/services/``), lowest layer first.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("store", "records", "record_indexes", "scheduling", "knowledge_bases", "distribution"),
+    ("scheduling",),
+    ("store", "records", "record_indexes", "knowledge_bases", "distribution"),
     ("filter_indexes", "word_statistics", "history"),
     ("validation", "vector_indexes"),
     ("indexing", "supersession"),

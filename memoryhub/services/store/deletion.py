@@ -3,15 +3,17 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from django.contrib.admin.models import LogEntry
 from django.contrib.contenttypes.models import ContentType
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import Q, QuerySet, TextField
 from django.db.models.functions import Cast
 
-from ...models import MemoryRecord, RecordVersion
+from ...models import MemoryRecord, RecordVersion, adjacent_turn_sql
+from ..scheduling import send
 
 __all__ = ["delete_records", "detach_sources", "predecessors"]
 
@@ -38,7 +40,9 @@ def delete_records(records: QuerySet[MemoryRecord]) -> tuple[int, dict[int, int]
             )
         orphans = detach_sources(selected, org_id=org_id)
         _scrub_admin_log(selected)
+        following = _turns_holding(selected, org_id)
         deleted += _delete(selected, org_id) - len(earlier)
+        _embed_again(following, org_id)
         if orphans:
             orphans += predecessors(MemoryRecord.unscoped.filter(pk__in=orphans), org_id)
             facts = MemoryRecord.unscoped.filter(org_id=org_id, pk__in=orphans)
@@ -46,6 +50,57 @@ def delete_records(records: QuerySet[MemoryRecord]) -> tuple[int, dict[int, int]
             _scrub_admin_log(facts)
             _delete(facts, org_id)
     return deleted, counts
+
+
+def _turns_holding(records: QuerySet[MemoryRecord], org_id: int) -> list[str]:
+    """The turns after ``records`` in their sessions whose vectors were embedded with
+    them (``TURN_CONTEXT``), not among them: none at all, in one index probe, where no
+    vector of the org holds a turn."""
+    holding = MemoryRecord.unscoped.filter(org_id=org_id, context_embedded=True)
+    if not holding.exists():
+        return []
+    selected, params = records.order_by().values("pk").query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            adjacent_turn_sql(MemoryRecord._meta.db_table, after=True, ids=f"IN ({selected})"),
+            [org_id, *params],
+        )
+        after = {str(row[1]) for row in cursor.fetchall()}
+    chosen = records.order_by().values("pk")
+    return [
+        str(pk)
+        for pk in holding.filter(pk__in=list(after))
+        .exclude(pk__in=chosen)
+        .values_list("pk", flat=True)
+    ]
+
+
+def _embed_again(record_ids: list[str], org_id: int) -> None:
+    """Drop the vectors of ``record_ids`` (they hold an erased turn) and have them
+    embedded again once the erasure commits: until then, keyword search finds them."""
+    if not record_ids:
+        return
+    MemoryRecord.unscoped.filter(org_id=org_id, pk__in=record_ids).update(
+        embedding=None,
+        embedding_model="",
+        vector_batch=None,
+        indexed_at=None,
+        status=MemoryRecord.Status.PENDING,
+        context_embedded=False,
+    )
+    for start in range(0, len(record_ids), 100):
+        batch = record_ids[start : start + 100]
+        transaction.on_commit(
+            partial(
+                send,
+                "index_records",
+                batch,
+                False,
+                org_id,
+                what=f"indexing of {len(batch)} record(s)",
+                left="left pending",
+            )
+        )
 
 
 def _count(records: QuerySet[MemoryRecord], counts: dict[int, int]) -> None:

@@ -61,10 +61,17 @@ DEPTH = 40
 MODES = ("vector", "keyword", "hybrid", "exact cosine", "BM25")
 _WORD = re.compile(r"\w+", re.UNICODE)
 
-EMBEDDERS = {
-    "hashing": ("memoryhub.embedders.HashingEmbedder", {}),
-    "minilm": ("memoryhub.embedders.sentence_transformers.SentenceTransformerEmbedder", {}),
+MINILM = "memoryhub.embedders.sentence_transformers.SentenceTransformerEmbedder"
+#: name: (embedder path, its options, other MEMORYHUB settings of the configuration).
+EMBEDDERS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
+    "hashing": ("memoryhub.embedders.HashingEmbedder", {}, {}),
+    "minilm": (MINILM, {}, {}),
+    # The recommended local-embeddings configuration: each turn embedded with the one
+    # before it (TURN_CONTEXT).
+    "minilm-turns": (MINILM, {}, {"TURN_CONTEXT": True}),
 }
+#: How a configuration's settings are named in the report.
+SETTING_LABELS = {"TURN_CONTEXT": "turn context"}
 
 Ranking = list[tuple[Any, float]]
 #: Questions answered by one fact, asked of the keyed facts too (fact accuracy@1).
@@ -134,8 +141,9 @@ def _use_embedder(name: str) -> Any:
     from memoryhub.conf import memoryhub_settings
     from memoryhub.services.query import clear_plans
 
-    path, options = EMBEDDERS[name]
-    settings.MEMORYHUB = {**settings.MEMORYHUB, "EMBEDDER": path, "EMBEDDER_OPTIONS": options}
+    path, options, extra = EMBEDDERS[name]
+    base = {k: v for k, v in settings.MEMORYHUB.items() if k not in SETTING_LABELS}
+    settings.MEMORYHUB = {**base, "EMBEDDER": path, "EMBEDDER_OPTIONS": options, **extra}
     memoryhub_settings.reload()
     clear_plans()
     return memoryhub_settings.embedder()
@@ -371,7 +379,8 @@ def evaluate(
     ci = lambda by: {c: bootstrap_ci(v) for c, v in by.items()}  # noqa: E731
     return {
         "set": name,
-        "embedder": embedder.name,
+        "embedder": embedder.name
+        + "".join(f" + {SETTING_LABELS[k]}" for k in EMBEDDERS[embedder_name][2]),
         "turns": turns,
         "questions": questions,
         "write_turns_per_s": round(turns / write_seconds, 1),
@@ -511,7 +520,7 @@ def section(results: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.quality")
     parser.add_argument("--locomo", type=Path, default=os.environ.get("MEMORYHUB_LOCOMO"))
-    parser.add_argument("--embedders", default="hashing,minilm")
+    parser.add_argument("--embedders", default="hashing,minilm,minilm-turns")
     parser.add_argument("--sets", default="known-items,generated,timeline,locomo")
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--database", default="memoryhub_bench_quality")
@@ -541,6 +550,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     for embedder_name in args.embedders.split(","):
         for name, conversations in sets.items():
+            if name == "known items" and EMBEDDERS[embedder_name][2]:
+                continue  # passages are no conversation: a turn setting says nothing there
             run = evaluate(name, conversations, embedder_name, args.k)
             results["runs"].append(run)
             results["transfer"] = transfer(results["runs"])

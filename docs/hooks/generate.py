@@ -527,7 +527,11 @@ def _plot_quality(plt: Any, quality: dict[str, Any]) -> Any:
     figure, axis = plt.subplots(figsize=(7.5, 3.8))
     legs = ("vector@10", "keyword@10", "hybrid@10", "BM25@10", "context")
     labels = ("vector", "keyword", "hybrid", "BM25\nbaseline", "hybrid +\ncontext_turns 1")
-    names = {"hashing": "hashing embedder", "minilm": "all-MiniLM-L6-v2"}
+    names = {
+        "turn context": "all-MiniLM-L6-v2 + turn context",
+        "hashing": "hashing embedder",
+        "minilm": "all-MiniLM-L6-v2",
+    }
     width = 0.8 / len(runs) if runs else 0.8
     for offset, run in enumerate(runs):
         values = [run["recall"][leg]["all"] for leg in legs]

@@ -5,7 +5,7 @@ tenant-scoped, and erased with their sources."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 
 import pytest
@@ -316,6 +316,51 @@ def test_a_model_from_the_environment_consolidates_over_http(client, tenant, cha
     assert run.payload["operations"] == [
         {"op": "add", "fact": str(fact.pk), "sources": [str(turn.pk)]}
     ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_model_that_answers_supersede_closes_the_fact(client, tenant, other_tenant, chat):
+    def said(text: str, when: str, answer_for: Callable[[str], Reply]) -> str:
+        """Write a turn (not consolidated yet), then consolidate it with the answer."""
+        item = {"content": text, "kind": "episodic", "namespace": "user:alice"}
+        body = {"items": [{**item, "occurred_at": when}]}
+        written = client.post("/api/v1/domains/support/records", body, format="json").json()
+        turn = written["records"][0]["id"]
+        MemoryRecord.unscoped.filter(pk=turn).update(consolidation="pending")
+        chat.script.append(answer_for(turn))
+        kb = MemoryRecord.unscoped.get(pk=turn).knowledge_base_id
+        consolidation.consolidate(kb, "user:alice")
+        return turn
+
+    said(
+        "I live in Berlin.",
+        "2026-01-05",
+        lambda turn: answer(
+            op("add", content="Alice lives in Berlin.", key="city", sources=[turn])
+        ),
+    )
+    berlin = facts(tenant)["Alice lives in Berlin."]
+    assert berlin.valid_from.date().isoformat() == "2026-01-05"
+    moved = said(
+        "I moved to Lisbon in May!",
+        "2026-05-20",
+        lambda turn: answer(
+            op(
+                "supersede",
+                content="Alice lives in Lisbon.",
+                fact_id=str(berlin.pk),
+                sources=[turn],
+            )
+        ),
+    )
+    berlin.refresh_from_db()
+    lisbon = facts(tenant)["Alice lives in Lisbon."]
+    assert (berlin.superseded_by, berlin.valid_until) == (lisbon.pk, lisbon.valid_from)
+    assert lisbon.valid_from.date().isoformat() == "2026-05-20"
+    assert lisbon.key == berlin.key == "city"
+    assert [str(pk) for pk in lisbon.derived_from] == [moved]
+    assert berlin.content == "Alice lives in Berlin."  # closed, not overwritten
+    assert facts(other_tenant) == {}
 
 
 @pytest.mark.django_db(transaction=True)

@@ -174,12 +174,12 @@ def _write_to(
         digest = item.content_hash
         existing = by_key.get((item.namespace, item.key)) if item.key is not None else None
         superseded = None
-        if existing is not None and item.supersede:
-            if existing.content_hash != digest:
-                superseded, existing = existing, None
-            elif item.valid_from is None:
-                # Restating the current value keeps when it became true.
-                item = dataclasses.replace(item, valid_from=existing.valid_from)
+        if existing is not None and item.supersede and existing.content_hash != digest:
+            superseded, existing = existing, None
+        elif existing is not None and item.valid_from is None and existing.valid_from:
+            # A correction (or a restatement) keeps when the fact became true: its
+            # place in a chain of supersessions stays.
+            item = dataclasses.replace(item, valid_from=existing.valid_from)
         if existing is not None:
             if existing.pk not in created and not _unchanged(existing, item):
                 history.snapshot([existing], actor=actor, cause=cause)

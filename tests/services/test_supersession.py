@@ -218,3 +218,15 @@ def test_listing_by_key_gives_the_current_holder(committed, tenant):
     keyed = records.list_records(tenant.scope, {"namespace": NS, "key_prefix": ""})
     assert [str(r.pk) for r in keyed] == [globex]
     assert len(records.list_records(tenant.scope, {"namespace": NS})) == 3
+
+
+def test_a_correction_keeps_when_the_fact_became_true(committed, tenant):
+    _, acme, globex = chain(committed, tenant)
+    committed(
+        write.write,
+        tenant.scope,
+        [{"content": "Alice works at Globex Corp", "key": "employer", "namespace": NS}],
+    )
+    assert stored(tenant, globex).valid_from == JUN
+    assert ask(tenant, as_of="2026-06-02") == ["Alice works at Globex Corp"]
+    assert stored(tenant, acme).valid_until == JUN

@@ -454,7 +454,7 @@ class MemoryRecord(TenantScopedModel):
     #: Its vector was embedded with the turn before it (``TURN_CONTEXT``): forgetting
     #: that turn re-embeds this one (``store.deletion``).
     context_embedded = models.BooleanField(
-        _("embedded with its previous turn"), default=False, editable=False
+        _("embedded with its previous turn"), default=False, db_default=False, editable=False
     )
     #: Consolidation (services/consolidation.py): a semantic fact lists the episodic
     #: records it was derived from; an episodic record waits (``pending``) until a worker

@@ -36,8 +36,13 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="memoryrecord",
             name="context_embedded",
+            # A default in the database too: processes of the previous release, still
+            # writing during a rolling upgrade, insert rows without the column.
             field=models.BooleanField(
-                default=False, editable=False, verbose_name="embedded with its previous turn"
+                db_default=False,
+                default=False,
+                editable=False,
+                verbose_name="embedded with its previous turn",
             ),
         ),
         migrations.AddField(

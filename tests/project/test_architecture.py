@@ -41,14 +41,14 @@ def test_a_backward_import_is_found(tmp_path, monkeypatch):
     (services / "write.py").write_text("from .store import locks\n")
     monkeypatch.setattr(layers, "PACKAGE", tmp_path / "memoryhub")
     assert layers.backward_imports() == [
-        "memoryhub/services/store/locks.py imports memoryhub.services.write (layer 5 from layer 1)"
+        "memoryhub/services/store/locks.py imports memoryhub.services.write (layer 6 from layer 2)"
     ]
 
 
 def test_the_layers_tool_reports_no_backward_import(capsys):
     assert layers.main([]) == 0
     out = capsys.readouterr().out
-    assert "1. store, " in out
+    assert "1. scheduling" in out and "2. store, " in out
     assert "Backward imports: 0" in out
     assert "Function-level imports in memoryhub/: " in out
 

@@ -52,6 +52,7 @@ from ..models import KnowledgeBase, MemoryRecord, Observation
 from ..scope import Scope, tenant_scope
 from . import forget as forget_service
 from . import query as query_service
+from . import supersession
 from . import write as write_service
 from .scheduling import send
 from .store.locks import int4_key
@@ -358,28 +359,18 @@ def _supersede(
         if current is not None:
             return None
         # Said no later than the value it replaces: a correction of the key's holder.
-        holder = (
-            MemoryRecord.unscoped.filter(
-                org_id=scope.org_id,
-                knowledge_base_id=knowledge_base.pk,
-                namespace=namespace,
-                key=key,
-                superseded_by__isnull=True,
-            )
-            .values_list("pk", flat=True)
-            .first()
-        )
-        if holder is None:
+        current_holder = supersession.holder(knowledge_base, namespace, str(key))
+        if current_holder is None:
             return None
         write_service.update_record(
             scope,
-            holder,
+            current_holder.pk,
             {"content": operation.content},
             partial=True,
             principal=agent,
             cause="consolidation",
         )
-        fact_id = str(holder)
+        fact_id = str(current_holder.pk)
         add_sources(fact_id, operation.sources)
         return fact_id
     fact_id = result.records[0].id

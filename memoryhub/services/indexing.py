@@ -15,7 +15,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -30,7 +29,7 @@ from ..embedders import EmbedderError
 from ..models import MemoryRecord, Observation, WorkerHeartbeat, adjacent_turn_sql
 from ..scope import Scope
 from . import distribution
-from .scheduling import send
+from .scheduling import schedule_indexing, send
 from .store import bulk
 from .vector_indexes import OWN_INDEX_ONLY, ensure_vector_index, fold_delta, own_index, placement
 
@@ -44,7 +43,6 @@ __all__ = [
     "pipeline_status",
     "records_to_reembed",
     "reembed",
-    "schedule_indexing",
     "wait_until_indexed",
 ]
 
@@ -290,54 +288,6 @@ def _record_failure(record_ids: list[Any], exc: Exception, org_id: int) -> list[
                 actor="indexer",
             )
     return [str(pk) for pk, _, _ in exhausted]
-
-
-def schedule_indexing(
-    record_ids: Sequence[str],
-    *,
-    force: bool = False,
-    bulk: bool = False,
-    org_id: int | None = None,
-) -> None:
-    """Enqueue indexing of ``record_ids`` in batches, once the transaction commits:
-    of ``INDEX_BATCH_SIZE``, or of ``BULK_INDEX_BATCH_SIZE`` for a ``bulk`` write (the
-    batches a worker then stores in bulk).
-
-    The write is committed by then, so a broker that cannot be reached does not fail it
-    (``delay_on_commit`` would raise out of the commit): the failure is logged, the
-    records stay ``pending``, and the sweeper enqueues them once the broker is back.
-
-    ``org_id`` names the org of every record (a write's): the worker then reads and locks
-    them in its shard group alone. Without it the worker finds each record's org first.
-    """
-    if not record_ids:
-        return
-    size = memoryhub_settings.BULK_INDEX_BATCH_SIZE if bulk else memoryhub_settings.INDEX_BATCH_SIZE
-    batches = [
-        [str(pk) for pk in record_ids[start : start + size]]
-        for start in range(0, len(record_ids), size)
-    ]
-    transaction.on_commit(partial(_enqueue_indexing, batches, force, org_id))
-
-
-def _enqueue_indexing(
-    batches: list[list[str]], force: bool = False, org_id: int | None = None
-) -> None:
-    # Only what differs from the task's defaults is sent: a batch with neither flag nor
-    # org is the message an earlier release sent and takes.
-    extra: tuple[object, ...] = (force, org_id) if org_id is not None else (True,) if force else ()
-    for number, batch in enumerate(batches):
-        waiting = sum(len(rest) for rest in batches[number:])
-        if not send(
-            "index_records",
-            batch,
-            *extra,
-            what=f"indexing of {waiting} record(s)",
-            left="left pending",
-        ):
-            # A broker that refused this batch refuses the next ones too, each after
-            # Celery's publish retries: stop here, the sweeper has them all.
-            return
 
 
 def wait_until_indexed(

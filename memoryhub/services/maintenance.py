@@ -18,7 +18,7 @@ from ..conf import memoryhub_settings
 from ..models import MemoryRecord, Observation
 from ..scope import Scope
 from . import consolidation, forget, imports, indexing, vector_indexes
-from .scheduling import send
+from .scheduling import schedule_indexing, send
 from .store.deletion import delete_records
 
 __all__ = ["purge_expired", "sweep"]
@@ -30,7 +30,7 @@ SWEEPER = policy.principal_for_task("")
 def sweep() -> dict[str, int]:
     """One sweep; returns what it re-sent and purged."""
     pending = indexing.pending_for_sweep()
-    indexing.schedule_indexing(pending)
+    schedule_indexing(pending)
     jobs = imports.queued_for_sweep()
     for job_id in jobs:
         imports.enqueue_job(job_id)

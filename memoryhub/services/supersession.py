@@ -11,7 +11,7 @@ state kept in the record's history.
 
 A query reads what is valid now (``models.valid_q``), or what was valid at its
 ``as_of``; :func:`timeline` is a fact's chain, oldest first. Forgetting a fact forgets
-what it superseded, all the way back (``store.deletion.with_predecessors``), so erasure
+what it superseded, all the way back (``store.deletion.predecessors``), so erasure
 leaves no link of a chain.
 """
 
@@ -28,7 +28,16 @@ from ..scope import Scope, tenant_scope
 from .records import get_record
 from .validation import WriteItem
 
-__all__ = ["TIMELINE_LIMIT", "check_item", "check_start", "close", "effective_start", "timeline"]
+__all__ = [
+    "TIMELINE_LIMIT",
+    "check_item",
+    "check_start",
+    "close",
+    "effective_start",
+    "holder",
+    "starts",
+    "timeline",
+]
 
 #: The most links of a chain a timeline shows on each side of a record.
 TIMELINE_LIMIT = 50
@@ -54,20 +63,31 @@ def check_start(record: MemoryRecord, moment: datetime, path: str) -> None:
         )
 
 
+def starts(item: WriteItem, now: datetime) -> datetime:
+    """When a successor written as ``item`` starts (and what it supersedes ends): its
+    ``valid_from``, else when it occurred, else ``now``."""
+    return item.valid_from or item.occurred_at or now
+
+
+def holder(knowledge_base: KnowledgeBase, namespace: str, key: str) -> MemoryRecord | None:
+    """The current record of ``key`` (the one no record superseded), if any."""
+    return MemoryRecord.unscoped.filter(
+        org_id=knowledge_base.org_id,
+        knowledge_base=knowledge_base,
+        namespace=namespace,
+        key=key,
+        superseded_by__isnull=True,
+    ).first()
+
+
 def check_item(knowledge_base: KnowledgeBase, item: WriteItem, path: str) -> None:
     """What a write of ``item`` (validated) to ``knowledge_base`` would refuse of its
     supersession, without writing: for a form to show before anything is saved."""
     if not item.supersede or item.key is None:
         return
-    current = MemoryRecord.unscoped.filter(
-        org_id=knowledge_base.org_id,
-        knowledge_base=knowledge_base,
-        namespace=item.namespace,
-        key=item.key,
-        superseded_by__isnull=True,
-    ).first()
+    current = holder(knowledge_base, item.namespace, item.key)
     if current is not None and current.content_hash != item.content_hash:
-        check_start(current, item.valid_from or item.occurred_at or timezone.now(), path)
+        check_start(current, starts(item, timezone.now()), path)
 
 
 def close(record: MemoryRecord, successor: MemoryRecord, moment: datetime, path: str) -> None:

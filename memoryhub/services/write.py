@@ -32,9 +32,9 @@ from ..models import KnowledgeBase, MemoryRecord, Observation, RecordVersion
 from ..scope import Scope, tenant_scope
 from ..vocabulary import RecordUpdateSerializer, WriteRequestSerializer, field_names
 from . import history, supersession
-from .indexing import schedule_indexing
 from .knowledge_bases import resolve_sources, source_names
 from .records import get_record
+from .scheduling import schedule_indexing
 from .store import persistence
 from .store.locks import lock_domain, lock_namespaces
 from .store.persistence import CONSOLIDATION_PENDING
@@ -104,13 +104,8 @@ def _apply(record: MemoryRecord, item: WriteItem, *, content_changed: bool) -> N
     record.valid_from = item.valid_from
     record.valid_until = item.valid_until
     if content_changed:
-        record.status = MemoryRecord.Status.PENDING
-        record.embedding = None
-        record.embedding_model = ""
-        record.vector_batch = None
-        record.attempts = 0
-        record.last_error = ""
-        record.indexed_at = None
+        for name, value in persistence.UNEMBEDDED.items():
+            setattr(record, name, value)
 
 
 @dataclass
@@ -203,10 +198,13 @@ def _write_to(
             continue
         record = _new_record(scope, knowledge_base, item, now, len(batch.new_records))
         if superseded is not None:
-            moment = item.valid_from or item.occurred_at or now
-            path = f"items[{index}].valid_from"
             history.snapshot([superseded], actor=actor, cause=RecordVersion.Cause.SUPERSEDE)
-            supersession.close(superseded, record, moment, path)
+            supersession.close(
+                superseded,
+                record,
+                supersession.starts(item, now),
+                f"items[{index}].valid_from",
+            )
             superseded.updated_at = now
             batch.changed.append(superseded)
         record.import_job_id = import_job

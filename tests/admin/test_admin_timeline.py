@@ -29,25 +29,30 @@ def city(content: str, when: str) -> dict:
     return {**item, "valid_from": when, "supersede": True}
 
 
-def test_an_operator_supersedes_a_fact_and_reads_its_timeline(operator, tenant, other_tenant):
-    paris = write.write(tenant.scope, [city("Bob lives in Paris", "2026-01-01")]).records[0].id
-    theirs = write.write(other_tenant.scope, [city("globex secret city", "2026-01-01")])
+def add_successor(operator, tenant, content: str, day: str):  # type: ignore[no-untyped-def]
+    """The admin's add form: ``content`` under bob's key "city", superseding, from ``day``."""
     kb = knowledge_bases.ensure_knowledge_base(tenant.scope, "memory")
-    response = operator.post(
+    return operator.post(
         "/admin/memoryhub/memoryrecord/add/",
         {
             "knowledge_base": kb.pk,
             "namespace": "user:bob",
             "key": "city",
             "kind": "semantic",
-            "content": "Bob lives in Lyon",
+            "content": content,
             "tags": "",
             "metadata": "{}",
-            "valid_from_0": "2026-05-01",
+            "valid_from_0": day,
             "valid_from_1": "00:00:00",
             "supersede": "on",
         },
     )
+
+
+def test_an_operator_supersedes_a_fact_and_reads_its_timeline(operator, tenant, other_tenant):
+    paris = write.write(tenant.scope, [city("Bob lives in Paris", "2026-01-01")]).records[0].id
+    theirs = write.write(other_tenant.scope, [city("globex secret city", "2026-01-01")])
+    response = add_successor(operator, tenant, "Bob lives in Lyon", "2026-05-01")
     assert response.status_code == 302, response.content.decode()[:3000]
     lyon = MemoryRecord.unscoped.get(content="Bob lives in Lyon")
     old = MemoryRecord.unscoped.get(pk=paris)
@@ -72,22 +77,7 @@ def test_an_operator_supersedes_a_fact_and_reads_its_timeline(operator, tenant, 
 
 def test_a_successor_starting_too_early_is_a_form_error(operator, tenant):
     write.write(tenant.scope, [city("Bob lives in Paris", "2026-03-01")])
-    kb = knowledge_bases.ensure_knowledge_base(tenant.scope, "memory")
-    response = operator.post(
-        "/admin/memoryhub/memoryrecord/add/",
-        {
-            "knowledge_base": kb.pk,
-            "namespace": "user:bob",
-            "key": "city",
-            "kind": "semantic",
-            "content": "Bob lives in Lyon",
-            "tags": "",
-            "metadata": "{}",
-            "valid_from_0": "2026-01-01",
-            "valid_from_1": "00:00:00",
-            "supersede": "on",
-        },
-    )
+    response = add_successor(operator, tenant, "Bob lives in Lyon", "2026-01-01")
     assert response.status_code == 200
     assert "must be later than when the record it supersedes became true" in (
         response.content.decode()

@@ -3,17 +3,17 @@
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
 from django.contrib.admin.models import LogEntry
 from django.contrib.contenttypes.models import ContentType
-from django.db import connection, transaction
+from django.db import connection
 from django.db.models import Q, QuerySet, TextField
 from django.db.models.functions import Cast
 
 from ...models import MemoryRecord, RecordVersion, adjacent_turn_sql
-from ..scheduling import send
+from ..scheduling import schedule_indexing
+from .persistence import UNEMBEDDED
 
 __all__ = ["delete_records", "detach_sources", "predecessors"]
 
@@ -81,26 +81,9 @@ def _embed_again(record_ids: list[str], org_id: int) -> None:
     if not record_ids:
         return
     MemoryRecord.unscoped.filter(org_id=org_id, pk__in=record_ids).update(
-        embedding=None,
-        embedding_model="",
-        vector_batch=None,
-        indexed_at=None,
-        status=MemoryRecord.Status.PENDING,
-        context_embedded=False,
+        **UNEMBEDDED, context_embedded=False
     )
-    for start in range(0, len(record_ids), 100):
-        batch = record_ids[start : start + 100]
-        transaction.on_commit(
-            partial(
-                send,
-                "index_records",
-                batch,
-                False,
-                org_id,
-                what=f"indexing of {len(batch)} record(s)",
-                left="left pending",
-            )
-        )
+    schedule_indexing(record_ids, org_id=org_id)
 
 
 def _count(records: QuerySet[MemoryRecord], counts: dict[int, int]) -> None:

@@ -15,6 +15,7 @@ __all__ = [
     "CONSOLIDATION_DONE",
     "CONSOLIDATION_FAILED",
     "CONSOLIDATION_PENDING",
+    "UNEMBEDDED",
     "UPSERT_FIELDS",
     "add_sources",
     "save_records",
@@ -22,6 +23,18 @@ __all__ = [
 
 #: A record's ``consolidation``: waiting for a run, consolidated, or failed.
 CONSOLIDATION_PENDING, CONSOLIDATION_DONE, CONSOLIDATION_FAILED = "pending", "done", "failed"
+
+#: A record whose vector must be made again (new content, or a vector holding an erased
+#: turn): pending, with no vector, and its indexing attempts counted afresh.
+UNEMBEDDED: dict[str, object] = {
+    "status": MemoryRecord.Status.PENDING,
+    "embedding": None,
+    "embedding_model": "",
+    "vector_batch": None,
+    "attempts": 0,
+    "last_error": "",
+    "indexed_at": None,
+}
 
 #: What an upsert of an existing record may change (``bulk_update``'s fields).
 UPSERT_FIELDS = [

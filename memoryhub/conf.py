@@ -149,17 +149,28 @@ SETTINGS: dict[str, Setting] = {
         " re-embeds the turn after it. Recommended with a real model (local-embeddings).",
     ),
     "SESSION_BOOST": Setting(
-        0.3,
+        0.2,
         'Hybrid search over conversation turns (records naming metadata["session"]): each'
         " candidate gains this share of its session's weight among the 20 best (the sum"
         " of their scores, over the heaviest session's), so evidence told across a few"
         " turns of one session ranks together; 0: off.",
     ),
     "SPEAKER_BOOST": Setting(
-        0.15,
+        0.45,
         "Hybrid search over conversation turns: when a question names exactly one of the"
         ' candidates\' speakers (metadata["speaker"], else a "Name: " prefix of the'
         " content), that speaker's turns gain this much; 0: off.",
+    ),
+    "STATEMENT_BOOST": Setting(
+        0.3,
+        "Hybrid search over conversation turns: a turn that does not end with a question"
+        " mark gains this much (a turn that asks is rarely the one that answers); 0: off.",
+    ),
+    "LENGTH_BOOST": Setting(
+        0.45,
+        "Hybrid search over conversation turns: a turn gains this much times"
+        " ln(1 + its characters) / ln(401), at most this much (a turn that says more"
+        ' answers more often than "haha, same"); 0: off.',
     ),
     "TENANT_INDEX_MIN_RECORDS": Setting(
         10_000,

@@ -14,6 +14,8 @@ from memoryhub.conf import memoryhub_settings
 from memoryhub.services import query, write
 from memoryhub.services.query import fusion
 
+OFF = {"SESSION_BOOST": 0, "SPEAKER_BOOST": 0, "STATEMENT_BOOST": 0, "LENGTH_BOOST": 0}
+
 
 def row(content: str, session: object = None, **metadata: object) -> dict:
     data = dict(metadata)
@@ -68,6 +70,29 @@ def test_the_one_named_speaker_is_favoured_by_metadata_or_content_prefix():
     assert [pk for pk, _ in inside] == ["bob", "ann", "ann2"]
 
 
+def test_a_statement_and_a_longer_turn_rank_above_a_question_and_small_talk():
+    ranked = [("asks", 0.8), ("short", 0.8), ("tells", 0.8)]
+    rows = {
+        "asks": row("Ann: did you ever go to Lisbon with your sister last year?", session=1),
+        "short": row("Bob: haha same", session=2),
+        "tells": row("Bob: we drove to Lisbon in May and stayed a week", session=3),
+    }
+    statements = fusion.boost_conversation(ranked, rows, "Who went to Lisbon?", 0, 0, 0.3, 0)
+    assert [pk for pk, _ in statements][-1] == "asks"
+    longer = fusion.boost_conversation(ranked, rows, "Who went to Lisbon?", 0, 0, 0, 0.45)
+    assert [pk for pk, _ in longer][-1] == "short"
+    both = fusion.boost_conversation(ranked, rows, "Who went to Lisbon?", 0.2, 0.45, 0.3, 0.45)
+    assert both[0][0] == "tells"
+    assert all(0.0 <= score <= 1.0 for _, score in both)
+    # A turn of 400 characters or more gains the whole weight, no more.
+    long_rows = {"a": row("x" * 400, session=1), "b": row("x" * 4000, session=1)}
+    capped = dict(fusion.boost_conversation([("a", 0.5), ("b", 0.5)], long_rows, "q", 0, 0, 0, 1))
+    assert capped["a"] == capped["b"] == 0.75
+    # Records that name no session are ranked as they were.
+    plain = {pk: row(rows[pk]["content"]) for pk in rows}
+    assert fusion.boost_conversation(ranked, plain, "q", 0.2, 0.45, 0.3, 0.45) == ranked
+
+
 def test_a_colon_that_is_not_a_speaker_is_not_one():
     assert fusion.speaker_of(row("Note: 3 items")) == "Note"  # a name-like prefix
     assert fusion.speaker_of(row("10:30 meeting")) is None
@@ -104,13 +129,11 @@ def test_the_query_service_ranks_a_sessions_turns_together(tenant, other_tenant,
         assert all(0.0 <= (item.score or 0.0) <= 1.0 for item in found.items)
         return [item.content for item in found.items]
 
-    with override_settings(
-        MEMORYHUB={**settings.MEMORYHUB, "SESSION_BOOST": 0, "SPEAKER_BOOST": 0}
-    ):
+    with override_settings(MEMORYHUB={**settings.MEMORYHUB, **OFF}):
         memoryhub_settings.reload()
         plain = ask()
     with override_settings(
-        MEMORYHUB={**settings.MEMORYHUB, "SESSION_BOOST": 1.0, "SPEAKER_BOOST": 0.5}
+        MEMORYHUB={**settings.MEMORYHUB, **OFF, "SESSION_BOOST": 1.0, "SPEAKER_BOOST": 0.5}
     ):
         memoryhub_settings.reload()
         boosted = ask()
@@ -121,3 +144,44 @@ def test_the_query_service_ranks_a_sessions_turns_together(tenant, other_tenant,
     assert plain.index(runners) < plain.index(turns[2][0])
     assert boosted.index(runners) > boosted.index(turns[2][0])
     assert boosted[0] == turns[0][0]
+
+
+@pytest.mark.django_db
+def test_the_query_service_prefers_the_turn_that_tells(tenant, other_tenant, committed):
+    start = datetime(2026, 2, 1, 9, tzinfo=UTC)
+    turns = [
+        "Ann: did the kayak trip happen?",
+        "Bob: kayak",
+        "Bob: yes, the kayak trip on the fjord took us three days and one capsized canoe",
+    ]
+    items = [
+        {
+            "content": text,
+            "kind": "episodic",
+            "namespace": "conv",
+            "metadata": {"session": n + 1},
+            "occurred_at": (start + timedelta(days=n)).isoformat(),
+        }
+        for n, text in enumerate(turns)
+    ]
+    committed(write.write, tenant.scope, items)
+    committed(
+        write.write,
+        other_tenant.scope,
+        [{**item, "content": "x " + item["content"]} for item in items],
+    )
+
+    def ask(**weights: float) -> list[str]:
+        with override_settings(MEMORYHUB={**settings.MEMORYHUB, **OFF, **weights}):
+            memoryhub_settings.reload()
+            found = query.query(tenant.scope, query="kayak trip", namespaces=["conv"], k=3)
+        memoryhub_settings.reload()
+        assert all(not item.content.startswith("x ") for item in found.items)
+        return [item.content for item in found.items]
+
+    assert ask()[0] != turns[2]
+    assert ask(STATEMENT_BOOST=0.3, LENGTH_BOOST=0.45)[0] == turns[2]
+    # The defaults rank it first too (asked after the same query without the weights:
+    # they are part of the cache key).
+    found = query.query(tenant.scope, query="kayak trip", namespaces=["conv"], k=3)
+    assert found.items[0].content == turns[2]

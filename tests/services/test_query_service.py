@@ -97,6 +97,42 @@ def test_a_lone_leg_keeps_its_order():
     assert [pk for pk, _ in fusion.fuse([], ranking, 0.7)] == ["a", "b", "c"]
 
 
+def test_a_leg_that_filled_its_depth_with_one_score_gives_its_weight_away():
+    # Every candidate of the keyword leg ties (its only matching word is a name all of
+    # a speaker's turns hold): an arbitrary 40 of them, not a ranking.
+    keyword = [(f"k{n}", 0.2) for n in range(40)]
+    vector = [("answer", 0.7)] + [(f"k{n}", 0.5 - n / 100) for n in range(39)]
+    assert fusion.fuse(vector, keyword, 0.4, depth=40)[0][0] == "answer"
+    assert fusion.fuse(vector, keyword, 0.4, depth=40) == fusion.fuse(vector, [], 0.4)
+    # Without the depth, or with fewer ties than the depth (every match was found), the
+    # leg's candidates count: the ties then say "holds the word", which is information.
+    assert fusion.fuse(vector, keyword, 0.4)[0][0] == "k0"
+    assert fusion.fuse(vector, keyword[:12], 0.4, depth=40)[0][0] == "k0"
+    # Alone, the sample is all there is.
+    assert {pk for pk, _ in fusion.fuse([], keyword, 0.4, depth=40)} == {pk for pk, _ in keyword}
+
+
+def test_the_query_service_ignores_a_keyword_leg_of_equal_matches(tenant, other_tenant, committed):
+    # 45 records hold the question's one known word once (equal ranks); the answer holds
+    # none of its words, only word pieces the vectors see.
+    filler = [f"plover {n} seen at the lake by the ferry while walking dogs" for n in range(45)]
+    answer = "guitaristas"
+    written = {
+        scope: committed(write.write, scope, [{"content": text} for text in [*filler, answer]])
+        for scope in (tenant.scope, other_tenant.scope)
+    }
+    question = "which plover guitarist"
+    found = query.query(tenant.scope, query=question, k=10, explain=True)
+    vector = query.query(tenant.scope, query=question, k=10, mode="vector")
+    keyword = query.query(tenant.scope, query=question, k=10, mode="keyword")
+    assert len({item.score for item in keyword.items}) == 1
+    assert answer not in [item.content for item in keyword.items]
+    assert vector.items[0].content == answer
+    assert found.items[0].content == answer
+    others = {str(record.id) for record in written[other_tenant.scope].records}
+    assert not others & {str(item.id) for item in found.items}
+
+
 def test_a_domains_hybrid_weight_decides_and_stays_in_its_domain(tenant, other_tenant, committed):
     # Short texts close to the query (vector) and long ones repeating its words (keyword).
     texts = ["Refund code3.", "Refund code3 today.", "Refund code3, please."]

@@ -94,6 +94,17 @@ def _query_vector(embedder: Any, text: str) -> str:
     return vector
 
 
+def conversation_weights() -> tuple[float, float, float, float]:
+    """The weights :func:`fusion.boost_conversation` ranks conversation turns with:
+    session, speaker, statement and length (settings ``*_BOOST``)."""
+    return (
+        memoryhub_settings.SESSION_BOOST,
+        memoryhub_settings.SPEAKER_BOOST,
+        memoryhub_settings.STATEMENT_BOOST,
+        memoryhub_settings.LENGTH_BOOST,
+    )
+
+
 def _rank(
     scope: Scope, request: QueryRequest, gen: int, candidates: int
 ) -> tuple[list[tuple[Any, float]], str, dict[Any, dict[str, Any]], dict[str, Legs]]:
@@ -130,7 +141,7 @@ def _rank(
     elif request.mode == "keyword":
         ranked = keyword
     else:
-        ranked = fuse(vector, keyword, plan.vector_weight)
+        ranked = fuse(vector, keyword, plan.vector_weight, plan.depth)
     if request.min_score is not None:
         ranked = [(pk, score) for pk, score in ranked if score >= request.min_score]
     if request.mode == "hybrid":
@@ -138,8 +149,7 @@ def _rank(
             ranked,
             rows,
             request.query,
-            memoryhub_settings.SESSION_BOOST,
-            memoryhub_settings.SPEAKER_BOOST,
+            *conversation_weights(),
         )
     half_life = request.half_life()
     if half_life is not None:
@@ -229,7 +239,7 @@ def query(scope: Scope, request: QueryRequest | None = None, /, **raw: Any) -> Q
         "model": memoryhub_settings.embedder().name,
         "reranker": None if reranker is None else reranker.name,
         "candidates": limit,
-        "boosts": (memoryhub_settings.SESSION_BOOST, memoryhub_settings.SPEAKER_BOOST),
+        "boosts": conversation_weights(),
     }
     # One generation for the read, the plan and the write (one cache round trip): a write
     # between them moves the generation on, and this (older) ranking must not be stored

@@ -3,6 +3,7 @@ during a model change, and the recency boost."""
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
 from collections.abc import Mapping, Sequence
@@ -22,17 +23,33 @@ FUSION = "minmax"
 
 
 def fuse(
-    vector: list[tuple[Any, float]], keyword: list[tuple[Any, float]], vector_weight: float
+    vector: list[tuple[Any, float]],
+    keyword: list[tuple[Any, float]],
+    vector_weight: float,
+    depth: int = 0,
 ) -> list[tuple[Any, float]]:
     """Hybrid's ranking: ``vector_weight`` × the vector leg's normalised score + the
     rest × the keyword leg's, in [0, 1]. A leg that found nothing gives its weight to
     the other (a query without words, records not yet embedded): a lone leg keeps its
-    order."""
+    order. So does a leg that filled its ``depth`` with one score (the keyword leg of a
+    question whose only matching word is a name every turn of a speaker holds): its
+    candidates are an arbitrary sample of equal matches, not a ranking, and fused at
+    full weight they would push the other leg's best out of the first k."""
+    if sampled(keyword, depth) and vector:
+        keyword = []
+    elif sampled(vector, depth) and keyword:
+        vector = []
     if not keyword:
         vector_weight = 1.0
     elif not vector:
         vector_weight = 0.0
     return convex(vector, keyword, vector_weight, FUSION)
+
+
+def sampled(ranking: list[tuple[Any, float]], depth: int) -> bool:
+    """Whether ``ranking`` is a cut of equal scores: at least ``depth`` (> 1) candidates,
+    the first scoring no more than the last."""
+    return depth > 1 and len(ranking) >= depth and ranking[0][1] <= ranking[-1][1]
 
 
 def union(*rankings: list[tuple[Any, float]]) -> list[tuple[Any, float]]:
@@ -135,6 +152,11 @@ SESSION_POOL = 20
 SPEAKER_PREFIX = re.compile(r"^\s*([^\W\d_][\w .'-]{0,39}?):\s")
 
 
+#: The length (characters) from which a turn gains the whole length weight.
+LENGTH_FULL = 400
+_LOG_LENGTH_FULL = math.log1p(LENGTH_FULL)
+
+
 def speaker_of(row: Mapping[str, Any]) -> str | None:
     """A candidate's speaker: ``metadata["speaker"]``, else its content's prefix."""
     named = (row.get("metadata") or {}).get("speaker")
@@ -150,17 +172,28 @@ def boost_conversation(
     question: str,
     session_weight: float,
     speaker_weight: float,
+    statement_weight: float = 0.0,
+    length_weight: float = 0.0,
 ) -> list[tuple[Any, float]]:
     """Hybrid's ranking of conversation turns (candidates that name a session), with
-    what a single turn's words miss: each candidate gains ``session_weight`` × its
-    session's share of the best :data:`SESSION_POOL` candidates' scores (the heaviest
-    session's share is 1), and, when the question names exactly one of the candidates'
-    speakers, that speaker's turns gain ``speaker_weight``. Scores are divided by
-    1 + both weights, so they stay in [0, 1]. A ranking with no session is unchanged.
+    what a single turn's words miss:
 
-    Measured on LoCoMo, weights chosen on half the conversations and reported on the
-    other half (docs/benchmarks.md, "Retrieval quality")."""
-    if not ranked or (session_weight <= 0 and speaker_weight <= 0):
+    * each candidate gains ``session_weight`` × its session's share of the best
+      :data:`SESSION_POOL` candidates' scores (the heaviest session's share is 1);
+    * when the question names exactly one of the candidates' speakers, that speaker's
+      turns gain ``speaker_weight``;
+    * a turn that does not end with a question mark gains ``statement_weight`` (a turn
+      that asks is rarely what answers);
+    * a turn gains ``length_weight`` × ``ln(1 + characters) / ln(1 + LENGTH_FULL)``, at
+      most the whole weight (a turn that says more answers more often than "haha, same").
+
+    Scores are divided by 1 + the weights, so they stay in [0, 1]. A ranking with no
+    session is unchanged.
+
+    Measured on LoCoMo and the two generated sets, weights chosen on some and reported
+    on the others (docs/benchmarks.md, "Retrieval quality")."""
+    weights_in_use = (session_weight, speaker_weight, statement_weight, length_weight)
+    if not ranked or all(weight <= 0 for weight in weights_in_use):
         return ranked
     sessions = {pk: _session_of(rows.get(pk) or {}) for pk, _ in ranked}
     if not any(sessions.values()):
@@ -177,15 +210,20 @@ def boost_conversation(
         if speaker and re.search(rf"(?<!\w){re.escape(speaker)}(?!\w)", question, re.IGNORECASE)
     }
     favoured = next(iter(named)) if len(named) == 1 else None
-    scale = 1.0 + max(session_weight, 0.0) + max(speaker_weight, 0.0)
+    scale = 1.0 + sum(max(weight, 0.0) for weight in weights_in_use)
     boosted = []
     for pk, score in ranked:
         session = sessions[pk]
         bonus = 0.0
-        if session is not None and heaviest > 0:
-            bonus += session_weight * weights.get(session, 0.0) / heaviest
-        if favoured is not None and speakers.get(pk) == favoured:
-            bonus += speaker_weight
+        if session is not None:
+            content = ((rows.get(pk) or {}).get("content") or "").rstrip()
+            if heaviest > 0:
+                bonus += session_weight * weights.get(session, 0.0) / heaviest
+            if favoured is not None and speakers.get(pk) == favoured:
+                bonus += speaker_weight
+            if not content.endswith("?"):
+                bonus += statement_weight
+            bonus += length_weight * min(1.0, math.log1p(len(content)) / _LOG_LENGTH_FULL)
         boosted.append((pk, (score + bonus) / scale))
     return sorted(boosted, key=lambda pair: -pair[1])
 

@@ -165,6 +165,8 @@ class Plan:
     #: A large domain's keyword leg over every record holding any word of the query,
     #: sent when ``keyword`` (its rarest words' records) returns fewer than k.
     every_keyword: Leg | None = None
+    #: How many candidates each leg fetches.
+    depth: int = 0
 
 
 def _vector_leg(
@@ -433,7 +435,9 @@ def plan_for(
         if request.mode in ("keyword", "hybrid"):
             keyword, every_keyword = _keyword_legs(scope, records, depth)
         weight = hybrid_weight(scope) if request.mode == "hybrid" else 0.0
-    plan = Plan(vector, keyword, strategy, hnsw, tuple(previous), weight, delta, every_keyword)
+    plan = Plan(
+        vector, keyword, strategy, hnsw, tuple(previous), weight, delta, every_keyword, depth
+    )
     with _PLANS_LOCK:
         _PLANS[key] = (now, plan)
         while len(_PLANS) > PLANS_KEPT:

@@ -88,6 +88,8 @@ class RecordForm(forms.ModelForm):
             [item] = validation.validate_items([item_from(cleaned)])
             if cleaned.get("knowledge_base") is not None:
                 supersession.check_item(cleaned["knowledge_base"], item, "items[0].valid_from")
+            if self.instance.pk is not None:
+                supersession.check_closed(self.instance, item)
         except ValidationFailed as exc:
             for path_, messages_ in exc.errors.items():
                 field = path_.removeprefix("items[0].").split(".")[0].split("[")[0]

@@ -28,7 +28,7 @@ from django.utils.translation import ngettext
 from tenants.admin import preselect_single_choice
 from tenants.models import Domain, Org
 
-from ..exceptions import RecordNotFound
+from ..exceptions import RecordNotFound, ValidationFailed
 from ..items import STORED_FIELDS
 from ..models import MemoryRecord
 from ..namespaces import for_user
@@ -275,11 +275,19 @@ class MemoryRecordAdmin(OperatorAdmin):
             )
         except RecordNotFound:
             raise Http404(_("No such version.")) from None
-        self.message_user(
-            request,
-            _("Version %(v)d restored as a new version.") % {"v": version},
-            messages.SUCCESS,
-        )
+        except ValidationFailed as exc:
+            # The version no longer fits (its key is another record's now): said, not a 500.
+            self.message_user(
+                request,
+                _("Version %(v)d cannot be restored: %(why)s") % {"v": version, "why": exc},
+                messages.ERROR,
+            )
+        else:
+            self.message_user(
+                request,
+                _("Version %(v)d restored as a new version.") % {"v": version},
+                messages.SUCCESS,
+            )
         return HttpResponseRedirect(
             reverse("admin:memoryhub_memoryrecord_change", args=[record.pk])
         )

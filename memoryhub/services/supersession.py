@@ -100,6 +100,29 @@ def close(record: MemoryRecord, successor: MemoryRecord, moment: datetime, path:
     successor.valid_from = moment
 
 
+def check_closed(record: MemoryRecord, item: WriteItem) -> None:
+    """Refuse a change (an update, a restored version) that would reopen ``record`` once
+    it is superseded: its validity must end, at the latest when its successor's begins;
+    otherwise two states of the fact would be valid at once."""
+    if record.superseded_by is None:
+        return
+    successor = MemoryRecord.unscoped.filter(org_id=record.org_id, pk=record.superseded_by).first()
+    end = effective_start(successor) if successor is not None else None
+    if item.valid_until is not None and (end is None or item.valid_until <= end):
+        return
+    by = f" by {end.isoformat()}, when its successor begins" if end is not None else ""
+    raise ValidationFailed({"valid_until": [f"a superseded record stays closed: it must end{by}."]})
+
+
+def closed_validity(record: MemoryRecord, fields: dict[str, Any]) -> dict[str, Any]:
+    """``fields`` (a version of ``record`` to restore) with the record's own validity
+    when it is superseded: restoring what a closed fact said keeps it closed, where its
+    successor took over."""
+    if record.superseded_by is None:
+        return fields
+    return {**fields, "valid_from": record.valid_from, "valid_until": record.valid_until}
+
+
 def _link(record: MemoryRecord) -> dict[str, Any]:
     return {
         "id": str(record.pk),

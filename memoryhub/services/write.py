@@ -519,6 +519,7 @@ def update_record(
     refuse_record_change(scope, record, change="update", principal=principal)
     knowledge_base = record.knowledge_base
     item = _updated_item(record, changes, partial=partial)
+    supersession.check_closed(record, item)
     if _unchanged(record, item):
         # Nothing to change (an empty PATCH): no write, no new updated_at, no observation.
         return RecordResult(str(record.pk), record.key, record.status, False, knowledge_base.name)
@@ -607,7 +608,7 @@ def restore_version(
         previous = RecordVersion.objects.filter(record_id=record.pk, version=version).first()
     if previous is None:
         raise RecordNotFound(record_id)
-    fields = history.version_fields(previous)
+    fields = supersession.closed_validity(record, history.version_fields(previous))
     return update_record(
         scope,
         record.pk,

@@ -83,3 +83,50 @@ def test_a_successor_starting_too_early_is_a_form_error(operator, tenant):
         response.content.decode()
     )
     assert not MemoryRecord.unscoped.filter(content="Bob lives in Lyon").exists()
+
+
+def test_reopening_a_superseded_fact_is_a_form_error_and_restoring_keeps_it_closed(
+    operator, tenant, other_tenant
+):
+    paris = write.write(tenant.scope, [city("Bob lives in Paris", "2026-01-01")]).records[0].id
+    assert add_successor(operator, tenant, "Bob lives in Lyon", "2026-05-01").status_code == 302
+    theirs = write.write(other_tenant.scope, [city("globex city", "2026-01-01")]).records[0].id
+    change = f"/admin/memoryhub/memoryrecord/{paris}/change/"
+    form = {
+        "key": "city",
+        "kind": "semantic",
+        "content": "Bob lives in Paris",
+        "tags": "",
+        "metadata": "{}",
+        "valid_from_0": "2026-01-01",
+        "valid_from_1": "00:00:00",
+        "valid_until_0": "",
+        "valid_until_1": "",
+    }
+    response = operator.post(change, form)
+    assert response.status_code == 200
+    assert "a superseded record stays closed" in response.content.decode()
+    assert MemoryRecord.unscoped.get(pk=paris).valid_until is not None
+    # The history's restore of the open first state keeps the fact closed.
+    restored = operator.post(f"/admin/memoryhub/memoryrecord/{paris}/restore/1/")
+    assert restored.status_code == 302
+    old = MemoryRecord.unscoped.get(pk=paris)
+    assert old.valid_until is not None and old.superseded_by is not None
+    # Another org's record is no page of ours.
+    assert operator.post(f"/admin/memoryhub/memoryrecord/{theirs}/change/", form).status_code in (
+        302,
+        404,
+    )
+    assert MemoryRecord.unscoped.get(pk=theirs).valid_until is None
+
+
+def test_a_version_whose_key_is_taken_now_is_said_not_a_500(operator, tenant):
+    kb = knowledge_bases.ensure_knowledge_base(tenant.scope, "memory")
+    first = write.write(tenant.scope, [{"content": "a", "key": "k1"}]).records[0].id
+    write.update_record(tenant.scope, first, {"key": "k2"}, partial=True)
+    write.write(tenant.scope, [{"content": "b", "key": "k1"}])
+    response = operator.post(f"/admin/memoryhub/memoryrecord/{first}/restore/1/", follow=True)
+    assert response.status_code == 200
+    assert "Version 1 cannot be restored" in response.content.decode()
+    assert MemoryRecord.unscoped.get(pk=first).key == "k2"
+    assert kb.name == "memory"

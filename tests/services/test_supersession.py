@@ -230,3 +230,36 @@ def test_a_correction_keeps_when_the_fact_became_true(committed, tenant):
     assert stored(tenant, globex).valid_from == JUN
     assert ask(tenant, as_of="2026-06-02") == ["Alice works at Globex Corp"]
     assert stored(tenant, acme).valid_until == JUN
+
+
+def test_a_superseded_fact_stays_closed_through_an_update_or_a_restore(
+    committed, tenant, other_tenant
+):
+    initech, acme, _ = chain(committed, tenant)
+    # A correction of what the closed fact said keeps it closed (version 1 is its
+    # first state, open before Acme superseded it).
+    committed(
+        write.update_record, tenant.scope, initech, {"content": "Alice: Initech"}, partial=True
+    )
+    committed(write.restore_version, tenant.scope, initech, 1)
+    first = stored(tenant, initech)
+    assert first.content == "Alice works at Initech"
+    assert (first.valid_from, first.valid_until, str(first.superseded_by)) == (JAN, MAR, acme)
+    assert ask(tenant, as_of=(MAR + timedelta(days=1)).isoformat()) == ["Alice works at Acme"]
+    # Reopening it, or ending it after its successor began, is refused by name.
+    for until in (None, (MAR + timedelta(days=1)).isoformat()):
+        with pytest.raises(ValidationFailed) as refused:
+            write.update_record(tenant.scope, initech, {"valid_until": until}, partial=True)
+        assert "valid_until" in refused.value.errors
+    assert stored(tenant, initech).valid_until == MAR
+    # Ending it earlier is a correction like any other; the other org cannot reach it.
+    committed(
+        write.update_record,
+        tenant.scope,
+        initech,
+        {"valid_until": "2026-02-01T00:00:00Z"},
+        partial=True,
+    )
+    assert stored(tenant, initech).valid_until == datetime(2026, 2, 1, tzinfo=UTC)
+    with pytest.raises(RecordNotFound):
+        write.restore_version(other_tenant.scope, initech, 1)

@@ -352,6 +352,25 @@ def test_update_key_collision_is_400(api, tenant):
     assert "key" in response.json()["errors"]
 
 
+def test_reopening_a_superseded_fact_is_400_naming_valid_until(api, tenant, other_tenant):
+    def fact(content: str, when: str) -> dict:
+        return {"content": content, "key": "city", "valid_from": when, "supersede": True}
+
+    [old] = write.write(tenant.scope, [fact("Paris", "2026-01-01T00:00:00Z")]).records
+    write.write(tenant.scope, [fact("Lyon", "2026-05-01T00:00:00Z")])
+    [theirs] = write.write(other_tenant.scope, [fact("Oslo", "2026-01-01T00:00:00Z")]).records
+    for until in (None, "2026-06-01T00:00:00Z"):
+        response = api.patch(url(f"records/{old.id}"), {"valid_until": until}, format="json")
+        assert response.status_code == 400
+        assert "valid_until" in response.json()["errors"]
+    assert (
+        api.patch(url(f"records/{theirs.id}"), {"valid_until": None}, format="json").status_code
+        == 404
+    )
+    detail = api.get(url(f"records/{old.id}")).json()
+    assert detail["valid_until"].startswith("2026-05-01")
+
+
 def test_records_of_read_only_kbs_cannot_be_edited_through_the_api(api, tenant):
     knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
     [record] = write.write(

@@ -46,6 +46,15 @@ def chain(committed, tenant):  # type: ignore[no-untyped-def]
     return ids
 
 
+def correct_globex(committed, tenant):  # type: ignore[no-untyped-def]
+    """An overwrite of the employer by key, without ``supersede``: a correction."""
+    committed(
+        write.write,
+        tenant.scope,
+        [{"content": "Alice works at Globex Corp", "key": "employer", "namespace": NS}],
+    )
+
+
 def ask(tenant, **extra):  # type: ignore[no-untyped-def]
     found = query.query(
         tenant.scope, query="Where does Alice work?", namespaces=[NS], mode="keyword", **extra
@@ -129,11 +138,7 @@ def test_a_successor_cannot_start_before_what_it_replaces(committed, tenant):
 
 def test_an_overwrite_by_key_is_still_a_correction(committed, tenant):
     _, _, globex = chain(committed, tenant)
-    committed(
-        write.write,
-        tenant.scope,
-        [{"content": "Alice works at Globex Corp", "key": "employer", "namespace": NS}],
-    )
+    correct_globex(committed, tenant)
     corrected = stored(tenant, globex)
     assert corrected.content == "Alice works at Globex Corp"
     assert corrected.change_cause == RecordVersion.Cause.UPSERT
@@ -222,11 +227,7 @@ def test_listing_by_key_gives_the_current_holder(committed, tenant):
 
 def test_a_correction_keeps_when_the_fact_became_true(committed, tenant):
     _, acme, globex = chain(committed, tenant)
-    committed(
-        write.write,
-        tenant.scope,
-        [{"content": "Alice works at Globex Corp", "key": "employer", "namespace": NS}],
-    )
+    correct_globex(committed, tenant)
     assert stored(tenant, globex).valid_from == JUN
     assert ask(tenant, as_of="2026-06-02") == ["Alice works at Globex Corp"]
     assert stored(tenant, acme).valid_until == JUN

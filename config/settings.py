@@ -194,6 +194,9 @@ if REDIS_URL:
             "BACKEND": "django.core.cache.backends.redis.RedisCache",
             "LOCATION": REDIS_URL,
             "KEY_PREFIX": "memoryhub",
+            # A Redis that stops answering must not hold requests up: each call gives up
+            # after these seconds and the site goes on without the cache (memoryhub.cache).
+            "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1},
         }
     }
 else:

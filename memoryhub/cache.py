@@ -6,6 +6,12 @@ write, update, forget and expiry purge in a domain bumps its generation (after t
 transaction commits), so later reads miss the old entries whichever path changed the
 data, and one tenant's entry can never answer another tenant. An erasure also deletes
 the domain's cached results at once (``purge_queries``): they hold the erased content.
+
+A cache that does not answer (Redis down or unreachable) never fails what uses it: a
+query is ranked afresh and not stored, and a bump that could not be made is owed, paid
+by this process before it next reads or writes the cache, so a cache that comes back
+holding entries of before the outage does not serve them as current. The work that
+bumps (a committed write or erasure) is never reported as failed because of it.
 """
 
 from __future__ import annotations
@@ -13,6 +19,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import threading
+import time
+from functools import partial
 from typing import Any
 
 from django.core.cache import BaseCache, caches
@@ -27,28 +36,59 @@ _PREFIX = "memoryhub"
 logger = logging.getLogger(__name__)
 
 
+#: What a cache backend raises when its server does not answer (Django's Redis backend
+#: raises redis-py's errors; a socket's are ``OSError``).
+CACHE_ERRORS: tuple[type[BaseException], ...] = (OSError,)
+try:
+    from redis.exceptions import RedisError
+except ImportError:  # pragma: no cover - redis comes with celery[redis]
+    pass
+else:
+    CACHE_ERRORS = (OSError, RedisError)
+
+#: Domains whose generation could not be bumped in this process: bumped before the
+#: cache is next used here.
+_owed: set[Scope] = set()
+_owed_lock = threading.Lock()
+
+#: After the cache failed to answer, this process leaves it alone for these seconds (a
+#: request then waits for no timeout of it at all), then tries again.
+RETRY_AFTER_SECONDS = 5.0
+_unanswered_until = 0.0
+
+
 def _cache() -> BaseCache:
     return caches[memoryhub_settings.CACHE_ALIAS]
+
+
+def answering() -> bool:
+    """Whether this process may ask the cache (it has not just failed to answer)."""
+    return time.monotonic() >= _unanswered_until
+
+
+def _unanswered(what: str, exc: BaseException) -> None:
+    global _unanswered_until
+    if answering():
+        logger.warning(
+            "the cache did not answer (%s), left alone for %.0f s: %s",
+            what,
+            RETRY_AFTER_SECONDS,
+            type(exc).__name__,
+        )
+    _unanswered_until = time.monotonic() + RETRY_AFTER_SECONDS
+
+
+def unanswered(what: str, exc: BaseException) -> None:
+    """Tell this module that the cache failed to answer a caller of its own (the
+    throttles): everyone leaves it alone for a while."""
+    _unanswered(what, exc)
 
 
 def _generation_key(scope: Scope) -> str:
     return f"{_PREFIX}:gen:{scope.key()}"
 
 
-def generation(scope: Scope) -> int:
-    """The current generation of ``scope``'s domain (created on first use)."""
-    cache = _cache()
-    key = _generation_key(scope)
-    value = cache.get(key)
-    if value is None:
-        cache.add(key, 1, timeout=None)
-        value = cache.get(key, 1)
-    return int(value)
-
-
-def bump_generation(scope: Scope) -> None:
-    """Invalidate every cached query of ``scope``'s domain."""
-    cache = _cache()
+def _incr_generation(cache: BaseCache, scope: Scope) -> None:
     key = _generation_key(scope)
     try:
         cache.incr(key)
@@ -57,9 +97,54 @@ def bump_generation(scope: Scope) -> None:
         cache.set(key, 2, timeout=None)
 
 
+def _pay_owed(cache: BaseCache) -> None:
+    """Make the bumps that failed earlier in this process (raises if the cache still
+    does not answer; what is left stays owed)."""
+    if not _owed:
+        return
+    with _owed_lock:
+        for scope in sorted(_owed, key=Scope.key):
+            _incr_generation(cache, scope)
+            _owed.discard(scope)
+
+
+def generation(scope: Scope) -> int | None:
+    """The current generation of ``scope``'s domain (created on first use); None when
+    the cache does not answer (nothing may then be read from it or stored in it)."""
+    if not answering():
+        return None
+    cache = _cache()
+    key = _generation_key(scope)
+    try:
+        _pay_owed(cache)
+        value = cache.get(key)
+        if value is None:
+            cache.add(key, 1, timeout=None)
+            value = cache.get(key, 1)
+    except CACHE_ERRORS as exc:
+        _unanswered("generation", exc)
+        return None
+    return int(value)
+
+
+def bump_generation(scope: Scope) -> None:
+    """Invalidate every cached query of ``scope``'s domain (owed when the cache does not
+    answer: see the module's docstring)."""
+    cache = _cache()
+    try:
+        if not answering():
+            raise ConnectionError("the cache did not answer a moment ago")
+        _pay_owed(cache)
+        _incr_generation(cache, scope)
+    except CACHE_ERRORS as exc:
+        _unanswered("bump, owed", exc)
+        with _owed_lock:
+            _owed.add(scope)
+
+
 def bump_generation_on_commit(scope: Scope) -> None:
     """Bump once the current transaction commits (immediately outside one)."""
-    transaction.on_commit(lambda: bump_generation(scope))
+    transaction.on_commit(partial(bump_generation, scope), robust=True)
 
 
 def domain_saved(sender: Any, instance: Any, **kwargs: Any) -> None:
@@ -104,13 +189,13 @@ def erase_on_commit(scope: Scope) -> None:
     def erase() -> None:
         # The erasure is committed: a cache that cannot be reached must not turn it into
         # an error (it then holds nothing to serve either).
+        bump_generation(scope)
         try:
-            bump_generation(scope)
             purge_queries(scope)
         except Exception as exc:
             logger.warning("could not purge the query cache of %s: %s", scope, type(exc).__name__)
 
-    transaction.on_commit(erase)
+    transaction.on_commit(erase, robust=True)
 
 
 def canonical_json(value: Any) -> str:
@@ -123,46 +208,78 @@ def canonical_json(value: Any) -> str:
 QUERY_NAMESPACE = "q3"
 
 
-def query_key(scope: Scope, request: dict[str, Any], gen: int | None = None) -> str:
+def query_key(scope: Scope, request: dict[str, Any], gen: int | None = None) -> str | None:
     """The cache key of ``request`` in ``scope`` at generation ``gen`` (default: the
-    domain's current one)."""
+    domain's current one); None when the generation is not known (the cache does not
+    answer): such a query is neither read from the cache nor stored in it."""
     digest = hashlib.sha256(canonical_json(request).encode("utf-8")).hexdigest()
     gen = generation(scope) if gen is None else gen
+    if gen is None:
+        return None
     return f"{_PREFIX}:{QUERY_NAMESPACE}:{scope.key()}:g{gen}:{digest}"
 
 
-def get_query(key: str) -> Any:
+def _get(key: str | None) -> Any:
+    if key is None or not answering():
+        return None
+    try:
+        return _cache().get(key)
+    except CACHE_ERRORS as exc:
+        _unanswered("read", exc)
+        return None
+
+
+def _set(key: str | None, value: Any, timeout: int) -> None:
+    if key is None or not answering():
+        return
+    try:
+        _cache().set(key, value, timeout=timeout)
+    except CACHE_ERRORS as exc:
+        _unanswered("write", exc)
+
+
+def get_query(key: str | None) -> Any:
     if memoryhub_settings.CACHE_TTL <= 0:
         return None
-    return _cache().get(key)
+    return _get(key)
 
 
-def set_query(key: str, value: Any) -> None:
+def set_query(key: str | None, value: Any) -> None:
     ttl = memoryhub_settings.CACHE_TTL
     if ttl > 0:
-        _cache().set(key, value, timeout=ttl)
+        _set(key, value, ttl)
 
 
 #: Plan facts (how many rows a filter selects) live this long within a generation.
 PLAN_TTL = 600
 
 
-def plan_key(scope: Scope, description: str, gen: int | None = None) -> str:
+def plan_key(scope: Scope, description: str, gen: int | None = None) -> str | None:
+    """The cache key of a plan fact (None when the generation is not known)."""
     digest = hashlib.sha256(description.encode("utf-8")).hexdigest()
     gen = generation(scope) if gen is None else gen
+    if gen is None:
+        return None
     return f"{_PREFIX}:plan:{scope.key()}:g{gen}:{digest}"
 
 
-def get_plan(key: str) -> Any:
-    return _cache().get(key)
+def get_plan(key: str | None) -> Any:
+    return _get(key)
 
 
-def set_plan(key: str, value: Any) -> None:
-    _cache().set(key, value, timeout=PLAN_TTL)
+def set_plan(key: str | None, value: Any) -> None:
+    _set(key, value, PLAN_TTL)
 
 
 def first_within(scope: Scope, name: str, seconds: int) -> bool:
     """True for the first call about ``name`` in ``scope``'s domain in ``seconds``
     (across processes sharing the cache), False for the others: for events worth telling
-    an operator once, not at every occurrence."""
-    return bool(_cache().add(f"{_PREFIX}:once:{scope.key()}:{name}", 1, timeout=seconds))
+    an operator once, not at every occurrence. A cache that does not answer cannot
+    tell: True (told too often rather than never)."""
+    if not answering():
+        return True
+    try:
+        return bool(_cache().add(f"{_PREFIX}:once:{scope.key()}:{name}", 1, timeout=seconds))
+    except CACHE_ERRORS as exc:
+        _unanswered("once", exc)
+        return True

@@ -4,7 +4,8 @@ Domain exceptions from the services map here: ``ValidationFailed`` (and ``Filter
 → 400 with ``errors`` naming each field, ``UnknownSource`` → 400, ``WriteRefused`` → 403
 ``{"code": "write_refused", "source", "n"}``, ``PolicyDenied`` → 403
 ``permission_denied``, ``RecordNotFound`` → 404, a body Django
-finds too big → 413, a database that cannot be reached → 503. Every 400 carries
+finds too big → 413, a database that cannot be reached or that cancelled a transaction
+(a deadlock, a shard being moved; run again in the service first) → 503. Every 400 carries
 ``errors`` (an unparsable body under ``non_field_errors``). Anything unexpected is logged
 and answered as JSON too.
 """
@@ -29,6 +30,7 @@ from ..exceptions import (
     WriteRefused,
 )
 from ..scope import ScopeRequired
+from ..services.store.transient import is_transient
 from .parsers import RequestTooLarge
 
 logger = logging.getLogger(__name__)
@@ -94,6 +96,13 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         exc = exceptions.PermissionDenied()
     elif isinstance(exc, RequestDataTooBig):
         exc = RequestTooLarge()
+    elif is_transient(exc):
+        logger.warning("transaction cancelled by the database: %s", type(exc).__name__)
+        return Response(
+            _body("service_unavailable", "The database cancelled the request; retry it."),
+            status=status.HTTP_503_SERVICE_UNAVAILABLE,
+            headers={"Retry-After": "1"},
+        )
     elif isinstance(exc, OperationalError | InterfaceError):
         logger.warning("database unavailable: %s", type(exc).__name__)
         return Response(

@@ -13,12 +13,19 @@ Two limits, both from ``MEMORYHUB`` and both answered with ``429`` and ``Retry-A
 * ``AUTH_FAILURE_RATE`` per client address for failed API-key authentications (401s):
   a failure past it is a 429, and once over it, that address is refused before its key
   is even looked up.
+
+When the cache does not answer (Redis down), the two limits decide differently. The rate
+per key fails open: requests go on unlimited, so an outage of the cache is not an outage
+of the API. The failed-authentication limit fails closed for failures only: a key that
+was not found is answered ``503`` with ``Retry-After`` instead of ``401`` (a guess learns
+nothing while it cannot be counted); valid keys are served.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import math
 import time
 from typing import Any
@@ -30,15 +37,20 @@ from rest_framework.throttling import BaseThrottle
 
 from tenants.models import ApiKey
 
+from .. import cache
+from ..cache import CACHE_ERRORS
 from ..conf import memoryhub_settings, parse_rate
 
 __all__ = [
     "ApiKeyRateThrottle",
+    "FailuresNotCounted",
     "SlidingWindow",
     "client_address",
     "count_failure",
     "refuse_if_failing",
 ]
+
+logger = logging.getLogger(__name__)
 
 
 class SlidingWindow:
@@ -157,9 +169,15 @@ class ApiKeyRateThrottle(BaseThrottle):
             return True
         window = SlidingWindow("rate", *rate)
         ident = self._ident(request)
-        if window.hit(ident):
+        try:
+            if not cache.answering():
+                raise ConnectionError("the cache did not answer a moment ago")
+            if window.hit(ident):
+                return True
+            self._wait = window.wait(ident)
+        except CACHE_ERRORS as exc:
+            _unlimited(exc)
             return True
-        self._wait = window.wait(ident)
         return False
 
     def wait(self) -> float | None:
@@ -188,8 +206,11 @@ def refuse_if_failing(request: Any) -> None:
     """
     window = failed_authentications()
     ident = f"ip:{client_address(request)}"
-    if window is not None and window.exceeded(ident):
-        raise _too_many_failures(window, ident)
+    try:
+        if window is not None and cache.answering() and window.exceeded(ident):
+            raise _too_many_failures(window, ident)
+    except CACHE_ERRORS as exc:
+        _unlimited(exc)
 
 
 def count_failure(request: Any) -> None:
@@ -204,8 +225,38 @@ def count_failure(request: Any) -> None:
     """
     window = failed_authentications()
     ident = f"ip:{client_address(request)}"
-    if window is not None and not window.hit(ident):
-        raise _too_many_failures(window, ident)
+    try:
+        if window is not None and not cache.answering():
+            raise ConnectionError("the cache did not answer a moment ago")
+        if window is not None and not window.hit(ident):
+            raise _too_many_failures(window, ident)
+    except CACHE_ERRORS as exc:
+        cache.unanswered("failed authentications", exc)
+        raise FailuresNotCounted() from exc
+
+
+class FailuresNotCounted(exceptions.APIException):
+    """A failed authentication that could not be counted (the cache does not answer)."""
+
+    status_code = 503
+    default_detail = "The service cannot check this key now; retry shortly."
+    default_code = "service_unavailable"
+    wait = 5
+
+
+#: When the last "limits not enforced" warning was logged (at most one a minute).
+_warned_at = 0.0
+
+
+def _unlimited(exc: BaseException) -> None:
+    global _warned_at
+    cache.unanswered("rate limits", exc)
+    now = time.monotonic()
+    if now - _warned_at >= 60 or _warned_at == 0.0:
+        _warned_at = now
+        logger.warning(
+            "the cache does not answer, rate limits not enforced: %s", type(exc).__name__
+        )
 
 
 def _too_many_failures(window: SlidingWindow, ident: str) -> exceptions.Throttled:

@@ -51,6 +51,7 @@ from .scheduling import send
 from .store.deletion import delete_records
 from .store.locks import lock_domain, lock_namespaces
 from .store.refusals import refuse, refuse_record_change
+from .store.transient import run_again_when_cancelled
 
 logger = logging.getLogger(__name__)
 
@@ -234,6 +235,23 @@ def forget(
     refusal is counted), one whose policy is ``ignore`` keeps its records and is
     reported under ``refused``.
     """
+    result, refusal = run_again_when_cancelled(
+        partial(_forget_once, scope, request, principal=principal, batch=batch)
+    )
+    if refusal is not None:
+        raise refusal
+    return result
+
+
+def _forget_once(
+    scope: Scope,
+    request: ForgetRequest,
+    *,
+    principal: policy.Principal,
+    batch: uuid.UUID | None,
+) -> tuple[ForgetResult, WriteRefused | None]:
+    """One transaction of :func:`forget` (run again whole if the database cancels it):
+    what it erased, and the refusal of a read-only knowledge base if there was one."""
     result = ForgetResult()
     actor = policy.actor_label(principal)
     with transaction.atomic(), tenant_scope(scope):
@@ -268,9 +286,7 @@ def forget(
         if refusal is None and (result.deleted or result.cancelled_imports):
             _record_receipt(scope, _selector(request), result, actor, batch)
             _signal(scope, request, result, actor)
-    if refusal is not None:
-        raise refusal
-    return result
+    return result, refusal
 
 
 def _signal(scope: Scope, request: ForgetRequest, result: ForgetResult, actor: str) -> None:

@@ -15,6 +15,7 @@ rolled-back write schedules nothing.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -39,6 +40,7 @@ from .store import persistence
 from .store.locks import lock_domain, lock_namespaces
 from .store.persistence import CONSOLIDATION_PENDING
 from .store.refusals import refuse, refuse_record_change
+from .store.transient import run_again_when_cancelled
 from .validation import WriteItem, validate_items
 
 __all__ = [
@@ -382,6 +384,35 @@ def write(
     names = source_names(sources)
     validated = validate_items(items)
     knowledge_bases = resolve_sources(scope, names)
+    result, refusal = run_again_when_cancelled(
+        functools.partial(
+            _write_validated,
+            scope,
+            knowledge_bases,
+            validated,
+            principal=principal,
+            import_job=import_job,
+            cause=cause,
+            consolidate=consolidate,
+        )
+    )
+    if refusal is not None and len(knowledge_bases) == 1:
+        raise refusal
+    return result
+
+
+def _write_validated(
+    scope: Scope,
+    knowledge_bases: Sequence[KnowledgeBase],
+    validated: Sequence[WriteItem],
+    *,
+    principal: policy.Principal,
+    import_job: int | None,
+    cause: str | None,
+    consolidate: bool,
+) -> tuple[WriteResult, WriteRefused | None]:
+    """One transaction of :func:`write` (run again whole if the database cancels it):
+    the result, and the refusal of a read-only target if there was one."""
     result = WriteResult()
     refusal: WriteRefused | None = None
     with transaction.atomic(), tenant_scope(scope):
@@ -412,9 +443,7 @@ def write(
         if result.records:
             bump_generation_on_commit(scope)
         result.records = _fill_dedupe_status(result.records)
-    if refusal is not None and len(knowledge_bases) == 1:
-        raise refusal
-    return result
+    return result, refusal
 
 
 def _lock_targets(
@@ -523,23 +552,28 @@ def update_record(
     if _unchanged(record, item):
         # Nothing to change (an empty PATCH): no write, no new updated_at, no observation.
         return RecordResult(str(record.pk), record.key, record.status, False, knowledge_base.name)
-    with transaction.atomic(), tenant_scope(scope):
-        lock_domain(scope)
-        lock_namespaces(knowledge_base, [record.namespace])
-        _check_key_free(record, item.key)
-        locked = MemoryRecord.objects.select_for_update().filter(pk=record.pk).first()
-        if locked is None:
-            raise RecordNotFound(record_id)
-        content_changed = locked.content_hash != item.content_hash
-        history.snapshot(
-            [locked],
-            actor=policy.actor_label(principal),
-            cause=cause or _update_cause(scope, principal),
-        )
-        locked.key = item.key
-        _apply(locked, item, content_changed=content_changed)
-        locked.save()
-        _announce_update(scope, knowledge_base, locked, content_changed, principal=principal)
+
+    def save() -> MemoryRecord:
+        with transaction.atomic(), tenant_scope(scope):
+            lock_domain(scope)
+            lock_namespaces(knowledge_base, [record.namespace])
+            _check_key_free(record, item.key)
+            locked = MemoryRecord.objects.select_for_update().filter(pk=record.pk).first()
+            if locked is None:
+                raise RecordNotFound(record_id)
+            content_changed = locked.content_hash != item.content_hash
+            history.snapshot(
+                [locked],
+                actor=policy.actor_label(principal),
+                cause=cause or _update_cause(scope, principal),
+            )
+            locked.key = item.key
+            _apply(locked, item, content_changed=content_changed)
+            locked.save()
+            _announce_update(scope, knowledge_base, locked, content_changed, principal=principal)
+        return locked
+
+    locked = run_again_when_cancelled(save)
     return RecordResult(str(locked.pk), locked.key, locked.status, False, knowledge_base.name)
 
 

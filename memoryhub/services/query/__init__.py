@@ -106,7 +106,7 @@ def conversation_weights() -> tuple[float, float, float, float]:
 
 
 def _rank(
-    scope: Scope, request: QueryRequest, gen: int, candidates: int
+    scope: Scope, request: QueryRequest, gen: int | None, candidates: int
 ) -> tuple[list[tuple[Any, float]], str, dict[Any, dict[str, Any]], dict[str, Legs]]:
     """The ``(id, score)`` pairs for ``request``, best first, the strategy used, the
     candidates' rows, and where each candidate stood in each leg (:data:`Legs`);
@@ -245,7 +245,7 @@ def query(scope: Scope, request: QueryRequest | None = None, /, **raw: Any) -> Q
     # between them moves the generation on, and this (older) ranking must not be stored
     # under the new one.
     gen = cache.generation(scope)
-    key = cache.query_key(scope, canonical, gen)
+    key = cache.query_key(scope, canonical, gen) if gen is not None else None
     # An explained query is ranked afresh: the cache keeps rankings, not the legs.
     cached = None if request.explain else cache.get_query(key)
     if cached is not None:

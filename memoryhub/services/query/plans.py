@@ -405,8 +405,10 @@ def plan_for(
     key = cache.plan_key(scope, "statements|" + cache.canonical_json(shape), gen)
     now = time.monotonic()
     with _PLANS_LOCK:
-        found = _PLANS.get(key)
-        if found is not None and now - found[0] < PLAN_SECONDS:
+        # No key (the cache did not answer: the domain's generation is not known): no
+        # plan of this process can be known to be current.
+        found = _PLANS.get(key) if key is not None else None
+        if key is not None and found is not None and now - found[0] < PLAN_SECONDS:
             _PLANS.move_to_end(key)
             return found[1]
     with tenant_scope(scope):
@@ -438,6 +440,8 @@ def plan_for(
     plan = Plan(
         vector, keyword, strategy, hnsw, tuple(previous), weight, delta, every_keyword, depth
     )
+    if key is None:
+        return plan
     with _PLANS_LOCK:
         _PLANS[key] = (now, plan)
         while len(_PLANS) > PLANS_KEPT:

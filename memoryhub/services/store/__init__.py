@@ -7,6 +7,8 @@ to records at the lowest level, below any of them.
 * :mod:`.persistence`: storing written records (``COPY`` for large batches) and a
   fact's sources.
 * :mod:`.bulk`: PostgreSQL's binary ``COPY`` of records and vectors.
+* :mod:`.transient`: a transaction the database cancelled (a deadlock, a shard being
+  moved) run again whole by the use case that opened it.
 * :mod:`.deletion`: deleting records with what must go with them (sources detached,
   orphaned facts, the admin log).
 

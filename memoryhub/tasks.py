@@ -8,6 +8,7 @@ import logging
 from typing import Any
 
 from celery import shared_task
+from django.db import InterfaceError, OperationalError
 
 from . import policy
 from .conf import memoryhub_settings
@@ -20,13 +21,32 @@ RETRY_BACKOFF_MAX = 600
 logger = logging.getLogger(__name__)
 
 
-@shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=None)
+#: Errors of a database that went away or cancelled the work (a restart, a failover, a
+#: deadlock with a shard move): the task is retried with backoff; past the retries, the
+#: sweeper sends its records again.
+DATABASE_GONE = (OperationalError, InterfaceError)
+#: Retries of a task whose database went away: with backoff capped at a minute, about
+#: ten minutes.
+DATABASE_RETRIES = 12
+
+
+@shared_task(
+    bind=True,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    max_retries=None,
+    autoretry_for=DATABASE_GONE,
+    retry_backoff=1,
+    retry_backoff_max=60,
+    retry_jitter=True,
+    retry_kwargs={"max_retries": DATABASE_RETRIES},
+)
 def index_records(
     self: Any, record_ids: list[str], force: bool = False, org_id: int | None = None
 ) -> dict[str, int]:
-    """Embed and index a batch of records; retried with exponential backoff on errors.
-    ``force`` embeds records already indexed with the configured model again; ``org_id``
-    is their org, when one org's."""
+    """Embed and index a batch of records; retried with exponential backoff on errors
+    of the embedder and of the database. ``force`` embeds records already indexed with
+    the configured model again; ``org_id`` is their org, when one org's."""
     try:
         result = indexing.index_records(record_ids, force=force, org_id=org_id)
     except EmbedderError as exc:

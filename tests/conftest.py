@@ -27,6 +27,7 @@ from memoryhub.services.query import clear_plans, clear_query_vectors
 from tenants.models import Domain
 
 from . import cluster as citus
+from .cancels import cancel  # noqa: F401 (a fixture: the database cancels on purpose)
 from .factories import DomainFactory, OrgFactory
 from .programs import Worker
 

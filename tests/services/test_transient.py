@@ -3,16 +3,13 @@ in transition) are run again whole by the use case that opened them: stored once
 erased once, one history version, one observation; past the retries, the doors answer
 503 with Retry-After and nothing is stored.
 
-The database itself cancels them here: a trigger raises the real SQLSTATE the first
-``times`` times a table is written (a sequence counts, outside any transaction).
+The database itself cancels them here (``tests/cancels.py``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-
 import pytest
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, transaction
 
 from memoryhub.models import MemoryRecord, Observation, RecordVersion
 from memoryhub.scope import tenant_scope
@@ -20,6 +17,7 @@ from memoryhub.services import write
 from memoryhub.services.forget import ForgetRequest, forget
 from memoryhub.services.store import transient
 from tests import cluster
+from tests.cancels import DEADLOCK, SHARD_GONE, trigger_calls
 from tests.factories import key_client
 
 pytestmark = [
@@ -29,49 +27,6 @@ pytestmark = [
         " tables (tests/citus runs a real isolation under writes instead)"
     ),
 ]
-
-DEADLOCK = ("40P01", "deadlock detected")
-SHARD_GONE = ("XX000", "could not find valid entry for shard 102008")
-
-Cancel = Callable[..., None]
-
-
-@pytest.fixture
-def cancel() -> Iterator[Cancel]:
-    """``cancel(table, times, (sqlstate, message))``: the database cancels the first
-    ``times`` statements that write a row of ``table``."""
-    installed: list[str] = []
-
-    def install(table: str, times: int, error: tuple[str, str]) -> None:
-        sqlstate, message = error
-        with connection.cursor() as cursor:
-            cursor.execute("CREATE SEQUENCE memoryhub_test_cancels")
-            cursor.execute(
-                "CREATE FUNCTION memoryhub_test_cancel() RETURNS trigger LANGUAGE plpgsql AS $$"
-                f" BEGIN IF nextval('memoryhub_test_cancels') <= {times} THEN"
-                f" RAISE EXCEPTION '{message}' USING ERRCODE = '{sqlstate}'; END IF;"
-                " RETURN COALESCE(NEW, OLD); END $$"
-            )
-            cursor.execute(
-                "CREATE TRIGGER memoryhub_test_cancel BEFORE INSERT OR UPDATE OR DELETE"
-                f" ON {table} FOR EACH ROW EXECUTE FUNCTION memoryhub_test_cancel()"
-            )
-        installed.append(table)
-
-    yield install
-    with connection.cursor() as cursor:
-        for table in installed:
-            cursor.execute(f"DROP TRIGGER IF EXISTS memoryhub_test_cancel ON {table}")
-        cursor.execute("DROP FUNCTION IF EXISTS memoryhub_test_cancel()")
-        cursor.execute("DROP SEQUENCE IF EXISTS memoryhub_test_cancels")
-
-
-def cancellations_left() -> int:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT last_value, is_called FROM memoryhub_test_cancels")
-        value, called = cursor.fetchone()
-    return int(value) if called else 0
-
 
 RECORDS = MemoryRecord._meta.db_table
 
@@ -98,7 +53,7 @@ def test_a_write_the_database_cancels_is_run_again_and_stored_once(
         tenant.scope, [{"content": f"fact {n}", "namespace": "user:alice"} for n in range(3)]
     )
 
-    assert cancellations_left() >= 3  # two attempts cancelled, the third stored
+    assert trigger_calls() >= 3  # two attempts cancelled, the third stored
     assert contents(tenant) == ["fact 0", "fact 1", "fact 2"]
     assert sorted(result.record_ids) == sorted(
         str(pk)
@@ -147,7 +102,7 @@ def test_a_write_cancelled_at_every_attempt_is_a_503_with_retry_after_and_stores
     assert response.status_code == 503, response.content
     assert response["Retry-After"] == "1"
     assert response.json()["code"] == "service_unavailable"
-    assert cancellations_left() == transient.ATTEMPTS
+    assert trigger_calls() == transient.ATTEMPTS
     assert contents(tenant) == []
 
 
@@ -157,7 +112,7 @@ def test_another_internal_error_is_not_run_again(tenant, cancel):
     with pytest.raises(DatabaseError):
         write.write(tenant.scope, [{"content": "not kept"}])
 
-    assert cancellations_left() == 1
+    assert trigger_calls() == 1
     assert contents(tenant) == []
 
 
@@ -167,5 +122,5 @@ def test_inside_a_callers_transaction_only_the_caller_can_run_it_again(tenant, c
     with pytest.raises(DatabaseError), transaction.atomic():
         write.write(tenant.scope, [{"content": "the caller's to retry"}])
 
-    assert cancellations_left() == 1
+    assert trigger_calls() == 1
     assert contents(tenant) == []

@@ -22,10 +22,12 @@ the system check and ``memoryhub_citus status`` report.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import models
+import psycopg
+from django.db import DatabaseError, models
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from tenants.models import ApiKey, Domain, Membership, Org
@@ -41,12 +43,15 @@ from ..models import (
     WordFrequency,
     WordStatistics,
 )
+from .store.transient import is_transient
 
 __all__ = [
     "DISTRIBUTED",
     "DISTRIBUTION_COLUMN",
     "REFERENCE",
     "TENANT_KEYS",
+    "CopyIncomplete",
+    "MoveRefused",
     "Placement",
     "TenantNode",
     "cleanup",
@@ -60,7 +65,11 @@ __all__ = [
     "org_of",
     "problems_in",
     "tenant_node",
+    "unflushed_commit_nodes",
+    "verify_copy",
 ]
+
+logger = logging.getLogger(__name__)
 
 DISTRIBUTION_COLUMN = "org_id"
 
@@ -276,6 +285,131 @@ def tenant_node(connection: BaseDatabaseWrapper, org_id: int) -> TenantNode:
     return TenantNode(shard, host, port)
 
 
+class MoveRefused(Exception):
+    """A tenant move or isolation refused before it began (nothing was changed)."""
+
+
+class CopyIncomplete(Exception):
+    """Rows of the old placement of a moved or split shard group are not on the new one.
+
+    ``missing`` counts them per table. They were lost, or deleted since the switch-over
+    (an erasure running during the move); the old copy is left to Citus's deferred
+    cleanup instead of being dropped at once, so an operator can look at it first."""
+
+    def __init__(self, missing: dict[str, int]) -> None:
+        self.missing = missing
+        listed = ", ".join(f"{table}: {n}" for table, n in sorted(missing.items()))
+        super().__init__(
+            f"rows of the old placement are not on the new one ({listed}); the old copy"
+            " is left to Citus's deferred cleanup (citus.defer_shard_delete_interval)"
+        )
+
+
+def unflushed_commit_nodes(connection: BaseDatabaseWrapper) -> list[str]:
+    """The nodes (and this connection) that acknowledge a commit before it is flushed
+    (``synchronous_commit = off``), each as ``host:port``.
+
+    Citus's online move waits until the new placement has caught up with the old one's
+    WAL *write* position, then switches over; an asynchronously committed write is
+    acknowledged before its commit record is flushed, and can miss the copy. Measured
+    (docs/how-to/citus.md): 27 acknowledged records lost in 25 moves under writes with
+    synchronous commit off, none in 40 with it on.
+    """
+    nodes = []
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        (value,) = cursor.fetchone()
+        if value == "off":
+            nodes.append("this connection")
+        cursor.execute(
+            "SELECT nodename, nodeport, success, result"
+            " FROM run_command_on_workers($$SHOW synchronous_commit$$)"
+        )
+        for host, port, success, result in cursor.fetchall():
+            if not success or result == "off":
+                nodes.append(f"{host}:{port}")
+    return nodes
+
+
+def _refuse_unflushed(connection: BaseDatabaseWrapper, what: str) -> None:
+    unsafe = unflushed_commit_nodes(connection)
+    if unsafe:
+        raise MoveRefused(
+            f"refusing to {what}: synchronous_commit is off on {', '.join(unsafe)}, so a"
+            " write acknowledged just before the switch-over could be missing from the"
+            " copy. Set synchronous_commit = on (or local) on every node and try again."
+        )
+
+
+def _group_shards(connection: BaseDatabaseWrapper, org_id: int) -> dict[str, tuple[int, str]]:
+    """Each tenant table's shard holding org ``org_id``: ``{table: (shard id, name)}``."""
+    shards = {}
+    with connection.cursor() as cursor:
+        for model in DISTRIBUTED:
+            table = model._meta.db_table
+            cursor.execute(
+                "SELECT s, shard_name(%s::regclass, s)"
+                " FROM get_shard_id_for_distribution_column(%s, %s) AS s",
+                [table, table, org_id],
+            )
+            shard, name = cursor.fetchone()
+            shards[table] = (int(shard), name)
+    return shards
+
+
+def _node_connection(
+    connection: BaseDatabaseWrapper, host: str, port: int, *, autocommit: bool = True
+) -> Any:
+    """A connection of memoryhub's database user to one node (Citus's own connections
+    to its workers are made the same way: one user, one database name on every node)."""
+    settings = connection.settings_dict
+    return psycopg.connect(
+        host=host,
+        port=port,
+        dbname=settings["NAME"],
+        user=settings.get("USER") or None,
+        password=settings.get("PASSWORD") or None,
+        autocommit=autocommit,
+    )
+
+
+#: Ids compared per round trip when a copy is verified.
+VERIFY_CHUNK = 10_000
+
+
+def verify_copy(
+    connection: BaseDatabaseWrapper,
+    old: dict[str, tuple[str, int, str]],
+    new: dict[str, tuple[str, int, str]],
+    *,
+    org_id: int | None = None,
+) -> dict[str, int]:
+    """How many rows of each old shard (``{table: (host, port, shard name)}``) are not
+    in its new shard (same shape); only org ``org_id``'s rows when given. Streams the
+    old ids in chunks: bounded memory at any size."""
+    missing: dict[str, int] = {}
+    where = "WHERE org_id = %s" if org_id is not None else ""
+    params = [org_id] if org_id is not None else []
+    for table, (old_host, old_port, old_name) in old.items():
+        new_host, new_port, new_name = new[table]
+        lost = 0
+        with (
+            # A transaction of its own: the old ids are read through a server-side cursor.
+            _node_connection(connection, old_host, old_port, autocommit=False) as source,
+            _node_connection(connection, new_host, new_port) as target,
+            source.cursor(name="memoryhub_verify") as ids,
+        ):
+            ids.execute(f'SELECT id FROM "{old_name}" {where}', params)
+            while chunk := [row[0] for row in ids.fetchmany(VERIFY_CHUNK)]:
+                (found,) = target.execute(
+                    f'SELECT count(*) FROM "{new_name}" WHERE id = ANY(%s)', [chunk]
+                ).fetchone()
+                lost += len(chunk) - int(found)
+        if lost:
+            missing[table] = lost
+    return missing
+
+
 def cleanup(connection: BaseDatabaseWrapper) -> int:
     """Drop what moves and splits left behind (the old copies of moved shards, which
     Citus drops lazily); return how many there were."""
@@ -289,18 +423,45 @@ def cleanup(connection: BaseDatabaseWrapper) -> int:
 def move_tenant(connection: BaseDatabaseWrapper, org_id: int, host: str, port: int) -> str:
     """Move org ``org_id``'s shard group (and the orgs sharing it) to worker
     ``host:port``, online: Citus copies it by logical replication while writes go on and
-    switches over with a brief block of writes to it. The old copy is then dropped."""
+    switches over with a brief block of writes to it.
+
+    Refused (:class:`MoveRefused`, nothing changed) while a node acknowledges commits it
+    has not flushed (:func:`unflushed_commit_nodes`). Once moved, every row of the old
+    placement is looked for on the new one (:func:`verify_copy`); then the old copy is
+    dropped, or, if any is missing, left to Citus's deferred cleanup and
+    :class:`CopyIncomplete` raised."""
     node = tenant_node(connection, org_id)
     if (node.host, node.port) == (host, port):
         return f"already on {host}:{port}"
+    _refuse_unflushed(connection, "move")
+    shards = _group_shards(connection, org_id)
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT citus_move_shard_placement(%s, %s, %s, %s, %s,"
             " shard_transfer_mode => 'force_logical')",
             [node.shard, node.host, node.port, host, port],
         )
-    cleanup(connection)
+    missing = verify_copy(
+        connection,
+        {table: (node.host, node.port, name) for table, (_, name) in shards.items()},
+        {table: (host, port, name) for table, (_, name) in shards.items()},
+    )
+    if missing:
+        raise CopyIncomplete(missing)
+    _cleanup_now(connection)
     return f"moved from {node.host}:{node.port} to {host}:{port}"
+
+
+def _cleanup_now(connection: BaseDatabaseWrapper) -> None:
+    """Drop the old copies at once; a cleanup the database cancels (a deadlock with a
+    writer of the orgs just moved) leaves them to Citus's deferred cleanup, which drops
+    them within ``citus.defer_shard_delete_interval``."""
+    try:
+        cleanup(connection)
+    except DatabaseError as exc:
+        if not is_transient(exc):
+            raise
+        logger.warning("old copies left to Citus's deferred cleanup: %s", exc)
 
 
 def isolate_tenant(connection: BaseDatabaseWrapper, org_id: int) -> int:
@@ -322,13 +483,24 @@ def isolate_tenant(connection: BaseDatabaseWrapper, org_id: int) -> int:
         (alone,) = cursor.fetchone()
         if alone:
             return node.shard
+        _refuse_unflushed(connection, "isolate")
+        before = _group_shards(connection, org_id)
         cursor.execute(
             "SELECT isolate_tenant_to_new_shard(%s, %s, 'CASCADE',"
             " shard_transfer_mode => 'block_writes')",
             [_anchor(), org_id],
         )
         (shard,) = cursor.fetchone()
-    cleanup(connection)
+    after = _group_shards(connection, org_id)
+    missing = verify_copy(
+        connection,
+        {table: (node.host, node.port, name) for table, (_, name) in before.items()},
+        {table: (node.host, node.port, name) for table, (_, name) in after.items()},
+        org_id=org_id,
+    )
+    if missing:
+        raise CopyIncomplete(missing)
+    _cleanup_now(connection)
     return int(shard)
 
 

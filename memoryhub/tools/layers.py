@@ -38,8 +38,8 @@ SERVICES = "memoryhub.services"
 #: The services (modules and packages of ``memoryhub/services/``), lowest layer first.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("scheduling",),
-    ("store", "records", "record_indexes", "knowledge_bases", "distribution"),
-    ("filter_indexes", "word_statistics", "history"),
+    ("store", "records", "record_indexes", "knowledge_bases"),
+    ("filter_indexes", "word_statistics", "history", "distribution"),
     ("validation", "vector_indexes"),
     ("indexing", "supersession"),
     ("write", "query"),

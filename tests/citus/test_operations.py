@@ -9,6 +9,7 @@ import threading
 
 import psycopg
 import pytest
+from django.core.management import CommandError, call_command
 from django.db import connection, connections
 
 from memoryhub.models import MemoryRecord
@@ -179,3 +180,49 @@ def test_an_erased_subject_is_on_no_node(tenant, other_tenant) -> None:  # type:
     pattern = re.compile(secret)
     for node in citus.cluster().nodes:
         assert node_hits(node.conninfo(database_name()), pattern) == [], node.name
+
+
+def test_a_move_is_refused_while_commits_are_acknowledged_before_they_are_flushed(
+    two_orgs,
+) -> None:  # type: ignore[no-untyped-def]
+    tenant, _ = two_orgs
+    cluster = citus.cluster()
+    before = distribution.tenant_node(connection, tenant.org.pk)
+    (target,) = [node for node in cluster.worker_nodes if node.port != before.port]
+    with connection.cursor() as cursor:
+        cursor.execute("SET synchronous_commit = off")
+    try:
+        with pytest.raises(distribution.MoveRefused, match="synchronous_commit is off"):
+            distribution.move_tenant(connection, tenant.org.pk, target.host, target.port)
+        with pytest.raises(distribution.MoveRefused, match="synchronous_commit is off"):
+            distribution.isolate_tenant(connection, tenant.org.pk)
+        with pytest.raises(CommandError, match="synchronous_commit is off"):
+            call_command("memoryhub_citus", "move", "acme", "--to", f"{target.host}:{target.port}")
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("RESET synchronous_commit")
+    assert distribution.tenant_node(connection, tenant.org.pk) == before  # nothing changed
+    assert distribution.unflushed_commit_nodes(connection) == []
+
+
+def test_a_copy_is_verified_row_by_row_against_its_old_placement(two_orgs) -> None:  # type: ignore[no-untyped-def]
+    tenant, _ = two_orgs
+    records = MemoryRecord._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT p.shardid, p.nodename, p.nodeport, shard_name(%s::regclass, p.shardid)"
+            " FROM pg_dist_shard_placement p JOIN pg_dist_shard s USING (shardid)"
+            " WHERE s.logicalrelid = %s::regclass ORDER BY"
+            " p.shardid = get_shard_id_for_distribution_column(%s, %s) DESC, p.shardid",
+            [records, records, records, tenant.org.pk],
+        )
+        placements = cursor.fetchall()
+    (_, host, port, name), (_, other_host, other_port, other_name) = placements[:2]
+    own = {records: (host, port, name)}
+    elsewhere = {records: (other_host, other_port, other_name)}
+
+    assert distribution.verify_copy(connection, own, own) == {}
+    # Another shard lacks every row of this org's: all 50 are reported missing.
+    assert distribution.verify_copy(connection, own, elsewhere, org_id=tenant.org.pk) == {
+        records: 50
+    }

@@ -10,9 +10,10 @@
 
 ORG is an org's slug or id. A move and an isolation copy by logical replication while
 writes and queries go on; the copies left on the old worker are dropped by ``cleanup``
-(which ``move`` and ``isolate`` run when they finish), so no copy of an erased subject
-stays there. ``move`` moves every org sharing the shard group: ``isolate`` first to move
-one org alone.
+(which ``move`` and ``isolate`` run when they finish, once every row of the old copy is
+found on the new one), so no copy of an erased subject stays there. ``move`` moves every
+org sharing the shard group: ``isolate`` first to move one org alone. Both refuse to run
+while a node has ``synchronous_commit`` off (an acknowledged write could miss the copy).
 """
 
 from __future__ import annotations
@@ -62,22 +63,26 @@ class Command(BaseCommand):
         elif action == "cleanup":
             self.stdout.write(f"dropped {distribution.cleanup(connection)} old copies")
         else:
-            org = self._org(options["org"])
-            self._require_layout(connection)
-            if action == "where":
-                node = distribution.tenant_node(connection, org.pk)
-                self.stdout.write(
-                    f"{org.slug}: shard group of {node.shard} on {node.host}:{node.port}"
-                )
-            elif action == "move":
-                host, _, port = options["to"].rpartition(":")
-                if not host or not port.isdigit():
-                    raise CommandError(f"--to must be HOST:PORT, not {options['to']!r}")
-                moved = distribution.move_tenant(connection, org.pk, host, int(port))
-                self.stdout.write(f"{org.slug}: {moved}")
-            elif action == "isolate":
-                shard = distribution.isolate_tenant(connection, org.pk)
-                self.stdout.write(f"{org.slug}: alone in the shard group of {shard}")
+            try:
+                self._tenant_action(connection, action, options)
+            except (distribution.MoveRefused, distribution.CopyIncomplete) as exc:
+                raise CommandError(str(exc)) from exc
+
+    def _tenant_action(self, connection: Any, action: str, options: dict[str, Any]) -> None:
+        org = self._org(options["org"])
+        self._require_layout(connection)
+        if action == "where":
+            node = distribution.tenant_node(connection, org.pk)
+            self.stdout.write(f"{org.slug}: shard group of {node.shard} on {node.host}:{node.port}")
+        elif action == "move":
+            host, _, port = options["to"].rpartition(":")
+            if not host or not port.isdigit():
+                raise CommandError(f"--to must be HOST:PORT, not {options['to']!r}")
+            moved = distribution.move_tenant(connection, org.pk, host, int(port))
+            self.stdout.write(f"{org.slug}: {moved}")
+        elif action == "isolate":
+            shard = distribution.isolate_tenant(connection, org.pk)
+            self.stdout.write(f"{org.slug}: alone in the shard group of {shard}")
 
     def _org(self, name: str) -> Org:
         org = Org.objects.filter(slug=name).first()

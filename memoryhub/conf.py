@@ -277,6 +277,12 @@ SETTINGS: dict[str, Setting] = {
         " and no worker has sent a heartbeat for as long (broker mode only).",
         minimum=1,
     ),
+    "INDEXING_LAG_DEGRADED_AFTER": Setting(
+        900,
+        "Health reports degraded when the oldest pending record has waited longer than"
+        " this many seconds, workers or not (a backlog, an embedder that keeps failing).",
+        minimum=1,
+    ),
     "WORKER_HEARTBEAT_INTERVAL": Setting(
         15, "How often a worker writes its heartbeat, in seconds.", minimum=1
     ),

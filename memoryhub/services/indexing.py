@@ -339,7 +339,9 @@ def pipeline_status(*, eager: bool) -> dict[str, Any]:
     ``pending`` (capped at :data:`PENDING_COUNT_CAP`, ``pending_capped`` says so), the
     oldest pending record's age, and, with a broker, the newest worker heartbeat. It is
     not ``ok`` when records have waited longer than ``WORKER_STALE_AFTER`` and no worker
-    has been seen for as long: nobody is indexing them.
+    has been seen for as long (nobody is indexing them), nor when the oldest has waited
+    longer than ``INDEXING_LAG_DEGRADED_AFTER`` (``lagging``: the workers do not keep up,
+    or cannot embed).
     """
     now = timezone.now()
     pending_records = MemoryRecord.unscoped.filter(status=MemoryRecord.Status.PENDING)
@@ -352,15 +354,18 @@ def pipeline_status(*, eager: bool) -> dict[str, Any]:
         "pending_capped": pending > PENDING_COUNT_CAP,
         "oldest_pending_seconds": round(oldest_age, 1) if oldest_age is not None else None,
     }
+    lag_limit = memoryhub_settings.INDEXING_LAG_DEGRADED_AFTER
+    lagging = oldest_age is not None and oldest_age > lag_limit
+    status["lagging"] = lagging
     if eager:
-        return {"ok": True, **status}
+        return {"ok": not lagging, **status}
     stale_after = memoryhub_settings.WORKER_STALE_AFTER
     seen = WorkerHeartbeat.objects.order_by("-seen_at").values_list("seen_at", flat=True).first()
     seen_age = (now - seen).total_seconds() if seen is not None else None
     worker_missing = seen_age is None or seen_age > stale_after
     stuck = oldest_age is not None and oldest_age > stale_after
     return {
-        "ok": not (worker_missing and stuck),
+        "ok": not (worker_missing and stuck) and not lagging,
         **status,
         "worker_seen_at": seen.isoformat() if seen is not None else None,
         "worker_seen_seconds_ago": round(seen_age, 1) if seen_age is not None else None,

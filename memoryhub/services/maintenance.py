@@ -18,7 +18,7 @@ from ..conf import memoryhub_settings
 from ..models import MemoryRecord, Observation
 from ..scope import Scope
 from . import consolidation, forget, imports, indexing, vector_indexes
-from .scheduling import schedule_indexing, send
+from .scheduling import queued, redelivery_after, schedule_indexing, send
 from .store.deletion import delete_records
 
 __all__ = ["purge_expired", "sweep"]
@@ -28,8 +28,18 @@ SWEEPER = policy.principal_for_task("")
 
 
 def sweep() -> dict[str, int]:
-    """One sweep; returns what it re-sent and purged."""
-    pending = indexing.pending_for_sweep()
+    """One sweep; returns what it re-sent and purged.
+
+    Records pending longer than ``SWEEP_PENDING_AFTER`` are sent again, unless indexing
+    messages still wait in the broker's queue: then the workers have not reached them
+    yet (a backlog), and only records pending for longer than the broker takes to
+    deliver a dead worker's message again are sent (their messages were lost), so a
+    backlog is never multiplied by the sweeps."""
+    in_flight = queued("index_records")
+    older_than = memoryhub_settings.SWEEP_PENDING_AFTER
+    if in_flight:
+        older_than = max(older_than, redelivery_after())
+    pending = indexing.pending_for_sweep(timedelta(seconds=older_than))
     schedule_indexing(pending)
     jobs = imports.queued_for_sweep()
     for job_id in jobs:
@@ -51,6 +61,7 @@ def sweep() -> dict[str, int]:
         send("tenant_indexes", what="tenant index maintenance", left="left")
     return {
         "requeued": len(pending),
+        "indexing_queued": in_flight if in_flight is not None else -1,
         "jobs_requeued": len(jobs),
         "consolidations_requeued": len(waiting),
         "purged": purged,

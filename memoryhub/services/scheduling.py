@@ -19,7 +19,7 @@ from django.db import transaction
 
 from ..conf import memoryhub_settings
 
-__all__ = ["TASKS_MODULE", "schedule_indexing", "send"]
+__all__ = ["TASKS_MODULE", "queued", "redelivery_after", "schedule_indexing", "send"]
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +51,32 @@ def send(name: str, *args: Any, what: str, left: str, countdown: float = 0) -> b
         )
         return False
     return True
+
+
+def queued(name: str) -> int | None:
+    """How many messages wait in the queue the task ``name`` is sent to (0 when tasks
+    run eagerly); None when the broker cannot tell (down, unreachable)."""
+    if current_app.conf.task_always_eager:
+        return 0
+    full = f"{TASKS_MODULE}.{name}"
+    queue = current_app.amqp.router.route({}, full, args=(), kwargs={})["queue"]
+    try:
+        with current_app.connection_for_read() as connection:
+            channel = connection.default_channel
+            try:
+                return int(channel.queue_declare(queue=queue.name, passive=True).message_count)
+            except connection.channel_errors:
+                return 0  # no such queue yet: nothing was ever sent to it, or all taken
+    except Exception as exc:  # the transport's connection errors
+        logger.warning("could not count the messages queued for %s: %s", name, exc)
+        return None
+
+
+def redelivery_after() -> float:
+    """Seconds after which the broker delivers again a message a dead worker took
+    (Redis's and SQS's visibility timeout; Celery's default for them is an hour)."""
+    options = current_app.conf.broker_transport_options or {}
+    return float(options.get("visibility_timeout", 3600))
 
 
 def schedule_indexing(

@@ -554,6 +554,25 @@ def test_health_is_ok_with_a_recent_heartbeat(tenant, broker_mode):
     assert APIClient().get("/api/v1/health").json()["status"] == "degraded"
 
 
+def test_health_is_degraded_when_the_oldest_pending_record_waits_too_long_despite_workers(
+    tenant, other_tenant, broker_mode, settings
+):
+    from memoryhub.models import WorkerHeartbeat
+
+    settings.MEMORYHUB = {"INDEXING_LAG_DEGRADED_AFTER": 900}
+    WorkerHeartbeat.objects.create(hostname="w1@host", seen_at=timezone.now())
+    _backdate_pending(tenant, 600)
+    assert APIClient().get("/api/v1/health").json()["status"] == "ok"
+
+    _backdate_pending(other_tenant, 1000)  # a backlog, or an embedder that keeps failing
+    response = APIClient().get("/api/v1/health")
+    assert response.status_code == 200  # queries still work: not taken out of service
+    body = response.json()
+    assert body["status"] == "degraded"
+    assert body["indexing"]["lagging"] is True
+    assert body["indexing"]["oldest_pending_seconds"] >= 1000
+
+
 def test_health_is_ok_without_a_worker_when_nothing_waits(tenant, broker_mode):
     _backdate_pending(tenant, 5)  # just written: a worker may not have taken it yet
     body = APIClient().get("/api/v1/health").json()

@@ -277,6 +277,12 @@ SETTINGS: dict[str, Setting] = {
         " and no worker has sent a heartbeat for as long (broker mode only).",
         minimum=1,
     ),
+    "IDEMPOTENCY_TTL": Setting(
+        86_400,
+        "Seconds the first answer to a request sent with an Idempotency-Key is kept for"
+        " its retries (the sweeper deletes older ones).",
+        minimum=1,
+    ),
     "INDEXING_LAG_DEGRADED_AFTER": Setting(
         900,
         "Health reports degraded when the oldest pending record has waited longer than"

@@ -813,6 +813,39 @@ class ImportChunk(models.Model):
         return f"chunk {self.seq} of import {self.job_id}"
 
 
+class IdempotentRequest(TenantScopedModel):
+    """The answer to a write, update or forget sent with an ``Idempotency-Key`` header,
+    kept for its retries (``services.idempotency``): a retry with the same key gets
+    this answer again instead of acting twice.
+
+    Stored in the transaction that acted, so an answer exists exactly when the action
+    committed. Kept ``IDEMPOTENCY_TTL`` seconds (the sweeper deletes older ones); an
+    update's answer holds the record's content, so every erasure in the domain deletes
+    the domain's answers.
+    """
+
+    #: Who sent it: an API key (``key:<prefix>``) or a staff user (``user:<id>``).
+    sender = models.CharField(_("sender"), max_length=64)
+    idempotency_key = models.CharField(_("idempotency key"), max_length=255)
+    #: sha256 of the method, path and body: the same key with another request is refused.
+    fingerprint = models.CharField(_("request fingerprint"), max_length=64)
+    status = models.PositiveSmallIntegerField(_("status"))
+    answer = models.JSONField(_("answer"))
+    created_at = models.DateTimeField(_("created"), default=timezone.now, db_index=True)
+
+    class Meta(TenantScopedModel.Meta):
+        verbose_name = _("idempotent request")
+        verbose_name_plural = _("idempotent requests")
+        constraints = [
+            models.UniqueConstraint(
+                fields=["sender", "idempotency_key", "org"], name="memoryhub_idempotency_unique"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"idempotent request {self.pk} ({self.status})"
+
+
 class WorkerHeartbeat(models.Model):
     """The last time each Celery worker said it was alive (``memoryhub.worker``).
 

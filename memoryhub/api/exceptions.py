@@ -3,11 +3,11 @@
 Domain exceptions from the services map here: ``ValidationFailed`` (and ``FilterError``)
 → 400 with ``errors`` naming each field, ``UnknownSource`` → 400, ``WriteRefused`` → 403
 ``{"code": "write_refused", "source", "n"}``, ``PolicyDenied`` → 403
-``permission_denied``, ``RecordNotFound`` → 404, a body Django
-finds too big → 413, a database that cannot be reached or that cancelled a transaction
-(a deadlock, a shard being moved; run again in the service first) → 503. Every 400 carries
-``errors`` (an unparsable body under ``non_field_errors``). Anything unexpected is logged
-and answered as JSON too.
+``permission_denied``, ``RecordNotFound`` → 404, an ``Idempotency-Key`` sent before
+with another request → 422, a body Django finds too big → 413, a database that cannot
+be reached or that cancelled a transaction (a deadlock, a shard being moved; run again
+in the service first) → 503. Every 400 carries ``errors`` (an unparsable body under
+``non_field_errors``). Anything unexpected is logged and answered as JSON too.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from ..exceptions import (
     WriteRefused,
 )
 from ..scope import ScopeRequired
+from ..services.idempotency import HEADER, IdempotencyKeyReused
 from ..services.store.transient import is_transient
 from .parsers import RequestTooLarge
 
@@ -83,6 +84,11 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         return Response(
             _body(exc.code, str(exc), source=exc.source, n=exc.n),
             status=status.HTTP_403_FORBIDDEN,
+        )
+    if isinstance(exc, IdempotencyKeyReused):
+        return Response(
+            _body(exc.code, str(exc), errors={HEADER: [str(exc)]}),
+            status=status.HTTP_422_UNPROCESSABLE_ENTITY,
         )
     if isinstance(exc, RecordNotFound):
         exc = exceptions.NotFound("No such record.", code="record_not_found")

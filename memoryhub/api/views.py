@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from celery import current_app
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import DatabaseError
 from django.utils.module_loading import import_string
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
@@ -26,16 +28,18 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from .. import boundary, log, policy, routing, vocabulary
+from ..cache import canonical_json
 from ..conf import memoryhub_settings
 from ..exceptions import ReceiptNotFound, RecordNotFound
 from ..models import MemoryRecord
+from ..scope import Scope
 from ..services import forget as forget_service
 from ..services import health as health_service
 from ..services import history as history_service
+from ..services import idempotency, supersession
 from ..services import indexing as indexing_service
 from ..services import query as query_service
 from ..services import records as records_service
-from ..services import supersession
 from ..services import write as write_service
 from . import schema
 from . import serializers as s
@@ -137,6 +141,69 @@ class MemoryAPIView(PinnedAPIView):
                 {"non_field_errors": ["The body must be a JSON object."]}
             )
         return data
+
+
+KEY_REUSED = {
+    422: OpenApiResponse(
+        s.ErrorSerializer,
+        description="idempotency_key_reused: the Idempotency-Key was sent before with"
+        " another request.",
+    )
+}
+
+IDEMPOTENCY_KEY = OpenApiParameter(
+    idempotency.HEADER,
+    OpenApiTypes.STR,
+    OpenApiParameter.HEADER,
+    description="A key of the client's choosing (1 to 255 printable ASCII characters) that"
+    " makes a retry safe: a request sent again with the same key within IDEMPOTENCY_TTL gets"
+    " the first success answered again (status and body, Idempotent-Replayed: true) instead"
+    " of acting twice. The same key with another request is a 422"
+    " idempotency_key_reused.",
+)
+
+
+def _sender(request: Request) -> str:
+    api_key = request_api_key(request)
+    if api_key is not None:
+        return f"key:{api_key.prefix}"
+    return f"user:{request.user.pk}"
+
+
+def answered_once(
+    view: APIView, request: Request, scope: Scope, act: Callable[[], Response]
+) -> Response:
+    """``act()``'s response, or with an ``Idempotency-Key`` the first answer to that key
+    (``services.idempotency``): the action and its answer commit together, failures the
+    API puts into words (a refusal, a 400) commit what they recorded and are not kept."""
+    key = request.headers.get(idempotency.HEADER)
+    if key is None:
+        return act()
+
+    def answer() -> idempotency.Answer:
+        try:
+            response = act()
+        except DatabaseError:
+            raise  # the transaction is lost: nothing to answer from inside it
+        except Exception as exc:
+            failure = exception_handler(exc, {"request": request, "view": view})
+            if failure is None or failure.status_code >= 500:
+                raise
+            response = failure
+        return idempotency.Answer(response.status_code, response.data)
+
+    body = request.data if request.method not in ("DELETE",) else None
+    answer_ = idempotency.answer_once(
+        scope,
+        _sender(request),
+        key,
+        idempotency.fingerprint(request.method or "", request.path, canonical_json(body).encode()),
+        answer,
+    )
+    response = Response(answer_.body, status=answer_.status)
+    if answer_.replayed:
+        response["Idempotent-Replayed"] = "true"
+    return response
 
 
 def _refuse_nul_parameters(request: Request) -> None:
@@ -256,6 +323,7 @@ class RecordsView(MemoryAPIView):
         operation_id="records_write",
         parameters=[
             DOMAIN,
+            IDEMPOTENCY_KEY,
             OpenApiParameter(
                 "wait",
                 OpenApiTypes.NUMBER,
@@ -269,6 +337,7 @@ class RecordsView(MemoryAPIView):
             ),
             202: OpenApiResponse(s.WriteResponseSerializer, description="Accepted; indexing."),
             **errors_except(),
+            **KEY_REUSED,
             403: OpenApiResponse(
                 s.WriteRefusedSerializer,
                 description="A read-only knowledge base refused the write.",
@@ -280,31 +349,42 @@ class RecordsView(MemoryAPIView):
         scope = resolve_domain(request, domain, Action.WRITE)
         body = self.body(request)
         wait = _wait_seconds(request)
-        result = write_service.write_body(scope, body, principal=request_principal(request))
-        records = [s.record_result(record) for record in result.records]
-        code: int = status.HTTP_202_ACCEPTED
-        reason: dict[str, str] = {}
-        if wait and result.records:
-            eager = bool(current_app.conf.task_always_eager)
-            # Waiting for a worker nobody has seen would only hold the request.
-            waiting = eager or indexing_service.worker_seen_recently()
-            statuses, done = indexing_service.wait_until_indexed(
-                scope, [record["id"] for record in records], wait if waiting else 0
+
+        def write() -> Response:
+            result = write_service.write_body(scope, body, principal=request_principal(request))
+            return Response(
+                {
+                    "accepted": result.accepted,
+                    "refused": result.refused,
+                    "failed": result.failed,
+                    "records": [s.record_result(record) for record in result.records],
+                },
+                status=status.HTTP_202_ACCEPTED,
             )
-            records = [{**r, "status": statuses.get(r["id"], r["status"])} for r in records]
-            code = status.HTTP_200_OK if done else status.HTTP_202_ACCEPTED
-            if not done:
-                reason = {"pending_reason": "timeout" if waiting else "no_worker"}
-        return Response(
-            {
-                "accepted": result.accepted,
-                "refused": result.refused,
-                "failed": result.failed,
-                "records": records,
-                **reason,
-            },
-            status=code,
+
+        response = answered_once(self, request, scope, write)
+        records = response.data.get("records") if response.status_code == 202 else None
+        if not wait or not records or response.has_header("Idempotent-Replayed"):
+            return response
+        # Waited for once the write committed (a worker cannot index it before).
+        eager = bool(current_app.conf.task_always_eager)
+        # Waiting for a worker nobody has seen would only hold the request.
+        waiting = eager or indexing_service.worker_seen_recently()
+        statuses, done = indexing_service.wait_until_indexed(
+            scope, [record["id"] for record in records], wait if waiting else 0
         )
+        records = [{**r, "status": statuses.get(r["id"], r["status"])} for r in records]
+        reason = {} if done else {"pending_reason": "timeout" if waiting else "no_worker"}
+        waited = Response(
+            {**response.data, "records": records, **reason},
+            status=status.HTTP_200_OK if done else status.HTTP_202_ACCEPTED,
+        )
+        key = request.headers.get(idempotency.HEADER)
+        if key is not None:
+            idempotency.replace_answer(
+                scope, _sender(request), key, idempotency.Answer(waited.status_code, waited.data)
+            )
+        return waited
 
     @extend_schema(
         summary="List records",
@@ -445,55 +525,64 @@ class RecordDetailView(MemoryAPIView):
     def _update(self, request: Request, domain: str, record_id: str, partial: bool) -> Response:
         scope = resolve_domain(request, domain, Action.UPDATE)
         _get_or_404(scope, record_id)
-        result = write_service.update_record(
-            scope,
-            record_id,
-            self.body(request),
-            partial=partial,
-            principal=request_principal(request),
-        )
-        if not policy.allows(
-            request_principal(request),
-            Action.READ,
-            org_id=scope.org_id,
-            domain_id=scope.domain_id,
-        ):
-            # A key without read never receives content, metadata or tags.
-            return Response({"id": result.id, "status": result.status})
-        return Response(s.RecordSerializer(_get_or_404(scope, record_id)).data)
+        changes = self.body(request)
+
+        def update() -> Response:
+            result = write_service.update_record(
+                scope,
+                record_id,
+                changes,
+                partial=partial,
+                principal=request_principal(request),
+            )
+            if not policy.allows(
+                request_principal(request),
+                Action.READ,
+                org_id=scope.org_id,
+                domain_id=scope.domain_id,
+            ):
+                # A key without read never receives content, metadata or tags.
+                return Response({"id": result.id, "status": result.status})
+            return Response(s.RecordSerializer(_get_or_404(scope, record_id)).data)
+
+        return answered_once(self, request, scope, update)
 
     @extend_schema(
         summary="Replace a record's content and fields",
-        parameters=[DOMAIN],
+        parameters=[DOMAIN, IDEMPOTENCY_KEY],
         request=vocabulary.RecordUpdateSerializer,
-        responses={200: UPDATED, **errors_except()},
+        responses={200: UPDATED, **errors_except(), **KEY_REUSED},
     )
     def put(self, request: Request, domain: str, record_id: str) -> Response:
         return self._update(request, domain, record_id, partial=False)
 
     @extend_schema(
         summary="Change some of a record's fields",
-        parameters=[DOMAIN],
+        parameters=[DOMAIN, IDEMPOTENCY_KEY],
         request=vocabulary.RecordUpdateSerializer,
-        responses={200: UPDATED, **errors_except()},
+        responses={200: UPDATED, **errors_except(), **KEY_REUSED},
     )
     def patch(self, request: Request, domain: str, record_id: str) -> Response:
         return self._update(request, domain, record_id, partial=True)
 
     @extend_schema(
         summary="Forget a record",
-        parameters=[DOMAIN],
-        responses={200: s.ForgetResponseSerializer, **errors_except(400, 413)},
+        parameters=[DOMAIN, IDEMPOTENCY_KEY],
+        responses={200: s.ForgetResponseSerializer, **errors_except(413), **KEY_REUSED},
     )
     def delete(self, request: Request, domain: str, record_id: str) -> Response:
         scope = resolve_domain(request, domain, Action.FORGET)
-        try:
-            result = forget_service.forget_record(
-                scope, record_id, principal=request_principal(request)
-            )
-        except RecordNotFound:
-            raise exceptions.NotFound("No such record.", code="record_not_found") from None
-        return Response(s.forget_result(result))
+
+        def forget() -> Response:
+            try:
+                result = forget_service.forget_record(
+                    scope, record_id, principal=request_principal(request)
+                )
+            except RecordNotFound:
+                raise exceptions.NotFound("No such record.", code="record_not_found") from None
+            return Response(s.forget_result(result))
+
+        return answered_once(self, request, scope, forget)
 
 
 class RecordHistoryView(MemoryAPIView):
@@ -564,9 +653,9 @@ class ForgetView(MemoryAPIView):
 
     @extend_schema(
         summary="Forget memory",
-        parameters=[DOMAIN],
+        parameters=[DOMAIN, IDEMPOTENCY_KEY],
         request=vocabulary.ForgetRequestSerializer,
-        responses={200: s.ForgetResponseSerializer, **errors_except()},
+        responses={200: s.ForgetResponseSerializer, **errors_except(), **KEY_REUSED},
         examples=schema.FORGET_EXAMPLES,
     )
     def post(self, request: Request, domain: str) -> Response:
@@ -574,8 +663,14 @@ class ForgetView(MemoryAPIView):
         forget_request = forget_service.ForgetRequest.from_body(self.body(request))
         if forget_request.is_subject_erasure:
             require(request, Action.ERASE_SUBJECT, scope)
-        result = forget_service.forget(scope, forget_request, principal=request_principal(request))
-        return Response(s.forget_result(result))
+
+        def forget() -> Response:
+            result = forget_service.forget(
+                scope, forget_request, principal=request_principal(request)
+            )
+            return Response(s.forget_result(result))
+
+        return answered_once(self, request, scope, forget)
 
 
 class ErasureReceiptView(MemoryAPIView):

@@ -34,6 +34,7 @@ from tenants.models import ApiKey, Domain, Membership, Org
 
 from ..models import (
     ErasureReceipt,
+    IdempotentRequest,
     ImportChunk,
     ImportJob,
     KnowledgeBase,
@@ -85,6 +86,7 @@ DISTRIBUTED: tuple[type[models.Model], ...] = (
     ErasureReceipt,
     WordStatistics,
     WordFrequency,
+    IdempotentRequest,
 )
 
 #: Tenancy, replicated to every node (an org before what refers to it).

@@ -44,7 +44,7 @@ from ..models import (
 )
 from ..scope import Scope, tenant_scope
 from ..vocabulary import MAX_SOURCE_NAME_LENGTH, ForgetRequestSerializer, field_names
-from . import imports, word_statistics
+from . import idempotency, imports, word_statistics
 from .distribution import distributed_tables, is_citus, org_of
 from .records import get_record
 from .scheduling import send
@@ -284,6 +284,8 @@ def _forget_once(
                 sorted((knowledge_bases[kb_id].name, n) for kb_id, n in erased.items())
             )
         if refusal is None and (result.deleted or result.cancelled_imports):
+            # Answers kept for retries may hold what was erased (an update's record).
+            idempotency.forget_domain(scope)
             _record_receipt(scope, _selector(request), result, actor, batch)
             _signal(scope, request, result, actor)
     return result, refusal
@@ -542,6 +544,9 @@ ERASURE_REGISTRY: dict[str, str] = {
     "memoryhub.Observation": "holds counts, knowledge base names and keyed hashes only",
     "memoryhub.ErasureReceipt": "the receipt: counts and the selector as a keyed hash",
     "memoryhub.KnowledgeBase": "operator-curated names and descriptions, not subject data",
+    "memoryhub.IdempotentRequest": "answers kept for retries (an update's holds the record):"
+    " every erasure in the domain deletes the domain's (idempotency.forget_domain), the"
+    " sweeper those older than IDEMPOTENCY_TTL",
     "sessions.Session": "login sessions of staff users, not memory",
     "memoryhub.WordFrequency": "a large domain's common words (held by at least 20 of "
     "its records) and their counts: deleted by every erasure in the domain "

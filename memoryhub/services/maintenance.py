@@ -17,7 +17,7 @@ from ..cache import bump_generation
 from ..conf import memoryhub_settings
 from ..models import MemoryRecord, Observation
 from ..scope import Scope
-from . import consolidation, forget, imports, indexing, vector_indexes
+from . import consolidation, forget, idempotency, imports, indexing, vector_indexes
 from .scheduling import queued, redelivery_after, schedule_indexing, send
 from .store.deletion import delete_records
 
@@ -79,6 +79,7 @@ def purge_expired() -> int:
     deleted += sum(orphans.values())
     for org_id, domain_id in scopes:
         bump_generation(Scope(org_id, domain_id))
+    idempotency.purge_expired(now)
     retention = timedelta(days=memoryhub_settings.OBSERVATION_RETENTION_DAYS)
     Observation.unscoped.filter(created_at__lt=now - retention).delete()
     return deleted

@@ -39,7 +39,7 @@ SERVICES = "memoryhub.services"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("scheduling",),
     ("store", "records", "record_indexes", "knowledge_bases"),
-    ("filter_indexes", "word_statistics", "history", "distribution"),
+    ("filter_indexes", "word_statistics", "history", "distribution", "idempotency"),
     ("validation", "vector_indexes"),
     ("indexing", "supersession"),
     ("write", "query"),

@@ -17,6 +17,7 @@ import httpx
 from ..exceptions import WriteRefused
 from ..items import MemoryItem, RecordResult, WriteResult, as_write_item, thaw
 from .errors import error_for
+from .retries import new_idempotency_key, send, send_async
 
 if TYPE_CHECKING:
     from ..sources import MemoryContext
@@ -47,7 +48,9 @@ class HttpMemory:
     """Query and write one domain of a memoryhub server.
 
     ``sources`` limits queries to those knowledge bases; writes go to ``write_to``.
-    ``namespaces`` and ``mode`` are sent with every query. Timeouts are httpx's.
+    ``namespaces`` and ``mode`` are sent with every query. Timeouts are httpx's; a
+    request the network or a busy server failed is sent again, a write with an
+    ``Idempotency-Key`` so it is stored once (:mod:`memoryhub.client.retries`).
 
     ``accepts_writes`` is what the server says of ``write_to`` (its ``sources``
     endpoint: False when that knowledge base is read-only), read when first asked and
@@ -102,7 +105,13 @@ class HttpMemory:
         async with httpx.AsyncClient(
             headers=self._headers, timeout=self._timeout, transport=self._transport
         ) as client:
-            response = await client.post(self._url(path), json=body)
+            response = await send_async(
+                client,
+                "POST",
+                self._url(path),
+                json=body,
+                idempotency_key=new_idempotency_key() if action != "read" else None,
+            )
         return _payload(response, sources=sources, action=action)
 
     @property
@@ -115,7 +124,7 @@ class HttpMemory:
         # that does not exist yet is created by the first write: it accepts.
         sync = self._transport if isinstance(self._transport, httpx.BaseTransport) else None
         with httpx.Client(headers=self._headers, timeout=self._timeout, transport=sync) as c:
-            rows = _payload(c.get(self._url("sources")), sources=(), action="read")
+            rows = _payload(send(c, "GET", self._url("sources")), sources=(), action="read")
         return not any(row.get("read_only") for row in rows if row["name"] == self.write_to)
 
     async def query(

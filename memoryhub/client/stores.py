@@ -28,6 +28,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 import httpx
 
 from .errors import error_for
+from .retries import new_idempotency_key, send, send_async
 
 __all__ = [
     "HttpMemoryStore",
@@ -122,6 +123,8 @@ class _Call:
     action: str
     params: dict[str, Any] | None = None
     body: dict[str, Any] | None = None
+    #: Sent with a call that changes memory: its retries act once.
+    idempotency_key: str | None = None
 
 
 T = TypeVar("T")
@@ -230,7 +233,9 @@ class _RestStore:
             "metadata": {"value": record.value},
         }
         body = {"source": self.source, "items": [item]}
-        yield from self._exchange(_Call("POST", "records", "write", body=body))
+        yield from self._exchange(
+            _Call("POST", "records", "write", body=body, idempotency_key=new_idempotency_key())
+        )
 
     def _get(self, scope: str, key: str) -> Exchange[StoredRecord | None]:
         params = {"namespace": scope, "key": key, "source": self.source, "page_size": 1}
@@ -284,7 +289,7 @@ class _RestStore:
         if not all_sources:
             body["source"] = self.source
         # An API key's forget permission grants erase_subject too: a refusal is forget's.
-        call = _Call("POST", "forget", "forget", body=body)
+        call = _Call("POST", "forget", "forget", body=body, idempotency_key=new_idempotency_key())
         result = yield from self._exchange(call)
         return int(result["deleted"])
 
@@ -321,8 +326,13 @@ class HttpMemoryStore(_RestStore):
             try:
                 call = next(exchange)
                 while True:
-                    response = await client.request(
-                        call.method, call.path, params=call.params, json=call.body
+                    response = await send_async(
+                        client,
+                        call.method,
+                        call.path,
+                        params=call.params,
+                        json=call.body,
+                        idempotency_key=call.idempotency_key,
                     )
                     call = exchange.send(response)
             except StopIteration as done:
@@ -386,8 +396,13 @@ class SyncHttpMemoryStore(_RestStore):
             try:
                 call = next(exchange)
                 while True:
-                    response = client.request(
-                        call.method, call.path, params=call.params, json=call.body
+                    response = send(
+                        client,
+                        call.method,
+                        call.path,
+                        params=call.params,
+                        json=call.body,
+                        idempotency_key=call.idempotency_key,
                     )
                     call = exchange.send(response)
             except StopIteration as done:

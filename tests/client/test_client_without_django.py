@@ -170,9 +170,11 @@ def test_importing_the_client_loads_no_django():
         "memoryhub.client",
         "memoryhub.client.errors",
         "memoryhub.client.http",
+        "memoryhub.client.retries",
         "memoryhub.client.stores",
         "memoryhub.exceptions",
         "memoryhub.items",
+        "memoryhub.openai_compatible",
     ]
 
 

@@ -68,6 +68,7 @@ from langgraph.store.base.embed import get_text_at_path, tokenize_path
 
 from ...client import HttpMemoryError
 from ...client.errors import error_for
+from ...client.retries import new_idempotency_key, send
 
 __all__ = [
     "TAG",
@@ -442,7 +443,14 @@ class HttpMemoryhubStore(MemoryhubStoreBase):
         return f"{self.base_url}/api/v1/domains/{self.domain}/{path}"
 
     def _call(self, method: str, url: str, **kwargs: Any) -> Any:
-        response = self._client.request(method, url, **kwargs)
+        changes = method != "GET" and not url.endswith("/query")
+        response = send(
+            self._client,
+            method,
+            url,
+            idempotency_key=new_idempotency_key() if changes else None,
+            **kwargs,
+        )
         if response.status_code >= 400:
             action = (
                 "read"

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import DatabaseError
 from mcp_types import Tool as ToolShape
 from mcp_types import ToolAnnotations
 from rest_framework import serializers
@@ -31,19 +32,23 @@ from .. import boundary, policy, vocabulary
 from ..api import serializers as s
 from ..api.authentication import request_api_key
 from ..api.permissions import request_principal, require, resolve_domain
+from ..cache import canonical_json
 from ..exceptions import ValidationFailed
 from ..scope import Scope
 from ..services import forget as forget_service
 from ..services import history as history_service
+from ..services import idempotency, supersession
 from ..services import query as query_service
 from ..services import records as records_service
-from ..services import supersession
 from ..services import write as write_service
 
 __all__ = ["TOOLS", "Tool", "call", "calling_key", "describe", "jsonable", "scope_for"]
 
 Action = policy.Action
 Arguments = dict[str, Any]
+
+#: The argument of the tools that change memory that makes their retries safe.
+IDEMPOTENCY_ARGUMENT = "idempotency_key"
 
 
 def jsonable(value: Any) -> Any:
@@ -75,9 +80,19 @@ class Tool:
         required = list(arguments.get("required", ()))
         if domains is not None:
             required.append("domain")
+        properties = {"domain": domain, **arguments["properties"]}
+        if not self.read_only:
+            properties[IDEMPOTENCY_ARGUMENT] = {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": idempotency.MAX_KEY_LENGTH,
+                "description": "A key of your choosing that makes a retry safe: the same"
+                " call sent again with the same key is answered as the first time"
+                " instead of acting twice (as REST's Idempotency-Key header).",
+            }
         return {
             "type": "object",
-            "properties": {"domain": domain, **arguments["properties"]},
+            "properties": properties,
             "required": required,
             "additionalProperties": False,
         }
@@ -370,6 +385,7 @@ def call(request: Request, tool: Tool, arguments: Arguments) -> dict[str, Any]:
     REST API's URL and key are), then the arguments' names, then the service."""
     arguments = dict(boundary.check_json(arguments))
     scope = scope_for(request, arguments.pop("domain", None), tool.action)
+    key = None if tool.read_only else arguments.pop(IDEMPOTENCY_ARGUMENT, None)
     declared = tool.arguments()
     unknown = sorted(set(arguments) - set(declared["properties"]))
     if unknown:
@@ -377,4 +393,44 @@ def call(request: Request, tool: Tool, arguments: Arguments) -> dict[str, Any]:
     missing = [name for name in declared.get("required", ()) if name not in arguments]
     if missing:
         raise ValidationFailed({name: ["This field is required."] for name in missing})
-    return jsonable(tool.run(request, scope, arguments))
+    if key is None:
+        return jsonable(tool.run(request, scope, arguments))
+    return _answered_once(request, scope, tool, arguments, key)
+
+
+def _answered_once(
+    request: Request, scope: Scope, tool: Tool, arguments: Arguments, key: Any
+) -> dict[str, Any]:
+    """A changing tool's call with an ``idempotency_key``: its first answer, kept in the
+    transaction that acted and given again to the same call sent again
+    (``services.idempotency``). A failure is not kept; what it recorded (a refusal's
+    count) commits, and it is raised."""
+    if not isinstance(key, str):
+        raise ValidationFailed({IDEMPOTENCY_ARGUMENT: ["must be a string."]})
+    try:
+        idempotency.check_key(key)
+    except ValidationFailed:
+        raise ValidationFailed(
+            {IDEMPOTENCY_ARGUMENT: ["must be 1 to 255 printable ASCII characters."]}
+        ) from None
+    failures: list[Exception] = []
+
+    def act() -> idempotency.Answer:
+        try:
+            return idempotency.Answer(200, jsonable(tool.run(request, scope, arguments)))
+        except DatabaseError:
+            raise  # the transaction is lost: nothing to answer from inside it
+        except Exception as exc:
+            failures.append(exc)
+            return idempotency.Answer(400, None)
+
+    answer = idempotency.answer_once(
+        scope,
+        f"key:{calling_key(request).prefix}",
+        key,
+        idempotency.fingerprint("MCP", tool.name, canonical_json(arguments).encode()),
+        act,
+    )
+    if failures:
+        raise failures[0]
+    return dict(answer.body)

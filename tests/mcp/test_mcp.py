@@ -709,3 +709,58 @@ def test_an_agent_supersedes_a_fact_and_reads_it_as_of_a_moment(live_server, wor
     assert then["items"][0]["valid_until"].startswith("2026-05-01")
     assert [link["id"] for link in timeline["links"]] == [paris, lyon]
     assert error and "as_of" in bad["errors"]
+
+
+def test_a_changing_tool_called_again_with_its_idempotency_key_acts_once(
+    live_server, world, revision
+):
+    _, _, keys, _ = world
+    globex_before = org_snapshot("globex")
+    write_call = {"items": [{"content": "said once over MCP"}], "idempotency_key": "mcp-1"}
+    (e1, first), (e2, again), (e3, reused), (e4, refused), (e5, refused_again) = calls(
+        live_server,
+        keys["support"],
+        ("memory_write", write_call),
+        ("memory_write", write_call),
+        ("memory_write", {"items": [{"content": "another"}], "idempotency_key": "mcp-1"}),
+        (
+            "memory_write",
+            {"source": "handbook", "items": [{"content": "no"}], "idempotency_key": "h"},
+        ),
+        (
+            "memory_write",
+            {"source": "handbook", "items": [{"content": "no"}], "idempotency_key": "h"},
+        ),
+        revision=revision,
+    )
+    assert not e1 and not e2 and again == first
+    assert MemoryRecord.unscoped.filter(content="said once over MCP").count() == 1
+    assert e3 and reused["code"] == "idempotency_key_reused"
+    assert MemoryRecord.unscoped.filter(content="another").count() == 0
+    assert e4 and e5 and refused["code"] == refused_again["code"] == "write_refused"
+    handbook = KnowledgeBase.unscoped.get(name="handbook", domain__slug="support", org__slug="acme")
+    assert handbook.refused_writes == 2  # each refusal counted, none kept
+    assert org_snapshot("globex") == globex_before
+
+    # The same key from another org's key is its own.
+    error, other = call(
+        live_server, keys["globex"], "memory_write", revision, domain="support", **write_call
+    )
+    assert not error and other["records"][0]["id"] != first["records"][0]["id"]
+
+
+def test_only_the_changing_tools_take_an_idempotency_key(live_server, world):
+    _, _, keys, _ = world
+
+    async def work(client: Client) -> Any:
+        return await client.list_tools()
+
+    listed = {tool.name: tool for tool in session(live_server, keys["support"], work).tools}
+    takes = {
+        name
+        for name, tool in listed.items()
+        if "idempotency_key" in tool.input_schema["properties"]
+    }
+    assert takes == {"memory_write", "memory_update", "memory_forget"}
+    error, body = call(live_server, keys["support"], "memory_query", query="x", idempotency_key="k")
+    assert error and "idempotency_key" in body["errors"]

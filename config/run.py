@@ -4,7 +4,8 @@ Starts the embedded PostgreSQL and the embedded Redis (broker and shared cache),
 seeds the demo, then runs the web server and a Celery worker with beat (the sweeper)
 beside it, as production does, so that imports and indexing never run inside a request.
 Ctrl-C (or SIGTERM) stops the web server and the worker, then Redis, then PostgreSQL:
-nothing is left running.
+nothing is left running. A web server or worker that dies (killed, out of memory) is
+started again; one that keeps dying stops everything.
 
 ``python -m config.run [--host 127.0.0.1] [--port 8000]``. With ``DATABASE_URL`` set the
 embedded PostgreSQL is not used; with ``CELERY_BROKER_URL`` set the embedded Redis is not
@@ -30,15 +31,22 @@ from types import FrameType
 
 #: Seconds a process gets to stop after SIGTERM before it is killed.
 STOP_TIMEOUT = 15.0
+#: A child that dies is started again, unless it died this many times within
+#: ``RESTART_WINDOW`` seconds (it cannot start: everything stops and says why).
+MAX_RESTARTS = 5
+RESTART_WINDOW = 60.0
 
 
 class Supervisor:
     def __init__(self) -> None:
         self.children: dict[str, subprocess.Popen[bytes]] = {}
+        self.commands: dict[str, tuple[list[str], dict[str, str], Path | None]] = {}
+        self.restarts: dict[str, list[float]] = {}
         self.stopping = False
 
     def spawn(self, name: str, argv: list[str], env: dict[str, str], log: Path | None) -> None:
         output = log.open("ab") if log is not None else None
+        self.commands[name] = (argv, env, log)
         self.children[name] = subprocess.Popen(
             argv,
             env=env,
@@ -48,12 +56,29 @@ class Supervisor:
         )
 
     def wait(self) -> int:
-        """Until a signal arrives or a child exits; the exit status to return."""
+        """Until a signal arrives; a child that exits is started again (what it left in
+        its group is killed first). A child that keeps dying stops everything: the exit
+        status to return."""
         while not self.stopping:
-            for name, child in self.children.items():
-                if child.poll() is not None:
-                    print(f"memoryhub: {name} exited ({child.returncode}); stopping", flush=True)
+            for name, child in list(self.children.items()):
+                if child.poll() is None:
+                    continue
+                _signal_group(child, signal.SIGKILL)
+                now = time.monotonic()
+                recent = [t for t in self.restarts.get(name, []) if now - t < RESTART_WINDOW]
+                if len(recent) >= MAX_RESTARTS:
+                    print(
+                        f"memoryhub: {name} exited ({child.returncode}) {len(recent) + 1} times"
+                        f" in {RESTART_WINDOW:.0f} s; stopping",
+                        flush=True,
+                    )
                     return child.returncode or 1
+                self.restarts[name] = [*recent, now]
+                print(
+                    f"memoryhub: {name} exited ({child.returncode}); starting it again",
+                    flush=True,
+                )
+                self.spawn(name, *self.commands[name])
             time.sleep(0.2)
         return 0
 

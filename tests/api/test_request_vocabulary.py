@@ -16,7 +16,7 @@ from drf_spectacular.generators import SchemaGenerator
 
 from memoryhub import vocabulary
 from memoryhub.exceptions import ValidationFailed
-from memoryhub.mcp.tools import TOOLS
+from memoryhub.mcp.tools import IDEMPOTENCY_ARGUMENT, TOOLS
 from memoryhub.services import forget, imports, validation, write
 from memoryhub.services.query import QueryRequest
 
@@ -34,7 +34,9 @@ def mcp_arguments(tool: str) -> dict[str, Any]:
     properties = TOOLS[tool].input_schema(None)["properties"]
     if tool == "memory_update":
         return properties["fields"]["properties"]
-    return {name: schema for name, schema in properties.items() if name != "domain"}
+    # The domain and the idempotency key are REST's URL and header, not its body.
+    envelope = {"domain", IDEMPOTENCY_ARGUMENT}
+    return {name: schema for name, schema in properties.items() if name not in envelope}
 
 
 def refused_as_unknown(check: Callable[[dict[str, Any]], object], name: str) -> bool:

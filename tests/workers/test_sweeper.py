@@ -54,7 +54,7 @@ def test_records_whose_messages_still_wait_are_not_sent_again(
     assert swept["indexing_queued"] >= sent
 
     # The broker loses its messages (a restart without persistence): now they are sent.
-    broker.client().flushdb()
+    current_app.control.purge()
     assert scheduling.queued("index_records") == 0
     swept = maintenance.sweep()
 

@@ -14,9 +14,10 @@ passages of docstrings):
 * on the cluster, **single-shard share**: every question asked again with
   ``citus.multi_task_query_log_level = error``, so a statement sent to more than one
   shard fails;
-* on the cluster, **a tenant moved under writes**: the 1% tenant's shard group moved to
-  the other worker while an agent writes to it, turn by turn; the turns written per
-  second during the move, and how many acknowledged turns are missing after it.
+* on the cluster, **a tenant isolated, then moved, under writes**: the 1% tenant given a
+  shard group of its own, then moved to the other worker, each while an agent writes to
+  it turn by turn; the turns written per second meanwhile, and how many acknowledged
+  turns are missing or doubled after each.
 
 The results go to ``benchmarks/results-citus.json`` and ``benchmarks/REPORT-citus.md``.
 """
@@ -99,12 +100,15 @@ def _single_shard_share(scopes: list[Any], questions: list[list[str]]) -> dict[s
     return {"queries": asked, "single_shard": routed, "share": round(routed / asked, 4)}
 
 
-def _move_under_writes(scope: Any) -> dict[str, Any]:
-    from django.db import connection, connections
+def _under_writes(scope: Any, what: str, operation: Any) -> dict[str, Any]:
+    """Run ``operation()`` (a move or an isolation of ``scope``'s org) while an agent
+    writes to the org turn by turn; what was acknowledged against what is stored."""
+    from django.db import connections
 
     from memoryhub.models import MemoryRecord
-    from memoryhub.services import distribution, write
+    from memoryhub.services import write
 
+    marker = f"written while the tenant {what}"
     written: list[str] = []
     errors: list[str] = []
     stop = threading.Event()
@@ -114,7 +118,7 @@ def _move_under_writes(scope: Any) -> dict[str, Any]:
         n = 0
         try:
             while not stop.is_set():
-                content = f"turn {n} written while the tenant moves"
+                content = f"turn {n} {marker}"
                 try:
                     write.write(scope, [{"content": content}])
                     written.append(content)
@@ -126,6 +130,43 @@ def _move_under_writes(scope: Any) -> dict[str, Any]:
         finally:
             connections.close_all()
 
+    thread = threading.Thread(target=agent, daemon=True)
+    thread.start()
+    working.wait(timeout=120)
+    at_start = len(written)
+    started = time.perf_counter()
+    outcome = operation()
+    seconds = time.perf_counter() - started
+    during = len(written) - at_start
+    stop.set()
+    thread.join(timeout=120)
+    stored = list(
+        MemoryRecord.unscoped.filter(org_id=scope.org_id, content__endswith=marker).values_list(
+            "content", flat=True
+        )
+    )
+    return {
+        "outcome": str(outcome),
+        "seconds": round(seconds, 2),
+        "turns_during": during,
+        "turns_per_second_during": round(during / seconds, 1) if seconds else None,
+        "acknowledged": len(written),
+        "lost": len(set(written) - set(stored)),
+        "doubled": len(stored) - len(set(stored)),
+        "errors": errors[:5],
+    }
+
+
+def _isolate_and_move_under_writes(scope: Any) -> dict[str, Any]:
+    """Isolate the org on a shard group of its own, then move it to the other worker,
+    each while an agent writes to it."""
+    from django.db import connection
+
+    from memoryhub.services import distribution
+
+    isolated = _under_writes(
+        scope, "is isolated", lambda: distribution.isolate_tenant(connection, scope.org_id)
+    )
     before = distribution.tenant_node(connection, scope.org_id)
     with connection.cursor() as cursor:
         cursor.execute(
@@ -134,30 +175,12 @@ def _move_under_writes(scope: Any) -> dict[str, Any]:
             [before.host, before.port],
         )
         host, port = cursor.fetchone()
-    thread = threading.Thread(target=agent, daemon=True)
-    thread.start()
-    working.wait(timeout=120)
-    at_start = len(written)
-    started = time.perf_counter()
-    outcome = distribution.move_tenant(connection, scope.org_id, host, port)
-    seconds = time.perf_counter() - started
-    during = len(written) - at_start
-    stop.set()
-    thread.join(timeout=120)
-    stored = set(
-        MemoryRecord.unscoped.filter(
-            org_id=scope.org_id, content__endswith="written while the tenant moves"
-        ).values_list("content", flat=True)
+    moved = _under_writes(
+        scope,
+        "moves",
+        lambda: distribution.move_tenant(connection, scope.org_id, host, port),
     )
-    return {
-        "outcome": outcome,
-        "move_seconds": round(seconds, 2),
-        "turns_during_move": during,
-        "turns_per_second_during_move": round(during / seconds, 1) if seconds else None,
-        "acknowledged": len(written),
-        "lost": len(set(written) - stored),
-        "errors": errors[:5],
-    }
+    return {"isolate": isolated, "move": moved}
 
 
 def child(target: str, records: int, tenants: int, output: Path) -> None:
@@ -197,7 +220,7 @@ def child(target: str, records: int, tenants: int, output: Path) -> None:
         }
     if target == "cluster":
         results["routing"] = _single_shard_share([scopes[i] for i in chosen.values()], asked)
-        results["move"] = _move_under_writes(scopes[one_percent])
+        results["operations"] = _isolate_and_move_under_writes(scopes[one_percent])
     output.write_text(json.dumps(results, indent=2, default=str))
 
 
@@ -234,9 +257,15 @@ def report(single: dict[str, Any], cluster: dict[str, Any]) -> str:
                     many["recall@10"] >= one["recall@10"] - 0.01,
                 )
             )
-    routing, move = cluster["routing"], cluster["move"]
+    routing, operations = cluster["routing"], cluster["operations"]
     checks.append(("every tenant query single-shard", routing["share"] == 1.0))
-    checks.append(("0 lost across an online move", move["lost"] == 0 and not move["errors"]))
+    for name, run in operations.items():
+        checks.append(
+            (
+                f"0 lost, 0 doubled across an online {name} under writes",
+                run["lost"] == 0 and run["doubled"] == 0 and not run["errors"],
+            )
+        )
     lines = [
         "# Scale-out: one PostgreSQL beside a Citus cluster",
         "",
@@ -251,10 +280,13 @@ def report(single: dict[str, Any], cluster: dict[str, Any]) -> str:
         f"Tenant queries routed to a single shard: {routing['single_shard']} of"
         f" {routing['queries']} ({routing['share']:.0%}).",
         "",
-        f"The 1% tenant moved to the other worker under writes: {move['move_seconds']} s,"
-        f" {move['turns_during_move']} turns written during the move"
-        f" ({move['turns_per_second_during_move']}/s), {move['acknowledged']} acknowledged,"
-        f" {move['lost']} lost, {len(move['errors'])} errors.",
+        *(
+            f"The 1% tenant, {name} under writes (synchronous commit on): {run['seconds']} s,"
+            f" {run['turns_during']} turns written during it"
+            f" ({run['turns_per_second_during']}/s), {run['acknowledged']} acknowledged,"
+            f" {run['lost']} lost, {run['doubled']} doubled, {len(run['errors'])} errors."
+            for name, run in operations.items()
+        ),
         "",
         "| target | met |",
         "|---|---|",

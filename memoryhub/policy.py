@@ -45,6 +45,8 @@ from .conf import memoryhub_settings
 from .exceptions import PolicyDenied
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from tenants.models import ApiKey, OrgQuerySet
 
     from .models import KnowledgeBase
@@ -64,6 +66,7 @@ __all__ = [
     "actor_label",
     "allows",
     "allows_anywhere",
+    "ends_life_early",
     "is_subject_erasure",
     "may_bypass_read_only",
     "orgs_allowing",
@@ -72,6 +75,7 @@ __all__ = [
     "principal_for_user",
     "refuses_change",
     "require",
+    "require_forget_to_expire",
 ]
 
 
@@ -319,6 +323,37 @@ def allows_anywhere(principal: Principal, action: Action) -> bool:
     if isinstance(principal, KeyPrincipal):
         return action in principal.actions(principal.org_id)
     return principal.is_superuser or bool(principal.org_ids_allowing(action))
+
+
+# --- what a change does ---------------------------------------------------------------
+
+
+def ends_life_early(current: datetime | None, new: datetime | None) -> bool:
+    """Whether setting an existing record's expiry from ``current`` to ``new`` ends its
+    life sooner (an expiry where it had none, or an earlier one): the sweeper then
+    deletes it, so the change is a forget, whatever the door calls it."""
+    return new is not None and (current is None or new < current)
+
+
+def require_forget_to_expire(
+    principal: Principal,
+    scope: Scope,
+    current: datetime | None,
+    new: datetime | None,
+    *,
+    field: str = "expires_at",
+) -> None:
+    """Raise :class:`~memoryhub.exceptions.PolicyDenied` when a change of an existing
+    record's expiry ends its life early (:func:`ends_life_early`) and ``principal`` may
+    not forget in ``scope``. A write may set an expiry only on the records it creates."""
+    if not ends_life_early(current, new):
+        return
+    if not allows(principal, Action.FORGET, org_id=scope.org_id, domain_id=scope.domain_id):
+        raise PolicyDenied(
+            Action.FORGET,
+            f"Shortening a record's life ({field}) forgets it: this credential lacks the"
+            " forget permission.",
+        )
 
 
 # --- the read-only rule -------------------------------------------------------------------

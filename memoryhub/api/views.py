@@ -543,7 +543,9 @@ class RecordDetailView(MemoryAPIView):
             ):
                 # A key without read never receives content, metadata or tags.
                 return Response({"id": result.id, "status": result.status})
-            return Response(s.RecordSerializer(_get_or_404(scope, record_id)).data)
+            # The state saved, an expiry in the past included (the sweeper's from now).
+            saved = records_service.get_record(scope, record_id, live=False)
+            return Response(s.RecordSerializer(saved).data)
 
         return answered_once(self, request, scope, update)
 

@@ -226,7 +226,8 @@ def _update(request: Request, scope: Scope, arguments: Arguments) -> dict[str, A
     principal = request_principal(request)
     if not policy.allows(principal, Action.READ, org_id=scope.org_id, domain_id=scope.domain_id):
         return {"id": result.id, "status": result.status}  # no content without read
-    return dict(s.RecordSerializer(records_service.get_record(scope, record_id)).data)
+    saved = records_service.get_record(scope, record_id, live=False)
+    return dict(s.RecordSerializer(saved).data)
 
 
 # --- reading records --------------------------------------------------------------------

@@ -341,19 +341,17 @@ def list_namespaces(scope: Scope, raw: Mapping[str, Any]) -> NamespacePage:
     return NamespacePage(rows, following)
 
 
-def get_record(scope: Scope, record_id: Any) -> MemoryRecord:
-    """The scope's record with this id; :class:`RecordNotFound` otherwise (bad ids too)."""
+def get_record(scope: Scope, record_id: Any, *, live: bool = True) -> MemoryRecord:
+    """The scope's record with this id; :class:`RecordNotFound` otherwise (bad ids too).
+    ``live=False`` finds an expired record too (the state an update just saved)."""
     try:
         pk = uuid.UUID(str(record_id))
     except ValueError:
         raise RecordNotFound(record_id) from None
     with tenant_scope(scope):
+        records = MemoryRecord.objects.live() if live else MemoryRecord.objects.all()
         record = (
-            MemoryRecord.objects.live()
-            .select_related("knowledge_base")
-            .defer("search_vector")
-            .filter(pk=pk)
-            .first()
+            records.select_related("knowledge_base").defer("search_vector").filter(pk=pk).first()
         )
     if record is None:
         raise RecordNotFound(record_id)

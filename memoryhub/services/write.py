@@ -178,6 +178,14 @@ def _write_to(
             # place in a chain of supersessions stays.
             item = dataclasses.replace(item, valid_from=existing.valid_from)
         if existing is not None:
+            if existing.pk not in created:
+                policy.require_forget_to_expire(
+                    principal,
+                    scope,
+                    existing.expires_at,
+                    item.expires_at,
+                    field=f"items[{index}].expires_at",
+                )
             if existing.pk not in created and not _unchanged(existing, item):
                 history.snapshot([existing], actor=actor, cause=cause)
             content_changed = existing.content_hash != digest
@@ -541,7 +549,9 @@ def update_record(
 
     The namespace and knowledge base of a record do not change. A record of a read-only
     knowledge base is refused (``WriteRefused``, counted) unless ``principal`` may curate
-    in its org. A content change sends the record back to pending.
+    in its org. A content change sends the record back to pending. An expiry that ends
+    the record's life early is a forget: :class:`PolicyDenied` unless ``principal`` may
+    forget (:func:`memoryhub.policy.require_forget_to_expire`).
     """
     _check_update_fields(changes)
     record = get_record(scope, record_id)
@@ -561,6 +571,13 @@ def update_record(
             locked = MemoryRecord.objects.select_for_update().filter(pk=record.pk).first()
             if locked is None:
                 raise RecordNotFound(record_id)
+            policy.require_forget_to_expire(
+                principal,
+                scope,
+                locked.expires_at,
+                item.expires_at,
+                field="ttl_seconds" if "ttl_seconds" in changes else "expires_at",
+            )
             content_changed = locked.content_hash != item.content_hash
             history.snapshot(
                 [locked],

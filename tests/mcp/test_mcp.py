@@ -764,3 +764,31 @@ def test_only_the_changing_tools_take_an_idempotency_key(live_server, world):
     assert takes == {"memory_write", "memory_update", "memory_forget"}
     error, body = call(live_server, keys["support"], "memory_query", query="x", idempotency_key="k")
     assert error and "idempotency_key" in body["errors"]
+
+
+def test_a_write_only_key_cannot_expire_a_record_through_mcp_either(live_server, world, revision):
+    _, records, keys, _ = world
+    before = snapshot()
+    record = records[("acme", "support")]
+    (e1, updated), (e2, written) = calls(
+        live_server,
+        keys["write-only"],
+        ("memory_update", {"id": record, "fields": {"ttl_seconds": 1}}),
+        (
+            "memory_write",
+            {
+                "items": [
+                    {
+                        "content": "x",
+                        "key": "shared-key",
+                        "namespace": "user:alice",
+                        "ttl_seconds": 1,
+                    }
+                ]
+            },
+        ),
+        revision=revision,
+    )
+    assert e1 and updated["code"] == "permission_denied"
+    assert e2 and written["code"] == "permission_denied"
+    assert snapshot() == before

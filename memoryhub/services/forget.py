@@ -352,6 +352,7 @@ def _scrub_jobs(jobs: QuerySet[ImportJob], namespace: str | None) -> None:
     made_for = Q(namespace=namespace) | Q(namespaces=[namespace])
     _drop_files(jobs.filter(made_for))
     jobs.filter(made_for).update(**ERASED_JOB)
+    _drop_kept_files(jobs.exclude(made_for), namespace)
     jobs.filter(namespaces__contains=[namespace]).exclude(made_for).update(
         namespaces=Func(
             F("namespaces"),
@@ -361,6 +362,43 @@ def _scrub_jobs(jobs: QuerySet[ImportJob], namespace: str | None) -> None:
             output_field=JSONField(),
         )
     )
+
+
+def _drop_kept_files(jobs: QuerySet[ImportJob], namespace: str) -> None:
+    """Drop the kept files (a failed import's, kept for a re-run) of ``jobs`` that may
+    hold lines of ``namespace``: it is in the namespaces the file writes, they were too
+    many to list, or its text names it.
+
+    The whole file goes, not the subject's lines: a line's namespace may come from a
+    column, a field, a JSON escape or the import's default, and a file rewritten without
+    some of them is one nobody chose to import. The job says why it cannot be run again.
+    """
+    kept = list(jobs.filter(chunks__isnull=False).distinct().values_list("org_id", "pk"))
+    if not kept:
+        return
+    doomed: set[int] = set(
+        jobs.filter(pk__in=[pk for _, pk in kept])
+        .filter(Q(namespaces__contains=[namespace]) | Q(namespaces__isnull=True))
+        .values_list("pk", flat=True)
+    )
+    for org_id, pk in kept:
+        if (
+            pk not in doomed
+            and ImportChunk.objects.filter(
+                org_id=org_id, job_id=pk, text__contains=namespace
+            ).exists()
+        ):
+            doomed.add(pk)
+    if not doomed:
+        return
+    _drop_files(ImportJob.objects.filter(pk__in=doomed))
+    for job in ImportJob.objects.filter(pk__in=doomed):
+        errors = dict(job.errors or {})
+        errors["file"] = [
+            *errors.get("file", []),
+            "dropped: an erasure removed a person's data it held; import it again.",
+        ]
+        ImportJob.objects.filter(pk=job.pk).update(errors=errors)
 
 
 def _import_jobs(request: ForgetRequest) -> QuerySet[ImportJob]:
@@ -536,7 +574,9 @@ ERASURE_REGISTRY: dict[str, str] = {
     "memoryhub.ImportJob": "unfinished jobs for the subject cancelled; jobs made for the "
     "subject lose file name and namespaces, shared ones the subject's namespace "
     "(_scrub_jobs)",
-    "memoryhub.ImportChunk": "the files of cancelled jobs deleted (_drop_files)",
+    "memoryhub.ImportChunk": "the files of cancelled jobs deleted (_drop_files), and the"
+    " files failed imports keep for a re-run that may hold the subject's lines"
+    " (_drop_kept_files)",
     "memoryhub.RecordVersion": "a record's previous states: deleted with the record (the "
     "foreign key cascades) by every path that deletes records",
     "admin.LogEntry": "entries about erased records deleted (store.deletion); a record's "

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import codecs
 import csv
-import json
 import logging
 import re
 from collections.abc import Iterable, Iterator
@@ -37,7 +36,7 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models import Count, F, Q
 from django.utils import timezone
 
-from .. import observe, policy
+from .. import boundary, observe, policy
 from ..conf import memoryhub_settings
 from ..exceptions import ValidationFailed
 from ..models import ImportChunk, ImportJob, KnowledgeBase, MemoryRecord, Observation
@@ -106,30 +105,79 @@ class Row:
 
 
 def _rows_jsonl(lines: Iterable[str]) -> Iterator[Row]:
+    """Each line read as the REST API reads a body (``boundary``: a key given twice,
+    nesting past its depth, an unpaired surrogate, a number that is not finite are that
+    line's error), so no line fails later, in the writer."""
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            value = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ImportFailed({f"line {number}": [f"is not JSON: {exc.msg}."]}) from None
+            value = boundary.loads(line)
+        except ValueError as exc:
+            raise ImportFailed({f"line {number}": [f"is not JSON: {exc}."]}) from None
         if not isinstance(value, dict):
             raise ImportFailed({f"line {number}": ["must be a JSON object."]})
+        problems = boundary.json_problems(value)
+        if problems:
+            raise ImportFailed(
+                {f"line {number}": [f"{path}: {m}" for path, ms in problems.items() for m in ms]}
+            )
         yield Row(number, value)
+
+
+#: CSV columns that are an item's fields as they are (the others but content, tags,
+#: ttl_seconds and supersede are metadata).
+TEXT_COLUMNS = (
+    "key",
+    "kind",
+    "namespace",
+    "expires_at",
+    "occurred_at",
+    "valid_from",
+    "valid_until",
+)
+
+
+def _flag(value: str) -> Any:
+    """A CSV cell as a boolean when it spells one (else as it is: validation names it)."""
+    return {"true": True, "false": False, "1": True, "0": False}.get(value.strip().lower(), value)
+
+
+def _csv_records(reader: Any) -> Iterator[dict[str, Any]]:
+    """The reader's rows; a row the ``csv`` module cannot read is its line's error."""
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            # The record that starts after the last line read: a field past
+            # csv.field_size_limit() (131,072 characters, more than any content may
+            # hold), a NUL, a broken quote.
+            raise ImportFailed(
+                {f"line {reader.line_num + 1}": [f"cannot be read as CSV: {exc}."]}
+            ) from None
+        yield row
 
 
 def _rows_csv(lines: Iterable[str]) -> Iterator[Row]:
     reader = csv.DictReader(lines)
-    if not reader.fieldnames or "content" not in reader.fieldnames:
+    try:
+        fieldnames = reader.fieldnames
+    except csv.Error as exc:
+        raise ImportFailed({"line 1": [f"cannot be read as CSV: {exc}."]}) from None
+    if not fieldnames or "content" not in fieldnames:
         raise ImportFailed({"line 1": ["the header must include a content column."]})
-    for row in reader:
+    for row in _csv_records(reader):
         item: dict[str, Any] = {"content": row.get("content") or ""}
         metadata: dict[str, Any] = {}
         for column, value in row.items():
             if column in (None, "content") or value in (None, ""):
                 continue
-            if column in ("key", "kind", "namespace", "expires_at", "occurred_at"):
+            if column in TEXT_COLUMNS:
                 item[column] = value
+            elif column == "supersede":
+                item["supersede"] = _flag(value)
             elif column == "tags":
                 item["tags"] = [tag.strip() for tag in value.split(",") if tag.strip()]
             elif column == "ttl_seconds":

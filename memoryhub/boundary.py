@@ -90,8 +90,22 @@ def surrogate_path(data: Any) -> str | None:
     return None
 
 
+#: Unicode categories no name may hold: control characters (a newline, ESC) and
+#: invisible format characters (zero-width spaces and joiners, bidi controls, the BOM,
+#: the soft hyphen): a name that holds one looks like another name, or rewrites a
+#: terminal or a page it is shown on.
+INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf"})
+INVISIBLE = "may not contain control or invisible format characters."
+
+
 def _has_control(text: str) -> bool:
-    return any(unicodedata.category(char) == "Cc" for char in text)
+    return any(unicodedata.category(char) in INVISIBLE_CATEGORIES for char in text)
+
+
+def has_invisible(text: str) -> bool:
+    """Whether ``text`` holds a control or invisible format character (Cc, Cf)."""
+    # isprintable() is False for both categories (and a few others): the fast path.
+    return not text.isprintable() and _has_control(text)
 
 
 def text_problem(
@@ -108,8 +122,8 @@ def text_problem(
         return "may not contain NUL characters."
     if not value.isascii() and _has_surrogate(value):
         return UNPAIRED_SURROGATE
-    if name and not value.isprintable() and _has_control(value):
-        return "may not contain control characters."
+    if name and has_invisible(value):
+        return INVISIBLE
     if not blank and not value.strip():
         return "may not be blank."
     if max_length is not None and len(value) > max_length:

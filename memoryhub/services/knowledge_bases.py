@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .. import policy
+from .. import boundary, policy
 from ..cache import bump_generation_on_commit
 from ..exceptions import UnknownSource, ValidationFailed
 from ..models import KnowledgeBase
@@ -100,6 +100,8 @@ def source_names(sources: Any) -> list[str]:
     for index, name in enumerate(sources):
         if not isinstance(name, str) or not name or len(name) > 64 or "\x00" in name:
             raise ValidationFailed({f"sources[{index}]": ["must be a knowledge base name."]})
+        if boundary.has_invisible(name):
+            raise ValidationFailed({f"sources[{index}]": [boundary.INVISIBLE]})
         if name not in names:
             names.append(name)
     return names

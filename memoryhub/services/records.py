@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connection
-from django.db.models import Count, QuerySet
+from django.db.models import Count, F, Func, QuerySet, TextField, Value
 from django.utils import timezone
 
 from .. import boundary
@@ -25,9 +25,11 @@ from ..vocabulary import MAX_NAMESPACE_PAGE, NamespaceListSerializer, bounds, fi
 __all__ = [
     "LIST_FILTERS",
     "LIST_ORDERINGS",
+    "InvisibleName",
     "NamespacePage",
     "export_lines",
     "get_record",
+    "invisible_names",
     "knowledge_base_stats",
     "list_namespaces",
     "list_records",
@@ -464,3 +466,61 @@ def export_lines(knowledge_base: KnowledgeBase) -> Iterator[str]:
                 row[name] = row[name].isoformat()
         row = {name: value for name, value in row.items() if value not in (None, [], {})}
         yield json.dumps(row, ensure_ascii=False) + "\n"
+
+
+# --- names no door takes any more ---------------------------------------------------------
+
+#: Text with a character outside printable ASCII: the only text that may hold a control
+#: or invisible format character, found by PostgreSQL before Python looks closer.
+_NOT_PLAIN = r"[^\x20-\x7E]"
+
+
+@dataclass(frozen=True)
+class InvisibleName:
+    """A namespace, key or tag stored before the doors refused control and invisible
+    format characters, and how many records hold it."""
+
+    org: str
+    domain: str
+    field: str
+    value: str
+    records: int
+
+
+def invisible_names() -> Iterator[InvisibleName]:
+    """Every stored namespace, key and tag (and knowledge base name) holding a control
+    or invisible format character (``boundary.has_invisible``), across orgs (an
+    operator's maintenance read, streamed)."""
+    records = MemoryRecord.unscoped.order_by()
+    for column in ("namespace", "key"):
+        rows = (
+            records.filter(**{f"{column}__regex": _NOT_PLAIN})
+            .values_list("org__slug", "domain__slug", column)
+            .annotate(n=Count("pk"))
+            .iterator()
+        )
+        for org, domain, value, n in rows:
+            if boundary.has_invisible(value):
+                yield InvisibleName(org, domain, column, value, n)
+    tagged: dict[tuple[str, str, str], int] = {}
+    rows = (
+        records.annotate(
+            joined=Func(F("tags"), Value(" "), function="array_to_string", output_field=TextField())
+        )
+        .filter(joined__regex=_NOT_PLAIN)
+        .values_list("org__slug", "domain__slug", "tags")
+        .iterator()
+    )
+    for org, domain, tags in rows:
+        for tag in set(tags):
+            if boundary.has_invisible(tag):
+                tagged[(org, domain, tag)] = tagged.get((org, domain, tag), 0) + 1
+    for (org, domain, tag), n in tagged.items():
+        yield InvisibleName(org, domain, "tags", tag, n)
+    for org, domain, name, n in (
+        KnowledgeBase.unscoped.filter(name__regex=_NOT_PLAIN)
+        .values_list("org__slug", "domain__slug", "name")
+        .annotate(n=Count("records"))
+    ):
+        if boundary.has_invisible(name):
+            yield InvisibleName(org, domain, "knowledge base", name, n)

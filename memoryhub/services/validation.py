@@ -18,6 +18,7 @@ from typing import Any
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
+from .. import boundary
 from ..conf import memoryhub_settings
 from ..exceptions import ValidationFailed
 from ..models import SESSION_KEY, SESSION_MAX_LENGTH, MemoryRecord, content_hash
@@ -102,13 +103,25 @@ def _check_json(value: Any, path: str, errors: dict[str, list[str]], depth: int 
 
 
 def _validate_text(
-    value: Any, path: str, errors: dict[str, list[str]], *, max_length: int, blank: bool
+    value: Any,
+    path: str,
+    errors: dict[str, list[str]],
+    *,
+    max_length: int,
+    blank: bool,
+    name: bool = False,
 ) -> str | None:
+    """``value`` if it is usable text; else an error under ``path`` and None. ``name``:
+    it names something (a namespace, a key, a tag), so control and invisible format
+    characters are refused too (``boundary.has_invisible``)."""
     if not isinstance(value, str):
         errors.setdefault(path, []).append("must be a string.")
         return None
     if _has_nul(value):
         errors.setdefault(path, []).append("may not contain NUL characters.")
+        return None
+    if name and boundary.has_invisible(value):
+        errors.setdefault(path, []).append(boundary.INVISIBLE)
         return None
     if not blank and not value.strip():
         errors.setdefault(path, []).append("may not be blank.")
@@ -242,7 +255,12 @@ def validate_items(raw_items: Any) -> list[WriteItem]:
         key = raw.get("key")
         if key is not None:
             key = _validate_text(
-                key, f"{path}.key", errors, max_length=limits.MAX_KEY_LENGTH, blank=False
+                key,
+                f"{path}.key",
+                errors,
+                max_length=limits.MAX_KEY_LENGTH,
+                blank=False,
+                name=True,
             )
         kind = raw.get("kind", MemoryRecord.Kind.SEMANTIC)
         if kind not in MemoryRecord.Kind.values:
@@ -256,6 +274,7 @@ def validate_items(raw_items: Any) -> list[WriteItem]:
             errors,
             max_length=limits.MAX_NAMESPACE_LENGTH,
             blank=True,
+            name=True,
         )
         tags = _validate_tags(raw.get("tags", []), f"{path}.tags", errors, limits)
         metadata = raw.get("metadata", {})
@@ -353,7 +372,12 @@ def _validate_tags(
     tags: list[str] = []
     for index, tag in enumerate(value):
         checked = _validate_text(
-            tag, f"{path}[{index}]", errors, max_length=limits.MAX_TAG_LENGTH, blank=False
+            tag,
+            f"{path}[{index}]",
+            errors,
+            max_length=limits.MAX_TAG_LENGTH,
+            blank=False,
+            name=True,
         )
         if checked is not None and checked not in tags:
             tags.append(checked)

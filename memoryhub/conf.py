@@ -240,9 +240,10 @@ SETTINGS: dict[str, Setting] = {
     "MAX_WAIT_SECONDS": Setting(30, "Upper bound of ?wait= on writes, in seconds.", minimum=0),
     "THROTTLE_RATE": Setting(
         "1200/min",
-        "Requests per API key (DRF rate syntax); None disables throttling. The counter is"
-        " an atomic sliding window in the cache of CACHE_ALIAS, exact under concurrency;"
-        " several web processes share it only through a shared cache.",
+        "Requests per API key (DRF rate syntax); None disables throttling. A moving window"
+        " (the limits library's) in the Redis of CACHE_ALIAS's cache: at most this many in"
+        " any span of the period, exact under concurrency; with a local-memory cache, per"
+        " process.",
     ),
     "SUBJECT_NAMESPACE_PREFIXES": Setting(
         ["user:", "session:"],

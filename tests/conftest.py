@@ -22,6 +22,7 @@ from django.core.cache import cache
 from rest_framework.test import APIClient
 
 from memoryhub import log as memoryhub_log
+from memoryhub.api.throttling import reset_local_limits
 from memoryhub.scope import Scope
 from memoryhub.services.query import clear_plans, clear_query_vectors
 from tenants.models import Domain
@@ -143,6 +144,7 @@ class Tenant:
 @pytest.fixture(autouse=True)
 def _clear_cache() -> Iterator[None]:
     cache.clear()
+    reset_local_limits()  # the throttles' counts, kept beside a local-memory cache
     clear_plans()  # compiled per domain generation, which restarts with the cache
     clear_query_vectors()  # a test may configure an embedder of the same name
     yield

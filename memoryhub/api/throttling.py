@@ -1,11 +1,14 @@
-"""Throttling that holds under concurrency: atomic counters in the cache.
+"""Throttling that holds at every instant: a moving window of ``limits`` in the shared
+cache's Redis (or in process memory beside a local-memory cache).
 
 DRF's ``SimpleRateThrottle`` keeps a list of timestamps that each request reads,
 extends and writes back; concurrent requests overwrite each other's entries, so
-concurrent requests with one key can all get through a limit they exceed. Here every
-request is one atomic ``incr`` of a per-window counter (Redis ``INCR``, or the locmem
-cache's lock), and a window's count is weighted with the previous window's (a sliding
-window counter), so a burst at a window's edge cannot double the rate.
+concurrent requests with one key can all get through a limit they exceed. A counter per
+fixed window is exact inside a window but admits up to twice the rate across a window's
+edge (a weighted previous window still let 1.7× through, measured). Here each request is
+one atomic step of ``limits``' moving window (a Lua script on Redis, a lock in memory):
+an event is admitted only if fewer than the limit were admitted in the ``seconds`` before
+it, whichever instant the span starts at, and a refused event is not counted.
 
 Two limits, both from ``MEMORYHUB`` and both answered with ``429`` and ``Retry-After``:
 
@@ -13,6 +16,11 @@ Two limits, both from ``MEMORYHUB`` and both answered with ``429`` and ``Retry-A
 * ``AUTH_FAILURE_RATE`` per client address for failed API-key authentications (401s):
   a failure past it is a 429, and once over it, that address is refused before its key
   is even looked up.
+
+The limits live where ``CACHE_ALIAS``'s cache lives: its Redis server (the cache's
+``LOCATION`` and ``OPTIONS``), so every web process shares them; with Django's
+local-memory cache, in this process's memory (as the cache itself is). Another cache
+backend has no moving window in ``limits``: the limits then hold per process.
 
 When the cache does not answer (Redis down), the two limits decide differently. The rate
 per key fails open: requests go on unlimited, so an outage of the cache is not an outage
@@ -23,14 +31,19 @@ nothing while it cannot be counted); valid keys are served.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import math
+import threading
 import time
 from typing import Any
 
 from django.core.cache import caches
+from django.core.cache.backends.redis import RedisCache
+from limits import RateLimitItemPerSecond
+from limits.errors import StorageError
+from limits.storage import MemoryStorage, Storage, storage_from_string
+from limits.strategies import MovingWindowRateLimiter
 from rest_framework import exceptions
 from rest_framework.settings import api_settings
 from rest_framework.throttling import BaseThrottle
@@ -44,104 +57,90 @@ from ..conf import memoryhub_settings, parse_rate
 __all__ = [
     "ApiKeyRateThrottle",
     "FailuresNotCounted",
-    "SlidingWindow",
+    "MovingWindow",
     "client_address",
     "count_failure",
     "refuse_if_failing",
+    "reset_local_limits",
 ]
 
 logger = logging.getLogger(__name__)
 
+#: What a limit's storage raises when its server does not answer.
+LIMIT_ERRORS: tuple[type[BaseException], ...] = (*CACHE_ERRORS, StorageError)
 
-class SlidingWindow:
-    """A sliding window counter of ``limit`` events per ``seconds`` in the cache.
+_storages: dict[tuple[str, str], Storage] = {}
+_storages_lock = threading.Lock()
 
-    ``hit(ident)`` counts one event and says whether it is within the limit; a refused
-    event is taken back, so a client that keeps hammering does not starve its next
-    window. ``wait(ident)`` is the ``Retry-After`` of a refused event: the seconds until
-    the weighted count falls below the limit. Idents are hashed into the cache key
-    (bounded length, any characters).
-    """
+
+def _redis_uri(location: Any) -> str:
+    """A Django Redis cache's (first) location as a ``limits`` storage URI."""
+    uri = location[0] if isinstance(location, list | tuple) else str(location)
+    if uri.startswith("unix://"):
+        return "redis+unix://" + uri.removeprefix("unix://")
+    return uri
+
+
+def limit_storage() -> Storage:
+    """The storage of the limits: beside ``CACHE_ALIAS``'s cache (see the module)."""
+    backend: Any = caches[memoryhub_settings.CACHE_ALIAS]
+    redis = isinstance(backend, RedisCache)
+    # The cache's servers and client options are private attributes of Django's backend.
+    place = ("redis", _redis_uri(backend._servers)) if redis else ("memory", "")
+    with _storages_lock:
+        storage = _storages.get(place)
+        if storage is None:
+            if redis:
+                options = dict(getattr(backend, "_options", None) or {})
+                timeouts = {k: v for k, v in options.items() if k.startswith("socket_")}
+                found = storage_from_string(
+                    place[1], key_prefix="memoryhub:limits", wrap_exceptions=True, **timeouts
+                )
+                assert isinstance(found, Storage)
+                storage = found
+            else:
+                storage = MemoryStorage()
+            _storages[place] = storage
+    return storage
+
+
+def reset_local_limits() -> None:
+    """Forget every event the in-memory limits counted (what ``cache.clear()`` is to a
+    local-memory cache: for tests)."""
+    with _storages_lock:
+        for (kind, _), storage in _storages.items():
+            if kind == "memory":
+                storage.reset()
+
+
+class MovingWindow:
+    """At most ``limit`` events per ``seconds`` for each ident, over any span of that
+    length (``limits``' moving window). Idents are hashed into the storage key (bounded
+    length, any characters)."""
 
     def __init__(self, name: str, limit: int, seconds: int) -> None:
         self.name = name
-        self.limit = limit
-        self.seconds = seconds
+        self.item = RateLimitItemPerSecond(limit, seconds)
+        self.limiter = MovingWindowRateLimiter(limit_storage())
 
-    @property
-    def cache(self) -> Any:
-        return caches[memoryhub_settings.CACHE_ALIAS]
+    def _ident(self, ident: str) -> str:
+        return hashlib.sha256(ident.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
-    def _key(self, ident: str, window: int) -> str:
-        digest = hashlib.sha256(ident.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-        return f"memoryhub:throttle:{self.name}:{digest}:{window}"
+    def hit(self, ident: str) -> bool:
+        """Count one event if it fits under the limit; whether it did."""
+        return self.limiter.hit(self.item, self.name, self._ident(ident))
 
-    def _counts(self, ident: str, now: float) -> tuple[int, int]:
-        """This window's and the previous window's counts, in one round trip."""
-        window = int(now // self.seconds)
-        keys = [self._key(ident, window - 1), self._key(ident, window)]
-        counts = self.cache.get_many(keys)
-        return counts.get(keys[0]) or 0, counts.get(keys[1]) or 0
+    def exceeded(self, ident: str) -> bool:
+        """Whether the next event would be refused (nothing is counted)."""
+        return not self.limiter.test(self.item, self.name, self._ident(ident))
 
-    def _incr(self, key: str, delta: int = 1, *, exists: bool = False) -> int:
-        """Add ``delta`` to the counter ``key``, creating it if needed. ``exists``: the
-        counter was just read, so the increment is tried first (one call fewer)."""
-        cache = self.cache
-        if exists:
-            try:
-                return int(cache.incr(key, delta))
-            except ValueError:  # expired since it was read
-                pass
-        # Two windows' worth: the next window weighs this one's count.
-        if cache.add(key, delta, timeout=2 * self.seconds):
-            return delta
-        try:
-            return int(cache.incr(key, delta))
-        except ValueError:  # expired between add and incr
-            cache.add(key, delta, timeout=2 * self.seconds)
-            return delta
-
-    def hit(self, ident: str, now: float | None = None) -> bool:
-        now = time.time() if now is None else now
-        window = int(now // self.seconds)
-        elapsed = (now % self.seconds) / self.seconds
-        # Both windows in one read: in a window's steady state the counter exists, and
-        # the increment is the only other call (Redis: MGET, then EXISTS and INCRBY).
-        keys = [self._key(ident, window - 1), self._key(ident, window)]
-        counts = self.cache.get_many(keys)
-        previous = (counts.get(keys[0]) or 0) * (1 - elapsed)
-        allowance = self.limit - math.ceil(previous)
-        current = self._incr(keys[1], exists=keys[1] in counts)
-        if current <= allowance:
-            return True
-        with contextlib.suppress(ValueError):  # the window's counter expired meanwhile
-            self.cache.decr(keys[1])
-        return False
-
-    def exceeded(self, ident: str, now: float | None = None) -> bool:
-        """Whether the events counted so far are at or over the limit (one round trip:
-        every API request asks this before its key is looked up)."""
-        now = time.time() if now is None else now
-        previous, current = self._counts(ident, now)
-        elapsed = (now % self.seconds) / self.seconds
-        return math.ceil(previous * (1 - elapsed)) + current >= self.limit
-
-    def wait(self, ident: str, now: float | None = None) -> int:
+    def wait(self, ident: str) -> int:
         """Seconds (at least 1) until one more event fits under the limit."""
-        now = time.time() if now is None else now
-        previous, current = self._counts(ident, now)
-        into = now % self.seconds
-        room = self.limit - 1 - current  # what the previous window's weight may be
-        if room >= 0:
-            if previous <= room:
-                return 1
-            # previous * (1 - x) <= room, x the fraction of this window gone by
-            until = (1 - room / previous) * self.seconds - into
-        else:
-            # Not in this window: in the next, this window's count is the one weighed.
-            weight = max(0.0, 1 - (self.limit - 1) / current) if current else 0.0
-            until = self.seconds - into + weight * self.seconds
-        return max(1, math.ceil(until))
+        stats = self.limiter.get_window_stats(self.item, self.name, self._ident(ident))
+        if stats.remaining > 0:
+            return 1
+        # The first whole second after the oldest event leaves the window.
+        return max(1, math.floor(stats.reset_time - time.time()) + 1)
 
 
 def client_address(request: Any) -> str:
@@ -167,7 +166,7 @@ class ApiKeyRateThrottle(BaseThrottle):
         rate = parse_rate(memoryhub_settings.THROTTLE_RATE)
         if rate is None:
             return True
-        window = SlidingWindow("rate", *rate)
+        window = MovingWindow("rate", *rate)
         ident = self._ident(request)
         try:
             if not cache.answering():
@@ -175,7 +174,7 @@ class ApiKeyRateThrottle(BaseThrottle):
             if window.hit(ident):
                 return True
             self._wait = window.wait(ident)
-        except CACHE_ERRORS as exc:
+        except LIMIT_ERRORS as exc:
             _unlimited(exc)
             return True
         return False
@@ -193,9 +192,9 @@ class ApiKeyRateThrottle(BaseThrottle):
         return f"ip:{client_address(request)}"
 
 
-def failed_authentications() -> SlidingWindow | None:
+def failed_authentications() -> MovingWindow | None:
     rate = parse_rate(memoryhub_settings.AUTH_FAILURE_RATE)
-    return SlidingWindow("auth-failures", *rate) if rate is not None else None
+    return MovingWindow("auth-failures", *rate) if rate is not None else None
 
 
 def refuse_if_failing(request: Any) -> None:
@@ -209,7 +208,7 @@ def refuse_if_failing(request: Any) -> None:
     try:
         if window is not None and cache.answering() and window.exceeded(ident):
             raise _too_many_failures(window, ident)
-    except CACHE_ERRORS as exc:
+    except LIMIT_ERRORS as exc:
         _unlimited(exc)
 
 
@@ -217,7 +216,7 @@ def count_failure(request: Any) -> None:
     """Count a guess: an unknown, revoked or malformed key (not an expired key or a key
     of a suspended org, which are real keys left in some configuration).
 
-    Counted and checked in one atomic step (:meth:`SlidingWindow.hit`): a guess past
+    Counted and checked in one atomic step (:meth:`MovingWindow.hit`): a guess past
     the limit is answered ``Throttled``, not ``401``, so however many clients guess at
     once from one address, at most the limit of them learn that their key was wrong.
     (:func:`refuse_if_failing` keeps the others from being looked up at all; only the
@@ -230,7 +229,7 @@ def count_failure(request: Any) -> None:
             raise ConnectionError("the cache did not answer a moment ago")
         if window is not None and not window.hit(ident):
             raise _too_many_failures(window, ident)
-    except CACHE_ERRORS as exc:
+    except LIMIT_ERRORS as exc:
         cache.unanswered("failed authentications", exc)
         raise FailuresNotCounted() from exc
 
@@ -259,7 +258,7 @@ def _unlimited(exc: BaseException) -> None:
         )
 
 
-def _too_many_failures(window: SlidingWindow, ident: str) -> exceptions.Throttled:
+def _too_many_failures(window: MovingWindow, ident: str) -> exceptions.Throttled:
     return exceptions.Throttled(
         wait=window.wait(ident), detail="Too many failed authentications from this address."
     )

@@ -354,22 +354,45 @@ def test_an_import_needs_the_import_role(curated):
 # --- throttling that holds ---------------------------------------------------------------
 
 
-def test_the_sliding_window_admits_exactly_the_limit_under_concurrency():
-    from memoryhub.api.throttling import SlidingWindow
+class Clock:
+    """The time the limits read (``limits``' in-memory storage and the throttle), moved
+    by the test: a window's edge is reached without waiting for it."""
 
-    window = SlidingWindow("test", limit=50, seconds=60)
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def time(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch):  # type: ignore[no-untyped-def]
+    import limits.storage.memory
+
+    from memoryhub.api import throttling
+
+    fake = Clock(3_600_000.0)
+    monkeypatch.setattr(limits.storage.memory, "time", fake)
+    monkeypatch.setattr(throttling, "time", fake)
+    return fake
+
+
+def test_the_moving_window_admits_exactly_the_limit_under_concurrency():
+    from memoryhub.api.throttling import MovingWindow
+
+    window = MovingWindow("test", limit=50, seconds=60)
     admitted: list[bool] = []
     lock = threading.Lock()
-    start = threading.Barrier(10)
+    start = threading.Barrier(50)
 
     def hammer() -> None:
         start.wait()
-        for _ in range(20):
+        for _ in range(4):
             result = window.hit("one-key")
             with lock:
                 admitted.append(result)
 
-    threads = [threading.Thread(target=hammer) for _ in range(10)]
+    threads = [threading.Thread(target=hammer) for _ in range(50)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -378,74 +401,76 @@ def test_the_sliding_window_admits_exactly_the_limit_under_concurrency():
     assert sum(admitted) == 50
 
 
-def test_the_previous_window_counts_toward_the_next():
-    from memoryhub.api.throttling import SlidingWindow
+def test_a_burst_across_a_window_edge_gets_no_more_than_the_limit(clock):
+    """1,200 at the end of one minute and 835 early in the next were all admitted by the
+    counter per window (2,035 in 55 s against 1200/min). A moving window admits none of
+    the second burst until the first one's events are a minute old."""
+    from memoryhub.api.throttling import MovingWindow
 
-    window = SlidingWindow("edge", limit=10, seconds=60)
-    start = 600_000.0  # the start of a window
-    assert all(window.hit("k", now=start + 59) for _ in range(10))
-    assert not window.hit("k", now=start + 59.5)
-    # Just after the edge, the full previous window still weighs: no second burst.
-    assert not window.hit("k", now=start + 60.5)
-    # Half-way through the next window, half of the previous one is forgotten.
-    admitted = sum(window.hit("k", now=start + 90) for _ in range(10))
-    assert admitted == 5
-
-
-class CountingCache:
-    """A cache that counts the calls made to it (each a round trip on Redis)."""
-
-    def __init__(self, cache) -> None:  # type: ignore[no-untyped-def]
-        self.cache = cache
-        self.calls: list[str] = []
-
-    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
-        self.calls.append(name)
-        return getattr(self.cache, name)
+    window = MovingWindow("edge", limit=1200, seconds=60)
+    clock.now = 3_600_059.0  # the last second of a minute
+    assert sum(window.hit("k") for _ in range(1200)) == 1200
+    clock.now = 3_600_061.0  # early in the next
+    assert sum(window.hit("k") for _ in range(835)) == 0
+    assert window.exceeded("k")
+    assert 55 <= window.wait("k") <= 60
+    clock.now = 3_600_119.5  # a minute after the first burst: room again, for as many
+    assert sum(window.hit("k") for _ in range(1300)) == 1200
 
 
-def test_an_admitted_request_costs_the_throttle_two_cache_calls(monkeypatch):
-    """Every API request passes the throttle: in a window's steady state it reads both
-    windows at once and increments (on Redis: MGET, then EXISTS and INCRBY)."""
-    from django.core.cache import cache
+def test_over_any_span_of_the_window_the_limit_holds(clock):
+    """Events spread at random over five windows, edges included: in every span of 60 s
+    (each admitted event's own minute) at most the limit were admitted."""
+    import random
 
-    from memoryhub.api.throttling import SlidingWindow
+    from memoryhub.api.throttling import MovingWindow
 
-    counting = CountingCache(cache)
-    monkeypatch.setattr(SlidingWindow, "cache", property(lambda window: counting))
-    window = SlidingWindow("calls", limit=10, seconds=60)
-    start = 1_800_000.0
-    assert window.hit("k", now=start)  # the window's first: its counter is created
-    counting.calls.clear()
-    assert window.hit("k", now=start + 1)
-    assert counting.calls == ["get_many", "incr"]
-    # Refused: the increment is taken back; the counts stay exact.
-    assert all(window.hit("k", now=start + 2) for _ in range(8))
-    counting.calls.clear()
-    assert not window.hit("k", now=start + 3)
-    assert counting.calls == ["get_many", "incr", "decr"]
-    assert window._counts("k", start + 3) == (0, 10)
+    window = MovingWindow("spans", limit=100, seconds=60)
+    rng = random.Random(7)
+    start = clock.now
+    admitted: list[float] = []
+    for moment in sorted(start + rng.uniform(0, 300) for _ in range(2_000)):
+        clock.now = moment
+        if window.hit("k"):
+            admitted.append(moment)
+    worst = max(
+        sum(1 for other in admitted if moment <= other < moment + 60) for moment in admitted
+    )
+    assert worst <= 100
+    assert len(admitted) >= 400  # and it is a limit, not a wall
 
 
-def test_a_counter_that_expired_after_it_was_read_starts_again(monkeypatch):
-    from django.core.cache import cache
+def test_a_refused_event_is_not_counted(clock):
+    from memoryhub.api.throttling import MovingWindow
 
-    from memoryhub.api.throttling import SlidingWindow
+    window = MovingWindow("refused", limit=3, seconds=10)
+    assert [window.hit("k") for _ in range(5)] == [True, True, True, False, False]
+    clock.now += 10.5
+    assert [window.hit("k") for _ in range(4)] == [True, True, True, False]
 
-    class ExpiresOnce(CountingCache):
-        def incr(self, key, delta=1):  # type: ignore[no-untyped-def]
-            if not self.calls.count("incr"):
-                self.cache.delete(key)  # gone between the read and the increment
-            self.calls.append("incr")
-            return self.cache.incr(key, delta)
 
-    expiring = ExpiresOnce(cache)
-    monkeypatch.setattr(SlidingWindow, "cache", property(lambda window: expiring))
-    window = SlidingWindow("expiry", limit=10, seconds=60)
-    start = 2_400_000.0
-    cache.set(window._key("k", int(start // 60)), 3)
-    assert window.hit("k", now=start + 1)
-    assert cache.get(window._key("k", int(start // 60))) == 1
+def test_the_limits_live_in_the_shared_caches_redis(settings, tmp_path):
+    """With a Redis cache, every process shares the limits: they are kept in its server
+    (a private one here), under memoryhub's prefix."""
+    from memoryhub.api.throttling import MovingWindow
+    from tests.programs import start_private_redis
+
+    server = start_private_redis(tmp_path)
+    try:
+        settings.CACHES = {
+            "default": {
+                "BACKEND": "django.core.cache.backends.redis.RedisCache",
+                "LOCATION": server.url(),
+            }
+        }
+        window = MovingWindow("shared", limit=5, seconds=60)
+        assert sum(window.hit("k") for _ in range(8)) == 5
+        again = MovingWindow("shared", limit=5, seconds=60)  # another request, same store
+        assert again.exceeded("k")
+        keys = [key.decode() for key in server.client().keys("*")]
+        assert keys and all(key.startswith("memoryhub:limits") for key in keys)
+    finally:
+        server.stop()
 
 
 @pytest.mark.django_db(transaction=True)
@@ -773,16 +798,21 @@ def test_an_expired_key_is_not_counted_as_a_guess(settings, tenant):
     assert [client.get("/api/v1/whoami").status_code for _ in range(4)] == [401] * 4
 
 
-def test_retry_after_is_when_the_next_request_fits():
-    from memoryhub.api.throttling import SlidingWindow
+def test_retry_after_is_when_the_next_request_fits(clock):
+    from memoryhub.api.throttling import MovingWindow
 
-    window = SlidingWindow("retry", limit=10, seconds=60)
-    start = 1_200_000.0 + 1
-    assert all(window.hit("k", now=start) for _ in range(10))
-    wait = window.wait("k", now=start)
-    assert wait > 59  # not at the window's edge: the previous window still weighs
-    assert not window.hit("k", now=start + wait - 1)
-    assert window.hit("k", now=start + wait)
+    window = MovingWindow("retry", limit=10, seconds=60)
+    start = clock.now
+    for n in range(10):  # one every second: the oldest leaves the window first
+        clock.now = start + n
+        assert window.hit("k")
+    asked = clock.now
+    wait = window.wait("k")
+    assert wait == 52  # the first second after the first event is a minute old
+    clock.now = asked + wait - 1.5
+    assert not window.hit("k")
+    clock.now = asked + wait
+    assert window.hit("k")
 
 
 def test_the_policy_not_the_door_decides_who_a_read_only_knowledge_base_binds(tenant, other_tenant):

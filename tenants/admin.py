@@ -27,6 +27,8 @@ from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.options import IS_POPUP_VAR
 from django.contrib.admin.views.main import SEARCH_VAR
+from django.contrib.admin.widgets import ForeignKeyRawIdWidget
+from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db.models import Model, Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
@@ -388,7 +390,43 @@ class DomainInline(OrgInline):
     can_delete = False
 
 
-class MembershipInline(OrgInline):
+class MembersOnlyRawIdWidget(ForeignKeyRawIdWidget):
+    """A raw-id user field that names only users its queryset holds: a form posted back
+    with another user's id (an error re-render) shows the id, never that user's name."""
+
+    def __init__(self, rel: Any, admin_site: Any, allowed: QuerySet[Any], **kwargs: Any) -> None:
+        super().__init__(rel, admin_site, **kwargs)
+        self.allowed = allowed
+
+    def label_and_url_for_value(self, value: Any) -> tuple[str, str]:
+        try:
+            shown = value is not None and self.allowed.filter(pk=value).exists()
+        except (ValueError, TypeError, ValidationError):
+            shown = False
+        return super().label_and_url_for_value(value) if shown else ("", "")
+
+
+class MemberChoices:
+    """A membership's user is chosen among the users of the orgs where the requester
+    manages members (every user, for a superuser): an owner never learns the names of
+    another org's users, by the form, its widget or its errors."""
+
+    def member_choices(self, request: HttpRequest) -> QuerySet[Any]:
+        users = get_user_model()._default_manager.all()
+        if request.user.is_superuser:
+            return users
+        orgs = admin_access().orgs_allowing(request.user, "manage_members")
+        return users.filter(memberships__org__in=orgs).distinct()
+
+    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        if db_field.name == "user":
+            allowed = self.member_choices(request)
+            kwargs["queryset"] = allowed
+            kwargs["widget"] = MembersOnlyRawIdWidget(db_field.remote_field, admin.site, allowed)
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)  # type: ignore[misc]
+
+
+class MembershipInline(MemberChoices, OrgInline):
     model = Membership
     extra = 0
     raw_id_fields = ["user"]
@@ -459,7 +497,7 @@ class DomainAdmin(ExtensibleAdmin, OrgRestrictedAdmin):
 
 
 @admin.register(Membership)
-class MembershipAdmin(ExtensibleAdmin, OrgRestrictedAdmin):
+class MembershipAdmin(MemberChoices, ExtensibleAdmin, OrgRestrictedAdmin):
     list_display = ["user", "org", "role", "created_at"]
     list_filter = ["role", ("org", admin.RelatedOnlyFieldListFilter)]
     list_select_related = ["user", "org"]

@@ -408,15 +408,16 @@ class MembersOnlyRawIdWidget(ForeignKeyRawIdWidget):
 
 class MemberChoices:
     """A membership's user is chosen among the users of the orgs where the requester
-    manages members (every user, for a superuser): an owner never learns the names of
-    another org's users, by the form, its widget or its errors."""
+    manages members and the users of no org yet (a newcomer the site made an account
+    for); every user, for a superuser. An owner never learns the names of another org's
+    users, by the form, its widget or its errors, nor makes them members."""
 
     def member_choices(self, request: HttpRequest) -> QuerySet[Any]:
         users = get_user_model()._default_manager.all()
         if request.user.is_superuser:
             return users
         orgs = admin_access().orgs_allowing(request.user, "manage_members")
-        return users.filter(memberships__org__in=orgs).distinct()
+        return users.filter(Q(memberships__org__in=orgs) | Q(memberships__isnull=True)).distinct()
 
     def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
         if db_field.name == "user":

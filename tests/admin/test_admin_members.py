@@ -65,3 +65,12 @@ def test_the_orgs_page_inline_does_not_name_strangers_either(owner, tenant, othe
     )
     assert "globex_inline_user" not in response.content.decode()
     assert not Membership.objects.filter(user=stranger, org=tenant.org).exists()
+
+
+def test_a_newcomer_of_no_org_may_be_added(owner, tenant):
+    from tests.factories import UserFactory
+
+    newcomer = UserFactory(username="newcomer_without_org")
+    response = owner.post(ADD, {"user": newcomer.pk, "org": tenant.org.pk, "role": "viewer"})
+    assert response.status_code == 302
+    assert Membership.objects.filter(user=newcomer, org=tenant.org).exists()

@@ -83,7 +83,9 @@ class BoundedJSONFormField(forms.JSONField):
     is a form error naming what is wrong, never a 500."""
 
     def __init__(self, **kwargs: Any) -> None:
-        kwargs.setdefault("decoder", _UniqueKeysDecoder)
+        # A model's JSONField passes its own decoder, None by default: replaced too.
+        if kwargs.get("decoder") is None:
+            kwargs["decoder"] = _UniqueKeysDecoder
         super().__init__(**kwargs)
 
     def to_python(self, value: Any) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -300,11 +301,29 @@ class WhoAmIView(MemoryAPIView):
         )
 
 
+#: A number as a query parameter: ASCII digits, with a decimal point for a fraction.
+DECIMAL = re.compile(r"[0-9]+(\.[0-9]+)?")
+WHOLE = re.compile(r"[0-9]+")
+
+
 class RecordCursor(CursorPagination):
     ordering = records_service.LIST_ORDERINGS["created"]
     page_size = 50
     page_size_query_param = "page_size"
     max_page_size = 200
+
+    def get_page_size(self, request: Any) -> int:
+        """``page_size`` when given (a whole number from 1, ASCII digits; more than
+        ``max_page_size`` is that many), else the default. DRF's own quietly answers the
+        default page for ``abc``, ``0`` or ``1e3``: a 400 naming it here."""
+        raw = request.query_params.get(self.page_size_query_param)
+        if raw is None:
+            return self.page_size
+        if not WHOLE.fullmatch(raw) or int(raw) < 1:
+            raise exceptions.ValidationError(
+                {self.page_size_query_param: ["must be a whole number from 1."]}
+            )
+        return min(int(raw), self.max_page_size)
 
     def paginate_queryset(self, queryset: Any, request: Any, view: Any = None) -> Any:
         # DRF decodes a cursor's position without checking it is a date-time; a forged
@@ -498,10 +517,11 @@ def _wait_seconds(request: Request) -> float:
     raw = request.query_params.get("wait")
     if raw is None:
         return 0.0
-    try:
-        wait = float(raw)
-    except ValueError:
-        raise exceptions.ValidationError({"wait": ["must be a number of seconds."]}) from None
+    # ASCII digits only: Python's float() also reads "1_0", "1e1", "inf" and other
+    # scripts' digits, none of which a client means as seconds.
+    if not DECIMAL.fullmatch(raw):
+        raise exceptions.ValidationError({"wait": ["must be a number of seconds."]})
+    wait = float(raw)
     maximum = memoryhub_settings.MAX_WAIT_SECONDS
     if not 0 <= wait <= maximum:
         raise exceptions.ValidationError({"wait": [f"must be between 0 and {maximum} seconds."]})

@@ -138,6 +138,9 @@ def parse_moment(value: Any, *, dates: bool = False) -> datetime | None:
     its start in UTC. None for anything else."""
     moment = value
     if isinstance(value, str):
+        if not value.isascii():
+            # Django's parsers read any script's digits ("٢٠٢٥-٠٣-٠١"); ISO 8601 is ASCII.
+            return None
         try:
             # A date first: parse_datetime reads "2025-03-01" as a naive midnight.
             moment = (parse_date(value) if dates else None) or parse_datetime(value)

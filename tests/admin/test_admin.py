@@ -580,3 +580,20 @@ def test_api_key_admin_shows_the_key_once(admin_client, tenant):
     )
     api_key.refresh_from_db()
     assert api_key.revoked
+
+
+def test_the_record_form_reads_json_as_the_api_does(operator, data):
+    """A key given twice is the form's error (the API's too), never a silent last-wins."""
+    response = operator.post(
+        "/admin/memoryhub/memoryrecord/add/",
+        {
+            "knowledge_base": data["acme_kb"].pk,
+            "namespace": "",
+            "kind": "semantic",
+            "content": "Twice-keyed",
+            "tags": "",
+            "metadata": '{"a": 1, "a": 2}',
+        },
+    )
+    assert response.status_code == 200
+    assert not MemoryRecord.unscoped.filter(content="Twice-keyed").exists()

@@ -15,6 +15,7 @@ from ..scope import Scope, tenant_scope
 __all__ = [
     "accepts_writes",
     "ensure_knowledge_base",
+    "name_problem",
     "resolve_sources",
     "save_knowledge_base",
     "source_names",
@@ -89,6 +90,16 @@ def _being_deleted(scope: Scope, name: str) -> bool:
         return KnowledgeBase.objects.filter(name=name, deleting_since__isnull=False).exists()
 
 
+def name_problem(name: Any) -> str | None:
+    """What is wrong with ``name`` as a knowledge base's name, wherever it is given (a
+    write's sources, the admin's form); None when nothing is."""
+    if not isinstance(name, str) or not name or len(name) > 64 or "\x00" in name:
+        return "must be a knowledge base name."
+    if boundary.has_invisible(name):
+        return boundary.INVISIBLE
+    return None
+
+
 def source_names(sources: Any) -> list[str]:
     if sources is None:
         return [KnowledgeBase.DEFAULT_NAME]
@@ -98,10 +109,9 @@ def source_names(sources: Any) -> list[str]:
         raise ValidationFailed({"sources": ["name at least one knowledge base."]})
     names: list[str] = []
     for index, name in enumerate(sources):
-        if not isinstance(name, str) or not name or len(name) > 64 or "\x00" in name:
-            raise ValidationFailed({f"sources[{index}]": ["must be a knowledge base name."]})
-        if boundary.has_invisible(name):
-            raise ValidationFailed({f"sources[{index}]": [boundary.INVISIBLE]})
+        problem = name_problem(name)
+        if problem is not None:
+            raise ValidationFailed({f"sources[{index}]": [problem]})
         if name not in names:
             names.append(name)
     return names

@@ -120,3 +120,23 @@ def test_names_stored_before_the_rule_are_listed(tenant, other_tenant):
     assert len(lines) == 3
     assert any("namespace 'user:alice\\\\u200b': 1 record(s)" in line for line in lines)
     assert all(line.startswith("acme/support ") for line in lines)
+
+
+def test_the_admins_knowledge_base_form_follows_it(client, tenant):
+    from tests.factories import MembershipFactory
+
+    client.force_login(MembershipFactory(org=tenant.org, role="operator", user__is_staff=True).user)
+    response = client.post(
+        "/admin/memoryhub/knowledgebase/add/",
+        {
+            "domain": tenant.domain.pk,
+            "name": "hand\u200bbook",
+            "description": "",
+            "on_write": "refuse",
+        },
+    )
+    assert response.status_code == 200  # the form again, with the error
+    assert "name" in response.context["adminform"].form.errors  # a slug: ASCII only
+    from memoryhub.models import KnowledgeBase
+
+    assert not KnowledgeBase.unscoped.filter(name__startswith="hand").exists()

@@ -95,6 +95,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "csp",
     "django.contrib.postgres",
     "rest_framework",
     "rest_framework_api_key",
@@ -114,7 +115,28 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
 ]
+
+# --- Content-Security-Policy (django-csp) ---------------------------------------------
+# Every page and API answer: scripts and everything else from this site only (the
+# admin's, memoryhub's and Swagger UI's scripts are files: no inline script runs);
+# styles may be inline (Django's admin and Swagger UI set style attributes); nothing
+# may frame the site or post its forms elsewhere.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'", "'unsafe-inline'"],
+        "img-src": ["'self'", "data:"],
+        "font-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "frame-ancestors": ["'none'"],
+        "form-action": ["'self'"],
+    }
+}
 
 if not DEBUG:
     # Serves the collected static files (the admin's, Swagger UI's) so the site needs no

@@ -331,8 +331,9 @@ class ForgetRequestSerializer(serializers.Serializer):
     namespace = serializers.CharField(
         required=False,
         allow_blank=True,
-        help_text='A data subject ("user:alice"): erases their memory everywhere. The '
-        'shared namespace "" needs sources.',
+        help_text='A data subject ("user:alice"): erases their memory in every knowledge '
+        "base of this domain, read-only ones included (another domain's is erased by a "
+        'request there). The shared namespace "" needs sources.',
     )
     key = serializers.CharField(required=False)
     source = serializers.CharField(required=False, help_text="One knowledge base.")  # type: ignore[assignment]

@@ -18,6 +18,7 @@ import pytest
 from memoryhub import policy
 from memoryhub.models import KnowledgeBase, MemoryRecord
 from memoryhub.services import knowledge_bases
+from tenants.models import Membership
 from tests.factories import DomainFactory, OrgFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -64,7 +65,18 @@ def _browser_or_skip():  # type: ignore[no-untyped-def]
         "--window-size=1280,1000",
     ):
         options.add_argument(flag)
+    # The console, where Chromium reports what the Content-Security-Policy refused.
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+
+
+def csp_refusals(browser) -> list[str]:  # type: ignore[no-untyped-def]
+    """What the page's Content-Security-Policy refused since the last call (the console)."""
+    return [
+        entry["message"]
+        for entry in browser.get_log("browser")
+        if "Content Security Policy" in entry["message"]
+    ]
 
 
 @pytest.fixture
@@ -451,3 +463,50 @@ def test_lists_fit_the_page_and_give_the_content_room(browser, live_server, djan
                 assert content >= 300 if width == 1280 else content >= 600, (path, content)
         browser.get(live_server.url + "/admin/")
         assert fits(browser)[0] <= width
+
+
+def test_the_admin_and_swagger_ui_work_under_the_content_security_policy(
+    browser, live_server, django_user_model, client, transactional_db
+):
+    """Every answer carries the policy; the admin's pages (the knowledge base page's
+    polling and confirmations are a script file) and Swagger UI (its start-up script a
+    file too) run under it with nothing refused."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    for url in ("/api/v1/health", "/admin/login/", "/api/docs/"):
+        header = client.get(url)["Content-Security-Policy"]
+        assert "script-src 'self'" in header and "frame-ancestors 'none'" in header
+    from memoryhub.scope import Scope
+
+    domain = DomainFactory(org=OrgFactory(slug="acme", name="Acme"), slug="support")
+    operator = django_user_model.objects.create_user(
+        "operator", password="s3cret-pass", is_staff=True
+    )
+    Membership.objects.create(user=operator, org=domain.org, role="operator")
+    handbook = knowledge_bases.ensure_knowledge_base(Scope.for_domain(domain), "handbook")
+    from memoryhub.services import imports
+
+    imports.create_job(  # the page then lists it, with its polling and undo confirmation
+        Scope.for_domain(domain),
+        handbook,
+        text='{"content": "imported under the policy"}',
+        format="jsonl",
+        filename="a.jsonl",
+        principal=policy.AgentPrincipal(label="admin:operator"),
+    )
+    login(browser, live_server)
+    browser.get(f"{live_server.url}/admin/memoryhub/knowledgebase/{handbook.pk}/change/")
+    WebDriverWait(browser, 30).until(
+        ec.presence_of_element_located((By.CSS_SELECTOR, "tr.import-job"))
+    )
+    WebDriverWait(browser, 30).until(  # polled by the script file: the import is done
+        lambda driver: "Done" in driver.find_element(By.CSS_SELECTOR, ".import-status").text
+    )
+    browser.get(f"{live_server.url}/api/docs/")
+    WebDriverWait(browser, 30).until(
+        ec.presence_of_element_located((By.CSS_SELECTOR, "#swagger-ui .opblock"))
+    )
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#swagger-ui .opblock")) > 5
+    assert csp_refusals(browser) == []

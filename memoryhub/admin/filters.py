@@ -11,6 +11,7 @@ observations' source filter are still Django's ``DISTINCT``.
 
 from __future__ import annotations
 
+import unicodedata
 from collections import Counter
 from datetime import timedelta
 from typing import Any
@@ -23,6 +24,7 @@ from django.utils.translation import gettext_lazy as _
 
 from tenants.models import Domain, Org
 
+from .. import boundary
 from ..models import KnowledgeBase, valid_q
 
 #: The foreign keys whose active filter narrows the choices of the filters below.
@@ -85,6 +87,20 @@ class VisibleRelatedFilter(admin.RelatedFieldListFilter):
         raise TypeError(f"VisibleRelatedFilter does not know {related.__name__}")
 
 
+def shown(value: str) -> str:
+    """``value`` as a page may show it: a control or invisible format character (in a
+    name stored before the doors refused them) written as its escape, never sent raw to
+    a terminal or a page."""
+    if not boundary.has_invisible(value):
+        return value
+    return "".join(
+        char.encode("unicode_escape").decode("ascii")
+        if unicodedata.category(char) in boundary.INVISIBLE_CATEGORIES
+        else char
+        for char in value
+    )
+
+
 class TopValuesFilter(admin.SimpleListFilter):
     """The ``limit`` most frequent values of ``field`` among the rows the user sees (in
     the active org, domain and knowledge base filter), counted in a sample of ``sample``
@@ -111,7 +127,7 @@ class TopValuesFilter(admin.SimpleListFilter):
         selected = self.value()
         if selected is not None and selected not in values:
             values.append(selected)
-        return [(value, value or str(self.blank_label)) for value in values]
+        return [(value, shown(value) or str(self.blank_label)) for value in values]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         value = self.value()

@@ -49,6 +49,7 @@ from .filters import (
     ValidityFilter,
     VisibleRelatedFilter,
     knowledge_base_label,
+    shown,
 )
 from .knowledge import RecordForm, item_from
 from .playground import playground_view
@@ -174,8 +175,8 @@ class MemoryRecordAdmin(OperatorAdmin):
         if len(title) > CONTENT_TITLE_CHARS:
             title = title[: CONTENT_TITLE_CHARS - 1] + "…"
         details = [
-            obj.namespace or format_html("<em>{}</em>", _("shared")),
-            format_html("{} <strong>{}</strong>", _("key"), obj.key) if obj.key else "",
+            shown(obj.namespace) or format_html("<em>{}</em>", _("shared")),
+            format_html("{} <strong>{}</strong>", _("key"), shown(obj.key)) if obj.key else "",
             format_html("{} {}", _("tags"), self.tag_list(obj)) if obj.tags else "",
             obj.get_kind_display().split(":")[0].lower(),
         ]

@@ -140,3 +140,19 @@ def test_the_admins_knowledge_base_form_follows_it(client, tenant):
     from memoryhub.models import KnowledgeBase
 
     assert not KnowledgeBase.unscoped.filter(name__startswith="hand").exists()
+
+
+def test_the_admins_namespace_filter_shows_a_stored_escape_never_the_raw_character(
+    admin_client, tenant
+):
+    MemoryRecord.unscoped.create(
+        org_id=tenant.org.pk,
+        domain_id=tenant.domain.pk,
+        knowledge_base=knowledge_bases.ensure_knowledge_base(tenant.scope, "memory"),
+        namespace="user:\u001b[2J",
+        content="stored by an earlier release",
+        content_hash="h",
+    )
+    page = admin_client.get("/admin/memoryhub/memoryrecord/").content.decode()
+    assert "\u001b" not in page
+    assert "user:\\x1b[2J" in page

@@ -66,6 +66,14 @@ def answering() -> bool:
     return time.monotonic() >= _unanswered_until
 
 
+def require_answering() -> None:
+    """Raise ``ConnectionError`` (one of :data:`CACHE_ERRORS`) when this process is
+    leaving the cache alone after a failure: its callers then take their no-cache path
+    without waiting for a timeout."""
+    if not answering():
+        raise ConnectionError("the cache did not answer a moment ago")
+
+
 def _unanswered(what: str, exc: BaseException) -> None:
     global _unanswered_until
     if answering():
@@ -132,8 +140,7 @@ def bump_generation(scope: Scope) -> None:
     answer: see the module's docstring)."""
     cache = _cache()
     try:
-        if not answering():
-            raise ConnectionError("the cache did not answer a moment ago")
+        require_answering()
         _pay_owed(cache)
         _incr_generation(cache, scope)
     except CACHE_ERRORS as exc:

@@ -169,8 +169,7 @@ class ApiKeyRateThrottle(BaseThrottle):
         window = MovingWindow("rate", *rate)
         ident = self._ident(request)
         try:
-            if not cache.answering():
-                raise ConnectionError("the cache did not answer a moment ago")
+            cache.require_answering()
             if window.hit(ident):
                 return True
             self._wait = window.wait(ident)
@@ -224,10 +223,11 @@ def count_failure(request: Any) -> None:
     """
     window = failed_authentications()
     ident = f"ip:{client_address(request)}"
+    if window is None:
+        return
     try:
-        if window is not None and not cache.answering():
-            raise ConnectionError("the cache did not answer a moment ago")
-        if window is not None and not window.hit(ident):
+        cache.require_answering()
+        if not window.hit(ident):
             raise _too_many_failures(window, ident)
     except LIMIT_ERRORS as exc:
         cache.unanswered("failed authentications", exc)

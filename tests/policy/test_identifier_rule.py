@@ -98,20 +98,22 @@ def test_an_import_line_with_an_invisible_namespace_is_its_lines_error(tenant):
     assert not MemoryRecord.unscoped.exists()
 
 
-def test_names_stored_before_the_rule_are_listed(tenant, other_tenant):
-    write.write(tenant.scope, [{"content": "fine", "namespace": "user:alice", "tags": ["ok"]}])
-    assert call_command("memoryhub_invisible_names", stdout=io.StringIO()) is None  # none
-    # As an earlier release stored them, past today's validation.
+def stored_before_the_rule(tenant, **fields: object) -> None:  # type: ignore[no-untyped-def]
+    """A record as an earlier release stored it, past today's validation."""
     MemoryRecord.unscoped.create(
         org_id=tenant.org.pk,
         domain_id=tenant.domain.pk,
         knowledge_base=knowledge_bases.ensure_knowledge_base(tenant.scope, "memory"),
-        namespace="user:alice\u200b",
-        key="plan\n",
-        tags=["t\u202e"],
-        content="old",
+        content="stored by an earlier release",
         content_hash="h",
+        **fields,
     )
+
+
+def test_names_stored_before_the_rule_are_listed(tenant, other_tenant):
+    write.write(tenant.scope, [{"content": "fine", "namespace": "user:alice", "tags": ["ok"]}])
+    assert call_command("memoryhub_invisible_names", stdout=io.StringIO()) is None  # none
+    stored_before_the_rule(tenant, namespace="user:alice\u200b", key="plan\n", tags=["t\u202e"])
     out = io.StringIO()
     with pytest.raises(SystemExit) as status:
         call_command("memoryhub_invisible_names", stdout=out, stderr=io.StringIO())
@@ -145,14 +147,7 @@ def test_the_admins_knowledge_base_form_follows_it(client, tenant):
 def test_the_admins_namespace_filter_shows_a_stored_escape_never_the_raw_character(
     admin_client, tenant
 ):
-    MemoryRecord.unscoped.create(
-        org_id=tenant.org.pk,
-        domain_id=tenant.domain.pk,
-        knowledge_base=knowledge_bases.ensure_knowledge_base(tenant.scope, "memory"),
-        namespace="user:\u001b[2J",
-        content="stored by an earlier release",
-        content_hash="h",
-    )
+    stored_before_the_rule(tenant, namespace="user:\u001b[2J")
     page = admin_client.get("/admin/memoryhub/memoryrecord/").content.decode()
     assert "\u001b" not in page
     assert "user:\\x1b[2J" in page

@@ -292,7 +292,7 @@ SPECTACULAR_SETTINGS = {
 
 # --- memoryhub ----------------------------------------------------------------------
 MEMORYHUB: dict[str, object] = {
-    "SWEEP_INTERVAL": int(os.environ.get("MEMORYHUB_SWEEP_INTERVAL", "60")),
+    "SWEEP_INTERVAL": int(os.environ.get("MEMORYHUB_SWEEP_INTERVAL", "30")),
 }
 # Beat runs memoryhub's sweep every MEMORYHUB["SWEEP_INTERVAL"] seconds.
 CELERY_BEAT_SCHEDULE = beat_schedule(MEMORYHUB)

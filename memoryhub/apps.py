@@ -1,6 +1,12 @@
 from typing import Any
 
-from celery.signals import before_task_publish, worker_init, worker_ready, worker_shutdown
+from celery.signals import (
+    before_task_publish,
+    task_received,
+    worker_init,
+    worker_ready,
+    worker_shutdown,
+)
 from django.apps import AppConfig
 from django.core import checks
 from django.db import connections
@@ -31,6 +37,7 @@ class MemoryhubConfig(AppConfig):
     def ready(self) -> None:
         from .cache import domain_saved
         from .worker import keep_reconnecting, start_heartbeat, stop_heartbeat
+        from .worker import task_received as holding_changed
 
         checks.register(check_settings, "memoryhub")
         checks.register(check_deploy_settings, "memoryhub", deploy=True)
@@ -41,8 +48,10 @@ class MemoryhubConfig(AppConfig):
         post_save.connect(domain_saved, sender="tenants.Domain", weak=False)
         # Task log lines carry the id of the request that enqueued the task.
         before_task_publish.connect(stamp_task_headers, weak=False)
-        # A worker writes a heartbeat that the health endpoint reads.
+        # A worker writes a heartbeat that the health endpoint and the sweeper read,
+        # again as soon as it receives a task (the records it holds).
         worker_ready.connect(start_heartbeat, weak=False)
+        task_received.connect(holding_changed, weak=False)
         # ... and reconnects when its broker goes away (memoryhub.worker).
         worker_init.connect(keep_reconnecting, weak=False)
         worker_shutdown.connect(stop_heartbeat, weak=False)

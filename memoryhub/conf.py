@@ -226,10 +226,20 @@ SETTINGS: dict[str, Setting] = {
         5, "Attempts at embedding a record before it is marked failed.", minimum=1
     ),
     "SWEEP_PENDING_AFTER": Setting(
-        300, "The sweeper re-enqueues records pending for longer than this (seconds).", minimum=1
+        300,
+        "The sweeper re-enqueues records pending for longer than this (seconds) when it"
+        " cannot tell whether a worker holds them (an earlier release's workers).",
+        minimum=1,
+    ),
+    "SWEEP_ORPHANED_AFTER": Setting(
+        30,
+        "The sweeper re-enqueues records pending for longer than this (seconds) that no"
+        " message in the broker's queue and no live worker holds (a worker killed"
+        " mid-batch); a worker silent for WORKER_STALE_AFTER seconds is taken as gone.",
+        minimum=1,
     ),
     "SWEEP_INTERVAL": Setting(
-        60,
+        30,
         "Seconds between two sweeps: CELERY_BEAT_SCHEDULE = beat_schedule(MEMORYHUB)"
         " (memoryhub.schedule) schedules them (memoryhub.W004 and W005 warn otherwise).",
         minimum=1,

@@ -849,11 +849,15 @@ class IdempotentRequest(TenantScopedModel):
 class WorkerHeartbeat(models.Model):
     """The last time each Celery worker said it was alive (``memoryhub.worker``).
 
-    Not tenant data: one row per worker host name, read by the health endpoint.
+    Not tenant data: one row per worker host name, read by the health endpoint and by
+    the sweeper (which records a live worker still holds).
     """
 
     hostname = models.CharField(_("host name"), max_length=255, unique=True)
     seen_at = models.DateTimeField(_("last seen"))
+    #: Ids of the records in the indexing tasks the worker held at ``seen_at`` (running,
+    #: prefetched, or waiting to be retried); null when it could not tell.
+    holding = models.JSONField(_("records held"), null=True, blank=True, editable=False)
 
     class Meta:
         verbose_name = _("worker heartbeat")

@@ -2,7 +2,7 @@
 
     from memoryhub.schedule import beat_schedule
 
-    MEMORYHUB = {"SWEEP_INTERVAL": 60}
+    MEMORYHUB = {"SWEEP_INTERVAL": 30}
     CELERY_BEAT_SCHEDULE = {**beat_schedule(MEMORYHUB)}
 
 Settings modules cannot read ``memoryhub_settings`` (they are being loaded), so the
@@ -21,8 +21,8 @@ SWEEP_TASK = "memoryhub.tasks.sweep"
 
 
 def beat_schedule(memoryhub: Mapping[str, Any] | None = None) -> dict[str, dict[str, Any]]:
-    """The periodic tasks: the sweep every ``SWEEP_INTERVAL`` seconds (default 60)."""
-    interval = float((memoryhub or {}).get("SWEEP_INTERVAL", 60))
+    """The periodic tasks: the sweep every ``SWEEP_INTERVAL`` seconds (default 30)."""
+    interval = float((memoryhub or {}).get("SWEEP_INTERVAL", 30))
     if interval <= 0:
         raise ValueError("MEMORYHUB['SWEEP_INTERVAL'] must be a positive number of seconds")
     return {"memoryhub-sweep": {"task": SWEEP_TASK, "schedule": interval}}

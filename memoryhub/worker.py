@@ -1,9 +1,11 @@
 """What runs inside a Celery worker beside its tasks: the heartbeat health reads.
 
 When a worker is ready, a daemon thread in its main process writes
-``WorkerHeartbeat(hostname, seen_at)`` every ``WORKER_HEARTBEAT_INTERVAL`` seconds until
-the worker shuts down. The health endpoint reads the newest row instead of broadcasting
-an ``inspect ping`` and blocking on the replies.
+``WorkerHeartbeat(hostname, seen_at, holding)`` every ``WORKER_HEARTBEAT_INTERVAL``
+seconds, and as soon as the worker receives a task, until the worker shuts down. The
+health endpoint reads the newest row instead of broadcasting an ``inspect ping`` and
+blocking on the replies; the sweeper reads ``holding``, the records in the indexing tasks
+the worker holds, to tell a record a live worker has from one a dead worker lost.
 """
 
 from __future__ import annotations
@@ -20,27 +22,65 @@ from .models import WorkerHeartbeat
 
 logger = logging.getLogger(__name__)
 
+#: The task whose records ``holding`` lists.
+INDEXING_TASK = "memoryhub.tasks.index_records"
+#: Past this many record ids a worker's ``holding`` says it cannot tell (null): the
+#: sweeper then waits ``SWEEP_PENDING_AFTER`` as if no worker said anything.
+HOLDING_CAP = 20_000
+
 _stop = threading.Event()
+_wake = threading.Event()
 _thread: threading.Thread | None = None
 
 
-def beat(hostname: str) -> None:
-    """Record that worker ``hostname`` is alive now."""
+def held_record_ids() -> list[str] | None:
+    """Ids of the records in the indexing tasks this worker process holds: running,
+    prefetched, or waiting for the moment of a retry. None when it cannot tell."""
+    from celery.worker import state
+
+    for _attempt in range(3):
+        try:  # the consumer's thread adds and discards requests meanwhile
+            requests = [*state.reserved_requests, *state.scheduled_requests]
+            break
+        except RuntimeError:
+            continue
+    else:
+        return None
+    held: list[str] = []
+    for request in requests:
+        if request.name != INDEXING_TASK or not request.args:
+            continue
+        held.extend(str(pk) for pk in request.args[0])
+        if len(held) > HOLDING_CAP:
+            return None
+    return held
+
+
+def beat(hostname: str, *, holding: list[str] | None = None) -> None:
+    """Record that worker ``hostname`` is alive now, holding the records ``holding``."""
     WorkerHeartbeat.objects.update_or_create(
-        hostname=hostname[:255], defaults={"seen_at": timezone.now()}
+        hostname=hostname[:255], defaults={"seen_at": timezone.now(), "holding": holding}
     )
 
 
 def _run(hostname: str) -> None:
     while True:
+        _wake.clear()
         try:
             close_old_connections()
-            beat(hostname)
+            beat(hostname, holding=held_record_ids())
         except Exception as exc:  # a database blip: try again at the next beat
             logger.warning("worker heartbeat failed: %s: %s", type(exc).__name__, exc)
-        if _stop.wait(memoryhub_settings.WORKER_HEARTBEAT_INTERVAL):
+        _wake.wait(memoryhub_settings.WORKER_HEARTBEAT_INTERVAL)
+        if _stop.is_set():
             break
     connection.close()
+
+
+def task_received(**kwargs: Any) -> None:
+    """``task_received`` receiver: beat now, so ``holding`` names the new task's records
+    before the sweeper can take them as lost (the consumer's thread only sets a flag)."""
+    _wake.set()
 
 
 def start_heartbeat(sender: Any = None, **kwargs: Any) -> None:
@@ -49,11 +89,13 @@ def start_heartbeat(sender: Any = None, **kwargs: Any) -> None:
     if _thread is not None and _thread.is_alive():
         return
     hostname = getattr(sender, "hostname", None) or "celery"
-    try:  # the first beat before the worker says it is ready (requests may wait on it)
-        beat(hostname)
+    try:  # the first beat before the worker says it is ready (requests may wait on it);
+        # it also says that a worker of this name killed before holds nothing any more
+        beat(hostname, holding=[])
     except Exception as exc:
         logger.warning("worker heartbeat failed: %s: %s", type(exc).__name__, exc)
     _stop.clear()
+    _wake.clear()
     _thread = threading.Thread(
         target=_run, args=(hostname,), name="memoryhub-heartbeat", daemon=True
     )
@@ -63,6 +105,7 @@ def start_heartbeat(sender: Any = None, **kwargs: Any) -> None:
 def stop_heartbeat(**kwargs: Any) -> None:
     """``worker_shutdown`` receiver: stop the heartbeat thread."""
     _stop.set()
+    _wake.set()
 
 
 def keep_reconnecting(**kwargs: Any) -> None:

@@ -329,6 +329,22 @@ def pending_for_sweep(older_than: timedelta | None = None) -> list[str]:
     ]
 
 
+def held_by_workers() -> set[str] | None:
+    """Ids of the records in the indexing tasks live workers hold (running, prefetched,
+    waiting to be retried), from their heartbeats; None when a live worker cannot tell
+    (too many, or a release that does not say). A worker silent for
+    ``WORKER_STALE_AFTER`` seconds is taken as gone, and what it held as lost."""
+    cutoff = timezone.now() - timedelta(seconds=memoryhub_settings.WORKER_STALE_AFTER)
+    held: set[str] = set()
+    for holding in WorkerHeartbeat.objects.filter(seen_at__gte=cutoff).values_list(
+        "holding", flat=True
+    ):
+        if holding is None:
+            return None
+        held.update(holding)
+    return held
+
+
 #: ``pipeline_status`` counts pending records up to this many (a bounded health check).
 PENDING_COUNT_CAP = 10_000
 

@@ -21,25 +21,16 @@ from . import consolidation, forget, idempotency, imports, indexing, vector_inde
 from .scheduling import queued, redelivery_after, schedule_indexing, send
 from .store.deletion import delete_records
 
-__all__ = ["purge_expired", "sweep"]
+__all__ = ["lost_records", "purge_expired", "sweep"]
 
 #: Who the sweep re-sends lost work for: unnamed (who queued it is not kept).
 SWEEPER = policy.principal_for_task("")
 
 
 def sweep() -> dict[str, int]:
-    """One sweep; returns what it re-sent and purged.
-
-    Records pending longer than ``SWEEP_PENDING_AFTER`` are sent again, unless indexing
-    messages still wait in the broker's queue: then the workers have not reached them
-    yet (a backlog), and only records pending for longer than the broker takes to
-    deliver a dead worker's message again are sent (their messages were lost), so a
-    backlog is never multiplied by the sweeps."""
+    """One sweep; returns what it re-sent and purged (see :func:`lost_records`)."""
     in_flight = queued("index_records")
-    older_than = memoryhub_settings.SWEEP_PENDING_AFTER
-    if in_flight:
-        older_than = max(older_than, redelivery_after())
-    pending = indexing.pending_for_sweep(timedelta(seconds=older_than))
+    pending = lost_records(in_flight)
     schedule_indexing(pending)
     jobs = imports.queued_for_sweep()
     for job_id in jobs:
@@ -66,6 +57,30 @@ def sweep() -> dict[str, int]:
         "consolidations_requeued": len(waiting),
         "purged": purged,
     }
+
+
+def lost_records(in_flight: int | None) -> list[str]:
+    """The pending records whose indexing message is lost, given how many indexing
+    messages wait in the broker's queue (None: it cannot tell).
+
+    * Messages wait (a backlog): the workers have not reached them yet, and only records
+      pending for longer than the broker takes to deliver a dead worker's message again
+      are lost, so a backlog is never multiplied by the sweeps.
+    * None wait, and every live worker says which records it holds: the records pending
+      for ``SWEEP_ORPHANED_AFTER`` that none holds are lost (a worker killed mid-batch,
+      whose messages the broker would hold back until its visibility timeout).
+    * Otherwise, the records pending for ``SWEEP_PENDING_AFTER``.
+    """
+    pending_after = memoryhub_settings.SWEEP_PENDING_AFTER
+    if in_flight:
+        older_than = max(pending_after, redelivery_after())
+        return indexing.pending_for_sweep(timedelta(seconds=older_than))
+    held = indexing.held_by_workers() if in_flight == 0 else None
+    if held is None:
+        return indexing.pending_for_sweep(timedelta(seconds=pending_after))
+    older_than = min(pending_after, memoryhub_settings.SWEEP_ORPHANED_AFTER)
+    candidates = indexing.pending_for_sweep(timedelta(seconds=older_than))
+    return [pk for pk in candidates if pk not in held]
 
 
 def purge_expired() -> int:

@@ -80,6 +80,6 @@ def test_beat_schedule_follows_sweep_interval():
     assert beat_schedule({"SWEEP_INTERVAL": 15}) == {
         "memoryhub-sweep": {"task": "memoryhub.tasks.sweep", "schedule": 15.0}
     }
-    assert beat_schedule()["memoryhub-sweep"]["schedule"] == 60.0
+    assert beat_schedule()["memoryhub-sweep"]["schedule"] == 30.0
     with pytest.raises(ValueError, match="SWEEP_INTERVAL"):
         beat_schedule({"SWEEP_INTERVAL": 0})

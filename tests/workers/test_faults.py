@@ -26,7 +26,7 @@ from rest_framework.test import APIClient
 
 from memoryhub.embedders import HashingEmbedder
 from memoryhub.models import MemoryRecord
-from memoryhub.services import indexing, knowledge_bases, scheduling, write
+from memoryhub.services import indexing, knowledge_bases, maintenance, scheduling, write
 from memoryhub.tasks import sweep
 from tests.factories import create_api_key
 from tests.programs import (
@@ -353,6 +353,65 @@ def test_worker_killed_mid_batch_loses_nothing_and_indexes_once(
 
     assert_indexed_once_with_the_right_vectors(ids, transitions)
     report(f"worker killed, trial {trial}: at the kill {at_kill}; after: 50 indexed once each")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_dead_workers_batches_are_sent_again_at_the_next_sweep_and_a_live_ones_are_not(
+    tenant, other_tenant, private_redis, workers, transitions, settings, tmp_path
+):
+    """The broker holds a killed worker's messages back for its visibility timeout (an
+    hour); the sweeper sends them again as soon as they are SWEEP_ORPHANED_AFTER old,
+    SWEEP_PENDING_AFTER left at its 300 s, because no live worker holds them any more."""
+    settings.MEMORYHUB = {
+        "INDEX_BATCH_SIZE": 10,
+        "BULK_INDEX_BATCH_SIZE": 10,
+        "SWEEP_ORPHANED_AFTER": 1,
+    }
+    marker = tmp_path / "batches.txt"
+    marker.touch()
+    with celery_broker(private_redis.url()):
+        notes = [{"content": f"acme note {n}"} for n in range(10)]
+        ids = write.write(tenant.scope, notes).record_ids
+        ids += write.write(
+            other_tenant.scope, [{"content": f"globex note {n}"} for n in range(10)]
+        ).record_ids
+        victim = start_worker(
+            private_redis.url(),
+            tmp_path / "victim.log",
+            pool="prefork",
+            concurrency=2,
+            memoryhub={
+                "EMBEDDER": "tests.embedders.SlowEmbedder",
+                "EMBEDDER_OPTIONS": {"marker": str(marker), "delay": 60},
+            },
+        )
+        workers.append(victim)
+        wait_for(
+            lambda: (
+                len(marker.read_text().splitlines()) >= 2
+                and private_redis.client().llen("celery") == 0
+                and indexing.held_by_workers() == set(ids)
+            ),
+            timeout=60,
+            what="the worker's two processes to be embedding both batches",
+        )
+        wait_for(
+            lambda: set(indexing.pending_for_sweep(timedelta(seconds=1))) == set(ids),
+            timeout=10,
+            what="the records to be older than SWEEP_ORPHANED_AFTER",
+        )
+        # A live worker holds them all: nothing is sent twice.
+        assert maintenance.sweep()["requeued"] == 0
+
+        victim.kill()
+        assert statuses() == {"pending": 20}
+        # The same worker name again (a restart): its first beat holds nothing.
+        workers.append(start_worker(private_redis.url(), tmp_path / "second.log"))
+        swept = maintenance.sweep()
+
+        assert swept["requeued"] == 20
+        wait_for(lambda: statuses() == {"indexed": 20}, timeout=60, what="all 20 records indexed")
+    assert_indexed_once_with_the_right_vectors(ids, transitions)
 
 
 # --- 4. PostgreSQL is restarted under a running gunicorn ----------------------------------

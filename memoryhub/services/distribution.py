@@ -23,6 +23,8 @@ the system check and ``memoryhub_citus status`` report.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -422,7 +424,50 @@ def cleanup(connection: BaseDatabaseWrapper) -> int:
     return int(before)
 
 
+#: The advisory lock of the shards' layout: the index maintenance run holds it, and
+#: skips its run while it is taken; a tenant's move or isolation holds it for its length,
+#: after a running maintenance run has finished. An index built while a shard moves
+#: deadlocks with the move, or finds the shard's relation gone.
+LAYOUT_LOCK = "memoryhub tenant indexes"
+
+
+@contextmanager
+def layout_lock(connection: BaseDatabaseWrapper, *, wait: bool) -> Iterator[bool]:
+    """Hold :data:`LAYOUT_LOCK` (yields True), or, not ``wait``-ing, yield False when
+    another session holds it. A transaction lock inside a transaction (released however
+    it ends), else a session lock."""
+    in_transaction = connection.in_atomic_block
+    function = "pg_advisory" if wait else "pg_try_advisory"
+    function += "_xact_lock" if in_transaction else "_lock"
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {function}(hashtext(%s))::text", [LAYOUT_LOCK])
+        (answer,) = cursor.fetchone()
+    locked = wait or answer == "true"
+    try:
+        yield locked
+    finally:
+        if locked and not in_transaction:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(hashtext(%s))", [LAYOUT_LOCK])
+
+
+def shards_moving(connection: BaseDatabaseWrapper) -> bool:
+    """Whether Citus is moving a shard now (a rebalance, or a move begun by hand)."""
+    if not is_citus(connection):
+        return False
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT EXISTS (SELECT 1 FROM get_rebalance_progress())")
+        return bool(cursor.fetchone()[0])
+
+
 def move_tenant(connection: BaseDatabaseWrapper, org_id: int, host: str, port: int) -> str:
+    """Move org ``org_id``'s shard group (and the orgs sharing it) to worker
+    ``host:port``, online (see :func:`_move`), holding :data:`LAYOUT_LOCK`."""
+    with layout_lock(connection, wait=True):
+        return _move(connection, org_id, host, port)
+
+
+def _move(connection: BaseDatabaseWrapper, org_id: int, host: str, port: int) -> str:
     """Move org ``org_id``'s shard group (and the orgs sharing it) to worker
     ``host:port``, online: Citus copies it by logical replication while writes go on and
     switches over with a brief block of writes to it.
@@ -467,6 +512,13 @@ def _cleanup_now(connection: BaseDatabaseWrapper) -> None:
 
 
 def isolate_tenant(connection: BaseDatabaseWrapper, org_id: int) -> int:
+    """Give org ``org_id`` a shard group of its own (see :func:`_isolate`), holding
+    :data:`LAYOUT_LOCK`; return its shard."""
+    with layout_lock(connection, wait=True):
+        return _isolate(connection, org_id)
+
+
+def _isolate(connection: BaseDatabaseWrapper, org_id: int) -> int:
     """Give org ``org_id`` a shard group of its own; return its shard. An org already
     alone keeps its shard.
 

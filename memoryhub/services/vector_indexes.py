@@ -37,7 +37,7 @@ from ..conf import memoryhub_settings
 from ..models import MemoryRecord
 from ..scope import Scope
 from . import filter_indexes, record_indexes, word_statistics
-from .distribution import is_citus
+from .distribution import is_citus, layout_lock, shards_moving
 from .store.locks import int4_key
 
 logger = logging.getLogger(__name__)
@@ -325,8 +325,9 @@ def ensure_tenant_indexes(
     A large domain's queries then search a graph of its own records only, smaller than
     the shared one and holding none of the records its filter would throw away: as good
     a recall in less time. Run by the sweeper's task, by the indexing pipeline when a
-    bulk store asks for it, and by ``memoryhub_ensure_indexes``; one run at a time (an
-    advisory lock; a second run returns ``busy``).
+    bulk store asks for it, and by ``memoryhub_ensure_indexes``; one run at a time, and
+    none while a Citus shard moves (:data:`~.distribution.LAYOUT_LOCK`; such a run
+    returns ``busy``).
     """
     if model_name is None or dimensions is None:
         embedder = memoryhub_settings.embedder()
@@ -337,8 +338,8 @@ def ensure_tenant_indexes(
     if settle_after is None:
         settle_after = timedelta(seconds=memoryhub_settings.SWEEP_PENDING_AFTER)
     changes = TenantIndexChanges()
-    with _maintenance_lock() as locked:
-        if not locked:
+    with layout_lock(connection, wait=False) as locked:
+        if not locked or shards_moving(connection):
             changes.busy = True
             return changes
         with _no_statement_timeout(concurrently):
@@ -624,24 +625,6 @@ def _bump(name: str) -> None:
     match = _TENANT_INDEX_NAME.match(name)
     if match:
         bump_generation(Scope(org_id=int(match[1]), domain_id=int(match[2])))
-
-
-@contextmanager
-def _maintenance_lock() -> Iterator[bool]:
-    """An advisory lock (not waited for) held for one maintenance run: a transaction
-    lock inside a transaction (released however it ends), else a session lock."""
-    key = "memoryhub tenant indexes"
-    in_transaction = connection.in_atomic_block
-    function = "pg_try_advisory_xact_lock" if in_transaction else "pg_try_advisory_lock"
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {function}(hashtext(%s))", [key])
-        locked = bool(cursor.fetchone()[0])
-    try:
-        yield locked
-    finally:
-        if locked and not in_transaction:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_unlock(hashtext(%s))", [key])
 
 
 @contextmanager

@@ -13,9 +13,10 @@ from django.core.management import CommandError, call_command
 from django.db import connection, connections
 
 from memoryhub.models import MemoryRecord
-from memoryhub.services import distribution, forget, query, write
+from memoryhub.services import distribution, forget, query, vector_indexes, write
 from memoryhub.services.forget import ForgetRequest, vacuum_erased_tables
 from tests import cluster as citus
+from tests.programs import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -226,3 +227,60 @@ def test_a_copy_is_verified_row_by_row_against_its_old_placement(two_orgs) -> No
     assert distribution.verify_copy(connection, own, elsewhere, org_id=tenant.org.pk) == {
         records: 50
     }
+
+
+def test_a_move_waits_for_a_running_index_maintenance_which_skips_while_shards_move(
+    two_orgs,
+) -> None:  # type: ignore[no-untyped-def]
+    """The index maintenance task deadlocked with moves, or found a shard's relation
+    gone: the two take turns on one advisory lock of the coordinator's."""
+    tenant, other_tenant = two_orgs
+    cluster = citus.cluster()
+    before = distribution.tenant_node(connection, tenant.org.pk)
+    (target,) = [node for node in cluster.worker_nodes if node.port != before.port]
+    outcome: list[str] = []
+
+    def move() -> None:
+        try:
+            outcome.append(
+                distribution.move_tenant(connection, tenant.org.pk, target.host, target.port)
+            )
+        finally:
+            connections.close_all()
+
+    def move_waits() -> bool:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE wait_event = 'advisory' AND datname = current_database()"
+            )
+            return cursor.fetchone()[0] == 1
+
+    # A maintenance run of another process holds the lock (as it does while it builds).
+    settings = connection.settings_dict
+    with psycopg.connect(
+        host=settings["HOST"],
+        port=settings["PORT"],
+        user=settings["USER"],
+        password=settings["PASSWORD"] or None,
+        dbname=settings["NAME"],
+        autocommit=True,
+    ) as maintenance:
+        maintenance.execute("SELECT pg_advisory_lock(hashtext(%s))", [distribution.LAYOUT_LOCK])
+        mover = threading.Thread(target=move, daemon=True)
+        mover.start()
+        wait_for(move_waits, timeout=30, what="the move to wait for the maintenance run")
+        assert outcome == []
+        assert distribution.tenant_node(connection, tenant.org.pk) == before
+        # Meanwhile this process's maintenance run skips.
+        assert vector_indexes.ensure_tenant_indexes(min_records=1).busy
+        maintenance.execute("SELECT pg_advisory_unlock(hashtext(%s))", [distribution.LAYOUT_LOCK])
+        mover.join(timeout=120)
+
+    assert outcome and outcome[0].startswith("moved")
+    assert distribution.tenant_node(connection, tenant.org.pk).port == target.port
+    assert not distribution.shards_moving(connection)
+    # Once moved, a maintenance run runs, and gives the tenant its own index.
+    changes = vector_indexes.ensure_tenant_indexes(min_records=1)
+    assert not changes.busy
+    assert_no_leak(tenant, other_tenant)

@@ -56,15 +56,19 @@ class EmbeddedRedis:
         return f"redis+socket://{self.socket}"
 
     def pid(self) -> int | None:
+        import psutil
+
         try:
             pid = int((self.directory / PIDFILE).read_text().strip())
         except (OSError, ValueError):
             return None
         try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+            # A killed server that its parent (an init that does not reap) left a zombie.
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return None
+        except psutil.NoSuchProcess:
             return None
-        except PermissionError:
+        except psutil.AccessDenied:
             pass
         return pid
 

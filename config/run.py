@@ -4,8 +4,8 @@ Starts the embedded PostgreSQL and the embedded Redis (broker and shared cache),
 seeds the demo, then runs the web server and a Celery worker with beat (the sweeper)
 beside it, as production does, so that imports and indexing never run inside a request.
 Ctrl-C (or SIGTERM) stops the web server and the worker, then Redis, then PostgreSQL:
-nothing is left running. A web server or worker that dies (killed, out of memory) is
-started again; one that keeps dying stops everything.
+nothing is left running. A web server, worker, PostgreSQL or Redis that dies (killed,
+out of memory) is started again; one that keeps dying stops everything.
 
 ``python -m config.run [--host 127.0.0.1] [--port 8000]``. With ``DATABASE_URL`` set the
 embedded PostgreSQL is not used; with ``CELERY_BROKER_URL`` set the embedded Redis is not
@@ -26,6 +26,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
@@ -37,12 +39,65 @@ MAX_RESTARTS = 5
 RESTART_WINDOW = 60.0
 
 
+#: Seconds between two looks at the servers the supervisor watches.
+WATCH_INTERVAL = 1.0
+
+
+@dataclass(frozen=True)
+class Server:
+    """A server the supervisor did not spawn but keeps running (the embedded PostgreSQL
+    and Redis, which manage their own processes): how to tell it runs, how to start it."""
+
+    running: Callable[[], bool]
+    start: Callable[[], object]
+
+
 class Supervisor:
     def __init__(self) -> None:
         self.children: dict[str, subprocess.Popen[bytes]] = {}
         self.commands: dict[str, tuple[list[str], dict[str, str], Path | None]] = {}
+        self.servers: dict[str, Server] = {}
         self.restarts: dict[str, list[float]] = {}
         self.stopping = False
+        self._watched_at = 0.0
+
+    def watch(self, name: str, server: Server) -> None:
+        """Start ``server`` again whenever it is found not running."""
+        self.servers[name] = server
+
+    def _may_restart(self, name: str, status: int | None) -> bool:
+        """Whether ``name``, which exited with ``status``, may be started again (it did
+        not die ``MAX_RESTARTS`` times within ``RESTART_WINDOW``); says which."""
+        now = time.monotonic()
+        recent = [t for t in self.restarts.get(name, []) if now - t < RESTART_WINDOW]
+        ended = f"exited ({status})" if status is not None else "stopped"
+        if len(recent) >= MAX_RESTARTS:
+            print(
+                f"memoryhub: {name} {ended} {len(recent) + 1} times"
+                f" in {RESTART_WINDOW:.0f} s; stopping",
+                flush=True,
+            )
+            return False
+        self.restarts[name] = [*recent, now]
+        print(f"memoryhub: {name} {ended}; starting it again", flush=True)
+        return True
+
+    def _watch_servers(self) -> bool:
+        """Start again the watched servers that stopped; False if one keeps stopping."""
+        now = time.monotonic()
+        if now - self._watched_at < WATCH_INTERVAL:
+            return True
+        self._watched_at = now
+        for name, server in self.servers.items():
+            if server.running():
+                continue
+            if not self._may_restart(name, None):
+                return False
+            try:
+                server.start()
+            except Exception as exc:  # tried again at the next look, within the limit
+                print(f"memoryhub: {name} did not start: {exc}", flush=True)
+        return True
 
     def spawn(self, name: str, argv: list[str], env: dict[str, str], log: Path | None) -> None:
         output = log.open("ab") if log is not None else None
@@ -60,24 +115,14 @@ class Supervisor:
         its group is killed first). A child that keeps dying stops everything: the exit
         status to return."""
         while not self.stopping:
+            if not self._watch_servers():
+                return 1
             for name, child in list(self.children.items()):
                 if child.poll() is None:
                     continue
                 _signal_group(child, signal.SIGKILL)
-                now = time.monotonic()
-                recent = [t for t in self.restarts.get(name, []) if now - t < RESTART_WINDOW]
-                if len(recent) >= MAX_RESTARTS:
-                    print(
-                        f"memoryhub: {name} exited ({child.returncode}) {len(recent) + 1} times"
-                        f" in {RESTART_WINDOW:.0f} s; stopping",
-                        flush=True,
-                    )
+                if not self._may_restart(name, child.returncode):
                     return child.returncode or 1
-                self.restarts[name] = [*recent, now]
-                print(
-                    f"memoryhub: {name} exited ({child.returncode}); starting it again",
-                    flush=True,
-                )
                 self.spawn(name, *self.commands[name])
             time.sleep(0.2)
         return 0
@@ -141,7 +186,12 @@ def main(argv: list[str] | None = None) -> int:
 
     from config.embedded_redis import EmbeddedRedis
     from config.settings import DATA_DIR
-    from memoryhub.contrib.embedded_postgres.server import get_server, stop
+    from memoryhub.contrib.embedded_postgres.server import (
+        get_server,
+        is_running,
+        start_again,
+        stop,
+    )
 
     env = dict(os.environ)
     supervisor = Supervisor()
@@ -168,6 +218,18 @@ def main(argv: list[str] | None = None) -> int:
         # Records embedded by another embedder (an earlier run's) are re-embedded by the
         # worker; until then they serve queries with their own model's vectors.
         subprocess.run([*manage, "memoryhub_reembed"], env=env, check=True)
+        if not env.get("DATABASE_URL"):
+            supervisor.watch(
+                "PostgreSQL",
+                Server(
+                    running=lambda: is_running(postgres_dir),
+                    start=lambda: start_again(postgres_dir),
+                ),
+            )
+        if not os.environ.get("CELERY_BROKER_URL"):
+            supervisor.watch(
+                "Redis", Server(running=lambda: redis.pid() is not None, start=redis.start)
+            )
         worker_log = logs / "worker.log"
         celery = [sys.executable, "-m", "celery", "-A", "config", "worker", "--beat"]
         celery += ["--loglevel=info", "--schedule", str(DATA_DIR / "celerybeat-schedule")]

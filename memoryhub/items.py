@@ -18,6 +18,8 @@ from datetime import UTC, datetime
 from typing import Any, Literal, NoReturn
 
 __all__ = [
+    "MOMENT_FIELDS",
+    "STORED_FIELDS",
     "FrozenDict",
     "MemoryItem",
     "RecordResult",
@@ -44,6 +46,8 @@ STORED_FIELDS = (
     "valid_from",
     "valid_until",
 )
+#: Those of :data:`STORED_FIELDS` that hold a moment (text in JSON and CSV).
+MOMENT_FIELDS = ("expires_at", "occurred_at", "valid_from", "valid_until")
 
 FROZEN_MESSAGE = (
     "this payload belongs to a frozen value and cannot be mutated in place. "

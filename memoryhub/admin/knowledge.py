@@ -77,8 +77,7 @@ class RecordForm(forms.ModelForm):
 
     class Meta:
         model = MemoryRecord
-        fields = ["knowledge_base", "namespace", "key", "kind", "content", "tags", "metadata"]
-        fields += ["expires_at", "occurred_at", "valid_from", "valid_until"]
+        fields = ["knowledge_base", "namespace", *STORED_FIELDS]
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}

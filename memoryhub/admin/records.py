@@ -126,19 +126,7 @@ class MemoryRecordAdmin(OperatorAdmin):
     change_form_template = "admin/memoryhub/memoryrecord/change_form.html"
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
-        main = [
-            "knowledge_base",
-            "namespace",
-            "key",
-            "kind",
-            "content",
-            "tags",
-            "metadata",
-            "expires_at",
-            "occurred_at",
-            "valid_from",
-            "valid_until",
-        ]
+        main = list(RecordForm.Meta.fields)
         if obj is None:
             return [(None, {"fields": [*main, "supersede"]})]
         return [

@@ -16,6 +16,7 @@ from typing import Any
 from django.db import connection
 
 from ..conf import memoryhub_settings
+from ..items import STORED_FIELDS
 from ..models import MemoryRecord, RecordVersion
 from ..scope import Scope, tenant_scope
 from .records import get_record
@@ -25,17 +26,9 @@ __all__ = ["history", "snapshot", "version_fields"]
 
 def version_fields(state: Any) -> dict[str, Any]:
     """The stored fields (:data:`memoryhub.items.STORED_FIELDS`) of a record or a version."""
-    return {
-        "content": state.content,
-        "key": state.key,
-        "kind": state.kind,
-        "tags": list(state.tags),
-        "metadata": state.metadata,
-        "expires_at": state.expires_at,
-        "occurred_at": state.occurred_at,
-        "valid_from": state.valid_from,
-        "valid_until": state.valid_until,
-    }
+    fields = {name: getattr(state, name) for name in STORED_FIELDS}
+    fields["tags"] = list(fields["tags"])
+    return fields
 
 
 def snapshot(records: Sequence[MemoryRecord], *, actor: str, cause: str) -> None:

@@ -39,6 +39,7 @@ from django.utils import timezone
 from .. import boundary, observe, policy
 from ..conf import memoryhub_settings
 from ..exceptions import ValidationFailed
+from ..items import MOMENT_FIELDS
 from ..models import ImportChunk, ImportJob, KnowledgeBase, MemoryRecord, Observation
 from ..scope import Scope
 from . import write
@@ -127,15 +128,7 @@ def _rows_jsonl(lines: Iterable[str]) -> Iterator[Row]:
 
 #: CSV columns that are an item's fields as they are (the others but content, tags,
 #: ttl_seconds and supersede are metadata).
-TEXT_COLUMNS = (
-    "key",
-    "kind",
-    "namespace",
-    "expires_at",
-    "occurred_at",
-    "valid_from",
-    "valid_until",
-)
+TEXT_COLUMNS = ("key", "kind", "namespace", *MOMENT_FIELDS)
 
 
 def _flag(value: str) -> Any:

@@ -17,7 +17,7 @@ from django.utils import timezone
 from .. import boundary
 from ..exceptions import RecordNotFound, UnknownSource, ValidationFailed
 from ..filters import compile_where
-from ..items import STORED_FIELDS
+from ..items import MOMENT_FIELDS, STORED_FIELDS
 from ..models import LIVE_SQL, KnowledgeBase, MemoryRecord, live_q
 from ..scope import Scope, tenant_scope
 from ..vocabulary import MAX_NAMESPACE_PAGE, NamespaceListSerializer, bounds, field_names
@@ -461,7 +461,7 @@ def export_lines(knowledge_base: KnowledgeBase) -> Iterator[str]:
         # When it occurred, even unset (its creation): an import of the file is new
         # records, and they keep the time of what they say.
         row["occurred_at"] = record.occurred_or_created
-        for name in ("expires_at", "occurred_at"):
+        for name in MOMENT_FIELDS:
             if row[name] is not None:
                 row[name] = row[name].isoformat()
         row = {name: value for name, value in row.items() if value not in (None, [], {})}

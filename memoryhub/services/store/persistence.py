@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from django.db import connection
 
 from ...conf import memoryhub_settings
+from ...items import STORED_FIELDS
 from ...models import MemoryRecord
 from . import bulk
 
@@ -38,15 +39,8 @@ UNEMBEDDED: dict[str, object] = {
 
 #: What an upsert of an existing record may change (``bulk_update``'s fields).
 UPSERT_FIELDS = [
-    "content",
+    *(name for name in STORED_FIELDS if name != "key"),
     "content_hash",
-    "kind",
-    "tags",
-    "metadata",
-    "expires_at",
-    "occurred_at",
-    "valid_from",
-    "valid_until",
     "superseded_by",
     "updated_at",
     "status",

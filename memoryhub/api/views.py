@@ -47,7 +47,7 @@ from . import serializers as s
 from .authentication import ApiKeyAuthentication, request_api_key
 from .exceptions import exception_handler
 from .parsers import BoundedJSONParser, read_chunked_body
-from .permissions import IsApiKeyOrStaff, request_principal, require, resolve_domain
+from .permissions import IsApiKeyOrStaff, request_principal, resolve_domain
 from .throttling import ApiKeyRateThrottle
 
 Action = policy.Action
@@ -683,8 +683,6 @@ class ForgetView(MemoryAPIView):
     def post(self, request: Request, domain: str) -> Response:
         scope = resolve_domain(request, domain, Action.FORGET)
         forget_request = forget_service.ForgetRequest.from_body(self.body(request))
-        if forget_request.is_subject_erasure:
-            require(request, Action.ERASE_SUBJECT, scope)
 
         def forget() -> Response:
             result = forget_service.forget(

@@ -31,7 +31,7 @@ from tenants.models import ApiKey
 from .. import boundary, policy, vocabulary
 from ..api import serializers as s
 from ..api.authentication import request_api_key
-from ..api.permissions import request_principal, require, resolve_domain
+from ..api.permissions import request_principal, resolve_domain
 from ..cache import canonical_json
 from ..exceptions import ValidationFailed
 from ..scope import Scope
@@ -263,8 +263,6 @@ def _sources(request: Request, scope: Scope, arguments: Arguments) -> dict[str, 
 
 def _forget(request: Request, scope: Scope, arguments: Arguments) -> dict[str, Any]:
     forget_request = forget_service.ForgetRequest.from_body(arguments)
-    if forget_request.is_subject_erasure:
-        require(request, Action.ERASE_SUBJECT, scope)
     result = forget_service.forget(scope, forget_request, principal=request_principal(request))
     return s.forget_result(result)
 

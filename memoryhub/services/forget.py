@@ -234,7 +234,14 @@ def forget(
     fails the whole request with :class:`WriteRefused` (nothing is deleted; the
     refusal is counted), one whose policy is ``ignore`` keeps its records and is
     reported under ``refused``.
+
+    ``principal`` needs the ``forget`` permission in ``scope``, and ``erase_subject``
+    for a whole namespace (:attr:`ForgetRequest.is_subject_erasure`):
+    :class:`~memoryhub.exceptions.PolicyDenied` otherwise, nothing deleted.
     """
+    policy.require(principal, policy.Action.FORGET, scope)
+    if request.is_subject_erasure:
+        policy.require(principal, policy.Action.ERASE_SUBJECT, scope)
     result, refusal = run_again_when_cancelled(
         partial(_forget_once, scope, request, principal=principal, batch=batch)
     )

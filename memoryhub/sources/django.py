@@ -289,13 +289,10 @@ class DjangoMemoryStore:
         is ``ignore``, keeps its record (not counted). The shared namespace ``""`` can
         only be forgotten key by key, or in one knowledge base.
         """
-        self._require(policy.Action.FORGET)
         request = forget_service.ForgetRequest(
             namespace=scope, key=key, source=None if all_sources else self.source
         )
-        if request.is_subject_erasure:
-            self._require(policy.Action.ERASE_SUBJECT)
         result = await sync_to_async(forget_service.forget, thread_sensitive=True)(
-            self.tenant, request
+            self.tenant, request, principal=self.principal
         )
         return result.deleted

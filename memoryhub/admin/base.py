@@ -11,6 +11,8 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin
+from django.contrib.admin.options import IncorrectLookupParameters
+from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import models
 from django.db.models import QuerySet
@@ -113,12 +115,27 @@ class BoundedJSONFormField(forms.JSONField):
         return bound
 
 
+class BoundedDatesChangeList(ChangeList):
+    """Django's change list, but a date hierarchy's year past what a date holds
+    (``?created_at__year=2147483648`` overflows, ``9999`` has no next year) is a wrong
+    lookup (the list again, with its error mark), as a bad month already is, not a 500."""
+
+    def get_filters(self, request: HttpRequest) -> Any:
+        try:
+            return super().get_filters(request)
+        except (OverflowError, ValueError) as exc:
+            raise IncorrectLookupParameters(exc) from exc
+
+
 class OperatorAdmin(OrgRestrictedAdmin):
     """A ModelAdmin over a scoped model: views run unscoped, rows filtered by membership."""
 
     view_action = Action.READ
     change_action = Action.CURATE
     formfield_overrides = {models.JSONField: {"form_class": BoundedJSONFormField}}
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return BoundedDatesChangeList
 
     def get_urls(self) -> list[URLPattern]:
         urls = super().get_urls()

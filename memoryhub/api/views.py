@@ -544,28 +544,15 @@ class RecordDetailView(MemoryAPIView):
 
     def _update(self, request: Request, domain: str, record_id: str, partial: bool) -> Response:
         scope = resolve_domain(request, domain, Action.UPDATE)
-        _get_or_404(scope, record_id)
         changes = self.body(request)
 
         def update() -> Response:
-            result = write_service.update_record(
-                scope,
-                record_id,
-                changes,
-                partial=partial,
-                principal=request_principal(request),
+            updated = write_service.update_record_for(
+                scope, record_id, changes, partial=partial, principal=request_principal(request)
             )
-            if not policy.allows(
-                request_principal(request),
-                Action.READ,
-                org_id=scope.org_id,
-                domain_id=scope.domain_id,
-            ):
-                # A key without read never receives content, metadata or tags.
-                return Response({"id": result.id, "status": result.status})
-            # The state saved, an expiry in the past included (the sweeper's from now).
-            saved = records_service.get_record(scope, record_id, live=False)
-            return Response(s.RecordSerializer(saved).data)
+            if updated.record is None:
+                return Response({"id": updated.id, "status": updated.status})
+            return Response(s.RecordSerializer(updated.record).data)
 
         return answered_once(self, request, scope, update)
 

@@ -214,20 +214,16 @@ def _update_arguments() -> dict[str, Any]:
 
 
 def _update(request: Request, scope: Scope, arguments: Arguments) -> dict[str, Any]:
-    record_id = _id(arguments)
-    records_service.get_record(scope, record_id)
-    result = write_service.update_record(
+    updated = write_service.update_record_for(
         scope,
-        record_id,
+        _id(arguments),
         arguments.get("fields", {}),
         partial=True,
         principal=request_principal(request),
     )
-    principal = request_principal(request)
-    if not policy.allows(principal, Action.READ, org_id=scope.org_id, domain_id=scope.domain_id):
-        return {"id": result.id, "status": result.status}  # no content without read
-    saved = records_service.get_record(scope, record_id, live=False)
-    return dict(s.RecordSerializer(saved).data)
+    if updated.record is None:
+        return {"id": updated.id, "status": updated.status}
+    return dict(s.RecordSerializer(updated.record).data)
 
 
 # --- reading records --------------------------------------------------------------------

@@ -553,15 +553,58 @@ def update_record(
     the record's life early is a forget: :class:`PolicyDenied` unless ``principal`` may
     forget (:func:`memoryhub.policy.require_forget_to_expire`).
     """
-    _check_update_fields(changes)
+    saved = _update(scope, record_id, changes, partial=partial, principal=principal, cause=cause)
+    return RecordResult(str(saved.pk), saved.key, saved.status, False, saved.knowledge_base.name)
+
+
+@dataclass(frozen=True, slots=True)
+class Updated:
+    """An update's answer for the principal that asked: the record as saved, or only its
+    id and status for a principal that may not read the scope (no content, metadata or
+    tags without ``read``)."""
+
+    id: str
+    status: str
+    record: MemoryRecord | None
+
+
+def update_record_for(
+    scope: Scope,
+    record_id: Any,
+    changes: Mapping[str, Any],
+    *,
+    partial: bool,
+    principal: policy.Principal,
+) -> Updated:
+    """:func:`update_record`, answered with what ``principal`` may see of the record as
+    saved (an expiry in the past included: the sweeper's from now)."""
+    saved = _update(scope, record_id, changes, partial=partial, principal=principal, cause=None)
+    readable = policy.allows(
+        principal, policy.Action.READ, org_id=scope.org_id, domain_id=scope.domain_id
+    )
+    return Updated(str(saved.pk), saved.status, saved if readable else None)
+
+
+def _update(
+    scope: Scope,
+    record_id: Any,
+    changes: Mapping[str, Any],
+    *,
+    partial: bool,
+    principal: policy.Principal,
+    cause: str | None,
+) -> MemoryRecord:
+    """:func:`update_record`'s work: the record as saved (as it was, if unchanged), its
+    knowledge base loaded."""
     record = get_record(scope, record_id)
+    _check_update_fields(changes)
     refuse_record_change(scope, record, change="update", principal=principal)
     knowledge_base = record.knowledge_base
     item = _updated_item(record, changes, partial=partial)
     supersession.check_closed(record, item)
     if _unchanged(record, item):
         # Nothing to change (an empty PATCH): no write, no new updated_at, no observation.
-        return RecordResult(str(record.pk), record.key, record.status, False, knowledge_base.name)
+        return record
 
     def save() -> MemoryRecord:
         with transaction.atomic(), tenant_scope(scope):
@@ -588,10 +631,10 @@ def update_record(
             _apply(locked, item, content_changed=content_changed)
             locked.save()
             _announce_update(scope, knowledge_base, locked, content_changed, principal=principal)
+        locked.knowledge_base = knowledge_base
         return locked
 
-    locked = run_again_when_cancelled(save)
-    return RecordResult(str(locked.pk), locked.key, locked.status, False, knowledge_base.name)
+    return run_again_when_cancelled(save)
 
 
 def _update_cause(scope: Scope, principal: policy.Principal) -> str:

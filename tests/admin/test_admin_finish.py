@@ -389,3 +389,11 @@ def test_a_lexical_embedder_is_named_as_a_stand_in_where_operators_rank(
         assert client.get("/api/v1/health").json()["embedder"]["lexical"] is False
     finally:
         memoryhub_settings.reload()
+
+
+@pytest.mark.parametrize("year", ["2147483648", "9999", "99999999999999999999"])
+def test_a_date_hierarchy_year_no_date_holds_is_a_wrong_lookup_not_a_500(operator, year):
+    response = operator.get(f"/admin/memoryhub/erasurereceipt/?created_at__year={year}")
+    assert response.status_code == 302
+    assert response["Location"].endswith("?e=1")
+    assert operator.get("/admin/memoryhub/erasurereceipt/?created_at__year=2026").status_code == 200

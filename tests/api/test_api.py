@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import uuid
 from unittest.mock import ANY
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from memoryhub import policy
@@ -341,6 +344,32 @@ def test_get_put_patch_delete_a_record(api, tenant):
     }
     assert api.get(detail).status_code == 404
     assert api.delete(detail).status_code == 404
+
+
+def test_a_patch_reads_its_record_twice_and_answers_what_a_get_shows(api, tenant, other_tenant):
+    """Once to check it, once locked to change it: the door read it twice more (a
+    look for a 404, and the answer read again after the save)."""
+    [record] = write.write(tenant.scope, [{"content": "old", "key": "k"}]).records
+    [theirs] = write.write(other_tenant.scope, [{"content": "globex", "key": "k"}]).records
+    detail = url(f"records/{record.id}")
+    table = MemoryRecord._meta.db_table
+    with CaptureQueriesContext(connection) as queries:
+        patched = api.patch(detail, {"tags": ["b"], "content": "new"}, format="json")
+    assert patched.status_code == 200
+    its_id = f""""{table}"."id" = '{uuid.UUID(record.id).hex}'"""
+    reads = [
+        q["sql"]
+        for q in queries.captured_queries
+        if q["sql"].startswith("SELECT") and its_id in q["sql"] and "NOT (" not in q["sql"]
+    ]
+    assert len(reads) == 2, "\n".join(r[-300:] for r in reads)
+    shown = api.get(detail).json()
+    assert patched.json() == shown
+    assert (shown["content"], shown["tags"], shown["status"]) == ("new", ["b"], "pending")
+    # Another org's record is a 404, and stays as it was.
+    probe = api.patch(url(f"records/{theirs.id}"), {"content": "x"}, format="json")
+    assert probe.status_code == 404
+    assert MemoryRecord.unscoped.get(pk=theirs.id).content == "globex"
 
 
 def test_update_key_collision_is_400(api, tenant):

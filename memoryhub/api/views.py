@@ -6,7 +6,6 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from celery import current_app
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import DatabaseError
 from django.utils.module_loading import import_string
@@ -386,17 +385,12 @@ class RecordsView(MemoryAPIView):
         if not wait or not records or response.has_header("Idempotent-Replayed"):
             return response
         # Waited for once the write committed (a worker cannot index it before).
-        eager = bool(current_app.conf.task_always_eager)
-        # Waiting for a worker nobody has seen would only hold the request.
-        waiting = eager or indexing_service.worker_seen_recently()
-        statuses, done = indexing_service.wait_until_indexed(
-            scope, [record["id"] for record in records], wait if waiting else 0
-        )
-        records = [{**r, "status": statuses.get(r["id"], r["status"])} for r in records]
-        reason = {} if done else {"pending_reason": "timeout" if waiting else "no_worker"}
+        outcome = indexing_service.wait_for_write(scope, [r["id"] for r in records], wait)
+        records = [{**r, "status": outcome.statuses.get(r["id"], r["status"])} for r in records]
+        reason = {"pending_reason": outcome.reason} if outcome.reason else {}
         waited = Response(
             {**response.data, "records": records, **reason},
-            status=status.HTTP_200_OK if done else status.HTTP_202_ACCEPTED,
+            status=status.HTTP_200_OK if outcome.done else status.HTTP_202_ACCEPTED,
         )
         key = request.headers.get(idempotency.HEADER)
         if key is not None:

@@ -290,6 +290,29 @@ def _record_failure(record_ids: list[Any], exc: Exception, org_id: int) -> list[
     return [str(pk) for pk, _, _ in exhausted]
 
 
+@dataclass(frozen=True, slots=True)
+class Waited:
+    """What waiting for a write's records found: each record's status, whether none is
+    pending any more, and if some are, why (``timeout``, or ``no_worker``: no worker
+    has been seen, so the wait was not even tried)."""
+
+    statuses: dict[str, str]
+    done: bool
+    reason: str | None
+
+
+def wait_for_write(scope: Scope, record_ids: Sequence[str], seconds: float) -> Waited:
+    """Read-your-writes after a committed write (``?wait``): wait up to ``seconds`` for
+    its records to be indexed. Tasks run in the process (eager mode) have run already;
+    waiting for a worker nobody has seen would only hold the request."""
+    from celery import current_app
+
+    waiting = bool(current_app.conf.task_always_eager) or worker_seen_recently()
+    statuses, done = wait_until_indexed(scope, record_ids, seconds if waiting else 0)
+    reason = None if done else "timeout" if waiting else "no_worker"
+    return Waited(statuses, done, reason)
+
+
 def wait_until_indexed(
     scope: Scope, record_ids: Sequence[str], seconds: float
 ) -> tuple[dict[str, str], bool]:

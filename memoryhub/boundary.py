@@ -152,7 +152,7 @@ def check_slug(value: Any, path: str = "domain") -> str:
     return value
 
 
-def json_problems(value: Any, path: str = "", *, max_depth: int = MAX_JSON_DEPTH) -> Errors:
+def json_problems(value: Any, path: str = "", *, max_depth: int = MAX_JSON_DEPTH) -> Errors:  # noqa: C901
     """What in ``value`` (parsed JSON) no argument may hold, by path: NUL characters and
     unpaired surrogates in strings and keys, non-string keys, numbers that are not
     finite, values that are not JSON, nesting past ``max_depth``.

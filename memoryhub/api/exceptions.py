@@ -69,7 +69,7 @@ def _body(code: str, detail: str, **extra: Any) -> dict[str, Any]:
     return {"code": code, "detail": detail, **extra}
 
 
-def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:  # noqa: C901
     if isinstance(exc, ValidationFailed):
         return Response(
             _body(exc.code, "The request is invalid; see errors.", errors=exc.errors),

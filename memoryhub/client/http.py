@@ -65,7 +65,7 @@ class HttpMemory:
     observes_writes: ClassVar[bool] = True
     POLICY_SECONDS: ClassVar[float] = 30.0
 
-    def __init__(
+    def __init__(  # noqa: PLR0913
         self,
         base_url: str,
         *,

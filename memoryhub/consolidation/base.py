@@ -219,7 +219,7 @@ class Extractor(Protocol):
         ...
 
 
-def validate_operations(
+def validate_operations(  # noqa: C901
     operations: Sequence[Operation], episodes: Sequence[Episode], facts: Sequence[Fact]
 ) -> list[Operation]:
     """Return ``operations`` as a list if they are safe to apply, else raise.

@@ -307,7 +307,7 @@ class OpenAICompatibleExtractor(BearerClientOwner):
 
     name = "openai"
 
-    def __init__(
+    def __init__(  # noqa: PLR0913
         self,
         base_url: str,
         model: str,

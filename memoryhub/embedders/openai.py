@@ -19,7 +19,7 @@ from .base import EmbedderError
 
 
 class OpenAICompatibleEmbedder(BearerClientOwner):
-    def __init__(
+    def __init__(  # noqa: PLR0913
         self,
         *,
         model: str,

@@ -98,7 +98,7 @@ class Tool:
         }
 
 
-def json_schema(field: serializers.Field) -> dict[str, Any]:
+def json_schema(field: serializers.Field) -> dict[str, Any]:  # noqa: C901
     """A declared field (``memoryhub.vocabulary``) as JSON Schema: its type, bounds,
     choices, default and help text."""
     schema: dict[str, Any]

@@ -43,7 +43,7 @@ class HttpReranker(BearerClientOwner):
     Jina echoing the documents back; ``{"truncate": True}`` lets TEI cut long texts).
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913
         self,
         *,
         base_url: str,

@@ -201,7 +201,7 @@ def _constraint_on(cursor: Any, table: str, column: str) -> list[str]:
     return [name for (name,) in cursor.fetchall()]
 
 
-def distribute(connection: BaseDatabaseWrapper, *, shard_count: int | None = None) -> list[str]:
+def distribute(connection: BaseDatabaseWrapper, *, shard_count: int | None = None) -> list[str]:  # noqa: C901
     """Put every table where :data:`DISTRIBUTED` and :data:`REFERENCE` say; return what
     was done (nothing, the second time).
 

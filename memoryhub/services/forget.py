@@ -101,7 +101,7 @@ class ForgetRequest:
     #: The records an import job created (undoing the import).
     import_job: int | None = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(self) -> None:  # noqa: C901
         for name in ("namespace", "key", "source"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or "\x00" in value):

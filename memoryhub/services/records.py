@@ -45,7 +45,7 @@ LIST_ORDERINGS: dict[str, tuple[str, ...]] = {
 }
 
 
-def list_records(
+def list_records(  # noqa: C901
     scope: Scope,
     filters: Mapping[str, Any],
     *,

@@ -77,7 +77,7 @@ def _has_nul(value: str) -> bool:
     return "\x00" in value
 
 
-def _check_json(value: Any, path: str, errors: dict[str, list[str]], depth: int = 0) -> None:
+def _check_json(value: Any, path: str, errors: dict[str, list[str]], depth: int = 0) -> None:  # noqa: C901
     if depth > 20:
         errors.setdefault(path, []).append("is nested too deeply (at most 20 levels).")
     elif isinstance(value, dict):
@@ -221,7 +221,7 @@ def _validate_session(metadata: Mapping[str, Any], path: str, errors: dict[str, 
         )
 
 
-def validate_items(raw_items: Any) -> list[WriteItem]:
+def validate_items(raw_items: Any) -> list[WriteItem]:  # noqa: C901
     """Validate a batch of raw items (mappings); raise :class:`ValidationFailed`.
 
     One pass over the batch, a block per field, collecting every error before raising

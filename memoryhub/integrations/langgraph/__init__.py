@@ -402,7 +402,7 @@ class HttpMemoryhubStore(MemoryhubStoreBase):
     ``MAX_K`` and ``MAX_WRITE_ITEMS`` (defaults 100).
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913
         self,
         base_url: str,
         *,

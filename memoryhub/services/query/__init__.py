@@ -105,7 +105,7 @@ def conversation_weights() -> tuple[float, float, float, float]:
     )
 
 
-def _rank(
+def _rank(  # noqa: C901
     scope: Scope, request: QueryRequest, gen: int | None, candidates: int
 ) -> tuple[list[tuple[Any, float]], str, dict[Any, dict[str, Any]], dict[str, Legs]]:
     """The ``(id, score)`` pairs for ``request``, best first, the strategy used, the

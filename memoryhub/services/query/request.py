@@ -59,7 +59,7 @@ class QueryRequest:
     rerank: bool = True
 
     @classmethod
-    def build(cls, /, **raw: Any) -> QueryRequest:
+    def build(cls, /, **raw: Any) -> QueryRequest:  # noqa: C901
         """Validate raw input; raise :class:`ValidationFailed` naming each bad field."""
         limits = bounds()
         errors: dict[str, list[str]] = {}

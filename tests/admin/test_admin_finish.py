@@ -397,3 +397,24 @@ def test_a_date_hierarchy_year_no_date_holds_is_a_wrong_lookup_not_a_500(operato
     assert response.status_code == 302
     assert response["Location"].endswith("?e=1")
     assert operator.get("/admin/memoryhub/erasurereceipt/?created_at__year=2026").status_code == 200
+
+
+def test_a_records_history_button_opens_its_version_history(operator, tenant, other_tenant):
+    """Django's own history page said "This object doesn't have a change history" while
+    the record's versions were at the bottom of its page."""
+    [record] = write.write(tenant.scope, [{"content": "v1", "key": "plan"}]).records
+    write.write(tenant.scope, [{"content": "v2", "key": "plan"}])
+    [theirs] = write.write(other_tenant.scope, [{"content": "globex", "key": "plan"}]).records
+    change = f"/admin/memoryhub/memoryrecord/{record.id}/change/"
+    assert f'href="/admin/memoryhub/memoryrecord/{record.id}/history/"' in (
+        operator.get(change).content.decode()
+    )
+
+    response = operator.get(f"/admin/memoryhub/memoryrecord/{record.id}/history/")
+    assert response.status_code == 302
+    assert response["Location"] == f"{change}#mh-history"
+    page = operator.get(response["Location"]).content.decode()
+    assert 'id="mh-history"' in page and "v1" in page
+    # Another org's record: no page, no redirect to it.
+    probe = operator.get(f"/admin/memoryhub/memoryrecord/{theirs.id}/history/")
+    assert probe.status_code == 404

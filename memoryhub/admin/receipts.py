@@ -53,6 +53,10 @@ class ErasureReceiptAdmin(AuditAdmin):
     ]
     list_filter = ["org_slug", "domain_slug", "created_at"]
     search_fields = ["=id", "actor"]
+    search_help_text = _(
+        "A receipt's id, who erased, or an erased namespace (such as user:alice), found by"
+        " its keyed hash as the lookup finds it: receipts never hold a namespace itself."
+    )
     date_hierarchy = "created_at"
     readonly_fields = [
         "id",
@@ -81,6 +85,16 @@ class ErasureReceiptAdmin(AuditAdmin):
         return receipts.filter(
             Q(org_id__in=self.visible_orgs(request).values("pk")) | Q(actor=actor(request))
         )
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[ErasureReceipt], search_term: str
+    ) -> tuple[QuerySet[ErasureReceipt], bool]:
+        found, duplicates = super().get_search_results(request, queryset, search_term)
+        namespace = search_term.strip()
+        if namespace and "\x00" not in namespace:
+            erased = forget_service.receipts_for_namespace(namespace).values("pk")
+            found = found | queryset.filter(pk__in=erased)
+        return found, duplicates
 
     @admin.display(description=_("org / domain"), ordering="org_slug")
     def where(self, obj: ErasureReceipt) -> str:

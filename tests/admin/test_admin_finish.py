@@ -418,3 +418,24 @@ def test_a_records_history_button_opens_its_version_history(operator, tenant, ot
     # Another org's record: no page, no redirect to it.
     probe = operator.get(f"/admin/memoryhub/memoryrecord/{theirs.id}/history/")
     assert probe.status_code == 404
+
+
+def test_the_receipts_search_finds_an_erased_namespace(operator, tenant, other_tenant):
+    """It answered "0 results" for a namespace just erased: receipts hold its keyed
+    hash, which only the separate lookup computed."""
+    from memoryhub.services.forget import ForgetRequest, forget
+
+    for scope in (tenant.scope, other_tenant.scope):
+        write.write(scope, [{"content": "alice likes tea", "namespace": "user:alice"}])
+    ours = forget(tenant.scope, ForgetRequest(namespace="user:alice"), principal=policy.SYSTEM)
+    theirs = forget(
+        other_tenant.scope, ForgetRequest(namespace="user:alice"), principal=policy.SYSTEM
+    )
+    page = operator.get("/admin/memoryhub/erasurereceipt/?q=user:alice")
+    assert page.status_code == 200
+    shown = page.context["cl"].result_list
+    assert [str(receipt.pk) for receipt in shown] == [str(ours.receipt)]
+    assert str(theirs.receipt) not in page.content.decode()
+    assert "found by its keyed hash" in page.content.decode()
+    nothing = operator.get("/admin/memoryhub/erasurereceipt/?q=user:bob").context["cl"]
+    assert list(nothing.result_list) == []

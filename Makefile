@@ -76,8 +76,9 @@ format: install
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
+# A worker that joins make run's site (its embedded Redis), or CELERY_BROKER_URL's.
 worker: install
-	$(VENV)/bin/celery -A config worker --beat --loglevel=info
+	$(PY) -m config.worker
 
 stop-db: install
 	$(PY) -m memoryhub.contrib.embedded_postgres stop

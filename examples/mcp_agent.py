@@ -46,13 +46,27 @@ async def use(client: Client, tool: str, arguments: dict[str, Any]) -> dict[str,
     return body
 
 
+def endpoint(url: str) -> str:
+    """The MCP endpoint of a site: the site's address, or the endpoint itself."""
+    site = url.rstrip("/")
+    site = site.removesuffix("/mcp")
+    return f"{site}/mcp/"
+
+
 async def main(url: str, key: str, domain: str | None) -> None:
     where = {"domain": domain} if domain else {}
     headers = {"Authorization": f"Bearer {key}"}
     async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
-        transport = streamable_http_client(f"{url.rstrip('/')}/mcp/", http_client=http)
+        transport = streamable_http_client(endpoint(url), http_client=http)
         async with Client(transport, mode="auto") as client:
             await work(client, where)
+
+
+def first_error(exc: BaseException) -> BaseException:
+    """The first error inside the task groups' ExceptionGroups."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
 
 
 async def work(client: Client, where: dict[str, str]) -> None:
@@ -78,10 +92,27 @@ async def work(client: Client, where: dict[str, str]) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--url", default=os.environ.get("MEMORYHUB_URL", "http://127.0.0.1:8000"))
-    parser.add_argument("--key", default=os.environ.get("MEMORYHUB_API_KEY"))
-    parser.add_argument("--domain", default=os.environ.get("MEMORYHUB_DOMAIN"))
+    parser.add_argument(
+        "--url",
+        default=os.environ.get("MEMORYHUB_URL", "http://127.0.0.1:8000"),
+        help="the site (http://127.0.0.1:8000) or its MCP endpoint (…/mcp/);"
+        " default MEMORYHUB_URL, else http://127.0.0.1:8000",
+    )
+    parser.add_argument(
+        "--key", default=os.environ.get("MEMORYHUB_API_KEY"), help="an API key (MEMORYHUB_API_KEY)"
+    )
+    parser.add_argument(
+        "--domain",
+        default=os.environ.get("MEMORYHUB_DOMAIN"),
+        help="the domain's slug, for a key bound to none (MEMORYHUB_DOMAIN)",
+    )
     options = parser.parse_args()
     if not options.key:
         sys.exit("Give the API key with --key or MEMORYHUB_API_KEY.")
-    asyncio.run(main(options.url, options.key, options.domain))
+    try:
+        asyncio.run(main(options.url, options.key, options.domain))
+    except Exception as exc:  # one line, not the task groups' 60-line tracebacks
+        error = first_error(exc)
+        if isinstance(error, SystemExit):
+            raise error from None
+        sys.exit(f"{endpoint(options.url)}: {type(error).__name__}: {error}")

@@ -677,6 +677,31 @@ def test_the_example_agent_runs_against_the_site(live_server, world):
     ).exists()
 
 
+def test_the_example_agent_takes_the_endpoint_and_says_what_went_wrong(live_server, world):
+    """Given the endpoint the docs show (…/mcp/) it printed 60 lines ending in
+    ``MCPError: Not Found``; ``--url`` had no help."""
+    _, _, keys, _ = world
+
+    def run(*argv: str, key: str = keys["support"]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "examples/mcp_agent.py", *argv],
+            cwd=Path(__file__).resolve().parents[2],
+            env={**os.environ, "MEMORYHUB_API_KEY": key},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    assert "its MCP endpoint" in run("--help").stdout
+    at_endpoint = run("--url", f"{live_server.url}/mcp/")
+    assert at_endpoint.returncode == 0, at_endpoint.stderr
+    assert "forgot user:alice" in at_endpoint.stdout
+    wrong = run("--url", f"{live_server.url}/nowhere/")
+    assert wrong.returncode == 1
+    assert len(wrong.stderr.strip().splitlines()) == 1, wrong.stderr
+    assert wrong.stderr.startswith(f"{live_server.url}/nowhere/mcp/: ")
+
+
 def test_an_agent_supersedes_a_fact_and_reads_it_as_of_a_moment(live_server, world, revision):
     _, _, keys, _ = world
     key = keys["support"]

@@ -125,8 +125,10 @@ def _recent_events(ids: list[int]) -> dict[int, Any]:
         )
         .values("domain_id")
         .annotate(
-            refused_day=_sum(Observation.Kind.MEMORY_WRITE_REFUSED, day),
-            refused_week=_sum(Observation.Kind.MEMORY_WRITE_REFUSED, week),
+            # Refusals, as a knowledge base's refused_writes counts them (a refused
+            # change of several records is one refusal).
+            refused_day=_count(Observation.Kind.MEMORY_WRITE_REFUSED, day),
+            refused_week=_count(Observation.Kind.MEMORY_WRITE_REFUSED, week),
             deduped_day=_sum(Observation.Kind.MEMORY_DEDUPLICATED, day),
             deduped_week=_sum(Observation.Kind.MEMORY_DEDUPLICATED, week),
         )
@@ -169,3 +171,7 @@ def _unindexed_counts(records: Any, ids: list[int]) -> dict[tuple[int, str], int
 
 def _sum(kind: str, since: Any) -> Sum:
     return Sum("count", filter=Q(kind=kind, created_at__gte=since))
+
+
+def _count(kind: str, since: Any) -> Count:
+    return Count("pk", filter=Q(kind=kind, created_at__gte=since))

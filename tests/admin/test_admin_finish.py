@@ -439,3 +439,45 @@ def test_the_receipts_search_finds_an_erased_namespace(operator, tenant, other_t
     assert "found by its keyed hash" in page.content.decode()
     nothing = operator.get("/admin/memoryhub/erasurereceipt/?q=user:bob").context["cl"]
     assert list(nothing.result_list) == []
+
+
+def test_a_knowledge_bases_refusals_are_one_count_wherever_shown(operator, tenant, other_tenant):
+    """The home summed the refused records (7) where the knowledge base, its list and
+    GET /sources counted refusals (4)."""
+    from rest_framework.test import APIClient
+
+    from memoryhub.exceptions import WriteRefused
+    from memoryhub.models import KnowledgeBase
+    from memoryhub.services import overview
+    from tests.factories import create_api_key
+
+    handbook = knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook")
+    [kept] = write.write(
+        tenant.scope, [{"content": "refunds: 5 days"}], sources=["handbook"]
+    ).records
+    KnowledgeBase.unscoped.filter(pk=handbook.pk).update(read_only=True)
+    globex = knowledge_bases.ensure_knowledge_base(other_tenant.scope, "handbook")
+    KnowledgeBase.unscoped.filter(pk=globex.pk).update(read_only=True)
+    with pytest.raises(WriteRefused):
+        write.write(other_tenant.scope, [{"content": "x"}], sources=["handbook"])
+    for items in ([{"content": f"n{n}"} for n in range(3)], [{"content": "one"}]):
+        with pytest.raises(WriteRefused):
+            write.write(tenant.scope, items, sources=["handbook"])
+    with pytest.raises(WriteRefused):
+        write.update_record(tenant.scope, kept.id, {"content": "x"}, partial=True)
+
+    handbook.refresh_from_db()
+    assert handbook.refused_writes == 3
+    [row] = [
+        row
+        for row in overview.overview(policy.SYSTEM)["domains"]
+        if row["domain"].pk == tenant.scope.domain_id
+    ]
+    assert (row["refused_day"], row["refused_week"]) == (3, 3)
+    _, key = create_api_key(org=tenant.org, can_read=True)
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Api-Key {key}")
+    sources = api.get("/api/v1/domains/support/sources").json()
+    assert [s["refused_writes"] for s in sources if s["name"] == "handbook"] == [3]
+    listed = operator.get("/admin/memoryhub/knowledgebase/").content.decode()
+    assert re.search(r'field-refused_writes">3<', listed), "the list's count"

@@ -25,6 +25,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -149,6 +150,22 @@ def _signal_group(child: subprocess.Popen[bytes], signum: int) -> None:
         os.killpg(child.pid, signum)
 
 
+def probe(url: str, timeout: float = 120.0) -> None:
+    """GET ``url`` until the server answers (or ``timeout`` passes)."""
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=5):
+                return
+        except urllib.error.HTTPError:
+            return  # it answered (a 503 while something else starts)
+        except OSError:
+            time.sleep(0.5)
+
+
 def local_model_installed() -> bool:
     """Whether the local-embeddings extra (the model and its runtime) is installed."""
     import importlib.util
@@ -235,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
         celery += ["--loglevel=info", "--schedule", str(DATA_DIR / "celerybeat-schedule")]
         supervisor.spawn("worker", celery, env, worker_log)
         supervisor.spawn("web", [*manage, "runserver", f"{args.host}:{args.port}"], env, None)
+        # The health probe loads a local model in the server (not the first query).
+        threading.Thread(target=probe, args=(f"{base_url}/api/v1/health",), daemon=True).start()
         print(
             f"memoryhub: serving {base_url}/admin/ with a Celery worker and beat beside it;\n"
             f"  worker log: {worker_log}\n"

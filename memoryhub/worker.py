@@ -18,6 +18,7 @@ from django.db import close_old_connections, connection
 from django.utils import timezone
 
 from .conf import memoryhub_settings
+from .embedders.base import warm_configured_in_background
 from .models import WorkerHeartbeat
 
 logger = logging.getLogger(__name__)
@@ -88,6 +89,8 @@ def start_heartbeat(sender: Any = None, **kwargs: Any) -> None:
     global _thread
     if _thread is not None and _thread.is_alive():
         return
+    # The first batch does not wait for a local model to load.
+    warm_configured_in_background()
     hostname = getattr(sender, "hostname", None) or "celery"
     try:  # the first beat before the worker says it is ready (requests may wait on it);
         # it also says that a worker of this name killed before holds nothing any more

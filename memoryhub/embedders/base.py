@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 #: The vector leg's share of a hybrid score for an embedder that does not say.
 DEFAULT_HYBRID_VECTOR_WEIGHT = 0.4
+
+
+logger = logging.getLogger(__name__)
 
 
 class EmbedderError(RuntimeError):
@@ -44,3 +49,50 @@ class Embedder(Protocol):
 def is_lexical(embedder: object) -> bool:
     """Whether ``embedder`` is a lexical stand-in rather than a model of meaning."""
     return bool(getattr(embedder, "lexical", False))
+
+
+def is_warm(embedder: object) -> bool:
+    """Whether ``embedder`` answers without loading anything first: a model loaded (an
+    embedder with ``warm_up``, such as ``SentenceTransformerEmbedder``, reports
+    ``warm``), or one with nothing to load."""
+    return bool(getattr(embedder, "warm", True))
+
+
+_warming: set[int] = set()
+_warming_lock = threading.Lock()
+
+
+def warm_in_background(embedder: object) -> bool:
+    """Load ``embedder``'s model in a daemon thread, once per embedder, so that the first
+    query or batch does not wait for it (a local model takes seconds to load); returns
+    whether a load was started. Embedders without ``warm_up`` have nothing to load."""
+    warm_up = getattr(embedder, "warm_up", None)
+    if warm_up is None or is_warm(embedder):
+        return False
+    with _warming_lock:
+        if id(embedder) in _warming:
+            return False
+        _warming.add(id(embedder))
+
+    def load() -> None:
+        try:
+            warm_up()
+        except Exception as exc:  # the first use raises it again, to its caller
+            logger.warning("the embedder's model did not load: %s: %s", type(exc).__name__, exc)
+        finally:
+            with _warming_lock:
+                _warming.discard(id(embedder))
+
+    threading.Thread(target=load, name="memoryhub-warm-embedder", daemon=True).start()
+    return True
+
+
+def warm_configured_in_background() -> None:
+    """:func:`warm_in_background` for the configured embedder (a process starting: a
+    worker, a web server); an embedder that cannot be built is the system checks'."""
+    from ..conf import memoryhub_settings
+
+    try:
+        warm_in_background(memoryhub_settings.embedder())
+    except Exception as exc:
+        logger.warning("the embedder cannot be built: %s: %s", type(exc).__name__, exc)

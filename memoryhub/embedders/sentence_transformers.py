@@ -60,6 +60,15 @@ class SentenceTransformerEmbedder:
         config = json.loads((path / "config.json").read_text())
         return int(config["hidden_size"])
 
+    @property
+    def warm(self) -> bool:
+        """Whether the model is loaded (``embedders.base.is_warm``)."""
+        return self._model is not None
+
+    def warm_up(self) -> None:
+        """Load the model now (``embedders.base.warm_in_background`` calls it at start)."""
+        self._load()
+
     def _load(self) -> Any:
         if self._model is None:
             with self._lock:

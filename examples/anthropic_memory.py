@@ -10,9 +10,12 @@ then run this with the ``anthropic`` extra installed (``make install`` has it)::
     export ANTHROPIC_API_KEY=sk-ant-...
     MEMORYHUB_API_KEY=$KEY .venv/bin/python examples/anthropic_memory.py
 
+Without a model at hand, ``--offline`` answers from a scripted stand-in
+(``examples/offline_model.py``): no key, no network.
+
 It tells Claude something about a user and prints the conversation: Claude's words, each
 memory command and the tool's answer. Then it prints the files the namespace holds with
-the history of each, and (unless ``--keep``) forgets the namespace.
+the history of each, and (unless ``--keep``) forgets the namespace, a failed run's too.
 
 ``--url`` (``MEMORYHUB_URL``) is the site, ``--key`` (``MEMORYHUB_API_KEY``) the key,
 ``--domain`` the domain, ``--user`` the user and ``--model`` the Claude model; the SDK
@@ -31,6 +34,7 @@ from anthropic.lib.tools import ToolError
 from anthropic.types.beta import BetaMemoryTool20250818Command
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from memoryhub.client import SyncHttpMemoryStore
 from memoryhub.integrations.anthropic import StoreMemoryTool
@@ -59,12 +63,42 @@ class PrintedMemoryTool(StoreMemoryTool):
         return answer
 
 
-def main(options: argparse.Namespace) -> None:
+def offline_turns(user: str) -> list[list[dict]]:
+    """What ``--offline``'s stand-in answers: Claude's turns, as the Messages API sends them."""
+
+    def memory(number: int, **command: str) -> dict:
+        return {"type": "tool_use", "id": f"toolu_{number}", "name": "memory", "input": command}
+
+    path = f"/memories/{user}.md"
+    return [
+        [
+            {"type": "text", "text": "Let me check my memory."},
+            memory(1, command="view", path="/memories"),
+        ],
+        [memory(2, command="create", path=path, file_text="Invoices in EUR.\n")],
+        [memory(3, command="str_replace", path=path, old_str="EUR", new_str="USD")],
+        [{"type": "text", "text": "Noted: your invoices will be in USD from now on."}],
+    ]
+
+
+def main(options: argparse.Namespace, client: anthropic.Anthropic) -> None:
     namespace = f"user:{options.user}"
     store = SyncHttpMemoryStore(options.url, api_key=options.key, domain=options.domain)
-    memory = PrintedMemoryTool(store, scope=namespace)
-    client = anthropic.Anthropic()
+    try:
+        converse(options, client, store, namespace)
+    finally:
+        if not options.keep:
+            forgotten = store.forget(scope=namespace)
+            print(f"\nforgot {namespace}: {forgotten} record{'s' if forgotten != 1 else ''}")
 
+
+def converse(
+    options: argparse.Namespace,
+    client: anthropic.Anthropic,
+    store: SyncHttpMemoryStore,
+    namespace: str,
+) -> None:
+    memory = PrintedMemoryTool(store, scope=namespace)
     print(f"You: {SAYS}")
     runner = client.beta.messages.tool_runner(
         model=options.model,
@@ -84,10 +118,6 @@ def main(options: argparse.Namespace) -> None:
         for version in versions:
             print(f"  v{version.version} ({version.cause}): {version.value!r}")
 
-    if not options.keep:
-        forgotten = store.forget(scope=namespace)
-        print(f"\nforgot {namespace}: {forgotten} record{'s' if forgotten != 1 else ''}")
-
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -97,7 +127,19 @@ if __name__ == "__main__":
     parser.add_argument("--user", default="alice")
     parser.add_argument("--model", default="claude-sonnet-4-5")
     parser.add_argument("--keep", action="store_true", help="keep the files afterwards")
+    parser.add_argument(
+        "--offline", action="store_true", help="a scripted stand-in answers for Claude"
+    )
     options = parser.parse_args()
     if not options.key:
         sys.exit("Give the API key with --key or MEMORYHUB_API_KEY.")
-    main(options)
+    try:
+        if options.offline:
+            from offline_model import serving
+
+            with serving(turns=offline_turns(options.user)) as model_url:
+                main(options, anthropic.Anthropic(base_url=model_url, api_key="offline"))
+        else:
+            main(options, anthropic.Anthropic())
+    except Exception as exc:  # one line, not a traceback
+        sys.exit(f"the run failed: {type(exc).__name__}: {exc}")

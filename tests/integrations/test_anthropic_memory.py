@@ -733,3 +733,35 @@ def test_renaming_a_directory_that_memory_keeps_is_an_error_not_a_loop(tenant):
     memory = Memory(AsyncStoreMemoryTool(store, scope="user:alice"), store, "user:alice")
     assert "read-only" in memory.error("rename", old_path="/memories/dir", new_path="/memories/new")
     assert memory.records() == {"/memories/dir/a.md": "A"}
+
+
+def test_the_example_runs_offline_and_a_failed_run_leaves_nothing(
+    live_server, tenant, other_tenant
+):
+    """It needed a hosted model; a failed run kept the files it had made."""
+    _, key = create_api_key(org=tenant.org, can_read=True, can_write=True, can_forget=True)
+
+    def example(*argv: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "examples/anthropic_memory.py", "--url", live_server.url, *argv],
+            cwd=ROOT,
+            env={**os.environ, "MEMORYHUB_API_KEY": key, "ANTHROPIC_API_KEY": "", **env},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    offline = example("--offline")
+    assert offline.returncode == 0, offline.stderr
+    assert "Claude: Noted: your invoices will be in USD from now on." in offline.stdout
+    assert "2 versions of /memories/alice.md, newest first:" in offline.stdout
+    assert "forgot user:alice: 1 record" in offline.stdout
+    assert not MemoryRecord.unscoped.filter(org=tenant.org).exists()
+
+    # The script ends after the file is made: the run fails, in one line, and forgets it.
+    with scripted_messages_api(CONVERSATION[:2]) as api:
+        failed = example(ANTHROPIC_API_KEY="test-key", ANTHROPIC_BASE_URL=api.url)
+    assert failed.returncode == 1, failed.stdout
+    assert failed.stderr.strip().startswith("the run failed: ")
+    assert "forgot user:alice: 1 record" in failed.stdout
+    assert not MemoryRecord.unscoped.filter(org=tenant.org).exists()

@@ -385,3 +385,42 @@ def test_the_example_keeps_its_conversation_in_memoryhub(live_server, tenant):
     # The second question reached the model with the first exchange before it.
     assert [role for role, _ in model.messages(1)] == ["system", "user", "assistant", "user"]
     assert model.messages(1)[2] == ("assistant", replies[0])
+
+
+def run_example(live_server, key: str, *argv: str, **env: str):  # type: ignore[no-untyped-def]
+    return subprocess.run(
+        [sys.executable, "examples/openai_agents_session.py", "--url", live_server.url, *argv],
+        cwd=ROOT,
+        env={**os.environ, "MEMORYHUB_API_KEY": key, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_example_runs_offline_and_a_failed_run_leaves_nothing(
+    live_server, tenant, other_tenant
+):
+    """It needed a hosted model: without one it ended in connection-error tracebacks,
+    and left the first turn behind."""
+    from memoryhub.models import MemoryRecord
+    from memoryhub.services import write
+
+    write.write(other_tenant.scope, [{"content": "globex turn", "namespace": "session:x"}])
+    _, key = create_api_key(org=tenant.org, can_read=True, can_write=True, can_forget=True)
+    offline = run_example(live_server, key, "--offline", OPENAI_API_KEY="")
+    assert offline.returncode == 0, offline.stderr
+    assert "assistant: The Golden Gate Bridge is in San Francisco." in offline.stdout
+    assert "the session holds 4 items" in offline.stdout
+    assert "cleared: 0 items left" in offline.stdout
+    assert not MemoryRecord.unscoped.filter(org=tenant.org).exists()
+
+    # A model that is not there: one line, and no turn left behind.
+    failed = run_example(
+        live_server, key, OPENAI_BASE_URL="http://127.0.0.1:9/v1", OPENAI_API_KEY="sk-x"
+    )
+    assert failed.returncode == 1
+    assert failed.stderr.strip().startswith("the run failed: ")
+    assert len(failed.stderr.strip().splitlines()) == 1, failed.stderr
+    assert not MemoryRecord.unscoped.filter(org=tenant.org).exists()
+    assert MemoryRecord.unscoped.filter(org=other_tenant.org).count() == 1

@@ -40,7 +40,7 @@ from ..services import history as history_service
 from ..services import indexing as indexing_service
 from ..services import supersession
 from ..services import write as write_service
-from ..templatetags.memoryhub_admin import when
+from ..templatetags.memoryhub_admin import when_wrapped
 from .base import OperatorAdmin, admin_context, operator_view, principal
 from .erasure import erasure_batch, show_receipt
 from .filters import (
@@ -181,7 +181,7 @@ class MemoryRecordAdmin(OperatorAdmin):
             '<span class="mh-status-{}">{}</span><div class="mh-details mh-when">{}</div>',
             obj.status,
             obj.get_status_display(),
-            when(obj.updated_at),
+            when_wrapped(obj.updated_at),
         )
 
     @admin.display(description=_("tags"))

@@ -429,6 +429,20 @@ def test_lists_fit_the_page_and_give_the_content_room(browser, live_server, djan
         ForgetRequest(namespace="user:alice"),
         principal=policy.SystemPrincipal(label="admin:operator"),
     )
+    # The longest dates the admin's format writes, and an API key's actor label.
+    from datetime import UTC, datetime
+
+    from memoryhub.models import MemoryRecord, Observation
+
+    MemoryRecord.unscoped.update(updated_at=datetime(2026, 9, 30, 12, 59, tzinfo=UTC))
+    Observation.unscoped.create(
+        org_id=domain.org.pk,
+        domain_id=domain.pk,
+        kind=Observation.Kind.MEMORY_WRITTEN,
+        source="customer-support-handbook",
+        count=12,
+        actor="api-key:h2HHk3Lm",
+    )
     django_user_model.objects.create_superuser("operator", "op@example.com", "s3cret-pass")
     login(browser, live_server)
     for width in (1280, 1920):
@@ -442,6 +456,7 @@ def test_lists_fit_the_page_and_give_the_content_room(browser, live_server, djan
         ):
             browser.get(live_server.url + path)
             name = {
+                "observation": "21-observations",
                 "memoryrecord": "18-records",
                 "knowledgebase": "19-knowledge-bases",
                 "apikey": "20-api-keys",
@@ -461,6 +476,21 @@ def test_lists_fit_the_page_and_give_the_content_room(browser, live_server, djan
                     ".getBoundingClientRect().width"
                 )
                 assert content >= 300 if width == 1280 else content >= 600, (path, content)
+                # A record's date takes two lines at most (its date, its time), not three.
+                lines = browser.execute_script(
+                    "var el = document.querySelector('#result_list .mh-when');"
+                    "var r = document.createRange(); r.selectNodeContents(el);"
+                    "var tops = new Set(); for (const x of r.getClientRects())"
+                    " tops.add(Math.round(x.top)); return tops.size"
+                )
+                assert lines <= 2, (width, lines)
+            if "observation" in path:
+                # Who acted is shown whole (an API key's prefix was cut: api-key:h2HH…).
+                cut = browser.execute_script(
+                    "return [...document.querySelectorAll('#result_list td.field-actor')]"
+                    ".filter(td => td.scrollWidth > td.clientWidth).length"
+                )
+                assert cut == 0, (width, cut)
         browser.get(live_server.url + "/admin/")
         assert fits(browser)[0] <= width
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from memoryhub import policy
-from memoryhub.models import KnowledgeBase, MemoryRecord
+from memoryhub.models import ErasureReceipt, KnowledgeBase, MemoryRecord
 from memoryhub.services import knowledge_bases
 from tenants.models import Membership
 from tests.factories import DomainFactory, OrgFactory
@@ -201,9 +201,20 @@ def test_operator_curates_imports_queries_and_erases(
     assert "runbook" in preview
     assert MemoryRecord.unscoped.filter(namespace="team:oncall").count() == 2  # nothing yet
     shot(browser, "07-erase-confirm")
+    # "No, take me back" sits level with "Yes, erase": its words centred in it as the
+    # button's are (they sat at its top edge).
+    offset = browser.execute_script(
+        "var a = document.querySelector('.submit-row .cancel-link');"
+        "var box = a.getBoundingClientRect(); var r = document.createRange();"
+        "r.selectNodeContents(a); var text = r.getBoundingClientRect();"
+        "return (text.top + text.bottom) / 2 - (box.top + box.bottom) / 2"
+    )
+    assert abs(offset) <= 2, offset
     browser.find_element(By.CSS_SELECTOR, "input[value='Yes, erase']").click()
     receipt = wait(ec.presence_of_element_located((By.ID, "erasure-receipt")))
     assert "Erased 2 records." in receipt.text
+    [made] = ErasureReceipt.unscoped.filter(org_slug="acme").order_by("-created_at")[:1]
+    assert str(made.pk) in browser.find_element(By.ID, "receipt-ids").text
     shot(browser, "08-erasure-receipt")
     assert MemoryRecord.unscoped.filter(namespace="team:oncall").count() == 0
 

@@ -147,3 +147,13 @@ def test_the_erasure_pages_python_runs_as_written(tenant, other_tenant) -> None:
     exec(compile(block, "erase.md", "exec"), namespace)
     assert namespace["result"].deleted == 1  # type: ignore[attr-defined]
     assert list(MemoryRecord.unscoped.values_list("content", flat=True)) == ["globex alice"]
+
+
+def test_names_in_tables_and_headings_in_the_contents_are_shown_whole(site: Path) -> None:
+    """The settings table broke names mid-word (``MEMORYHUB_DATA_D IR``); the REST
+    reference's contents cut its paths with an ellipsis."""
+    page = (site / "reference" / "settings" / "index.html").read_text()
+    assert 'href="../../stylesheets/extra.css"' in page
+    css = (site / "stylesheets" / "extra.css").read_text()
+    assert re.search(r"table:not\(\[class\]\) td code \{[^}]*white-space: nowrap", css)
+    assert re.search(r"\.md-nav--secondary \.md-ellipsis \{[^}]*white-space: normal", css)

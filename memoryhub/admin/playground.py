@@ -42,6 +42,31 @@ SCORE_HELP = {
         "where each result stood in each ranking (— : that leg did not find it)."
     ),
 }
+#: What each part of a query's strategy (``hybrid+hnsw-tenant``) says of how it searched.
+STRATEGY_PARTS = {
+    "hybrid": _("the vector and keyword legs, fused"),
+    "keyword": _("the keyword leg alone (full-text search)"),
+    "exact": _("the vector leg compared the query with every record it may return (no index)"),
+    "hnsw": _("the vector leg searched the approximate index shared by small domains"),
+    "hnsw-tenant": _("the vector leg searched the domain's own approximate index"),
+}
+
+
+def strategy_help(strategy: str) -> list[tuple[str, str]]:
+    """Each part of ``strategy`` with what it says (``+2models``: records of two
+    embedding models, each searched with its own)."""
+    parts = []
+    for part in strategy.split("+"):
+        if part.endswith("models"):
+            explained = _("records of %(n)s embedding models, each searched with its own") % {
+                "n": part.removesuffix("models")
+            }
+        else:
+            explained = STRATEGY_PARTS.get(part, "")
+        parts.append((part, str(explained)))
+    return parts
+
+
 RERANKED_HELP = _(
     "reranked: the relevance score of the configured reranker (higher is more relevant), "
     "over the best fused candidates."
@@ -208,6 +233,7 @@ def playground_view(model_admin: Any, request: HttpRequest) -> HttpResponse:
                 rows=[(item, result.legs.get(item.id or "")) for item in result.items],
                 grounding=query_service.render_grounding(result.items),
                 strategy=result.strategy,
+                strategy_help=strategy_help(result.strategy),
                 cached=result.cached,
                 reranked=result.reranked,
                 score_help=RERANKED_HELP if result.reranked else SCORE_HELP.get(data["mode"], ""),

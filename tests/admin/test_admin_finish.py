@@ -321,6 +321,23 @@ def test_the_playground_explains_the_score_once(operator, tenant, kbs, mode, wor
     assert form is not None and words not in form.group()
 
 
+@pytest.mark.parametrize("mode", ["hybrid", "vector", "keyword"])
+def test_the_playground_explains_how_it_searched(operator, tenant, kbs, mode):
+    """Its results said "hybrid+exact" and "#1 · 0.2734" without a word on either."""
+    from urllib.parse import urlencode
+
+    query = {"domain": tenant.domain.pk, "query": "refunds", "mode": mode, "k": 5}
+    page = operator.get(f"{RECORDS}playground/?{urlencode(query)}").content.decode()
+    shown = re.search(r'id="playground-strategy-help">(.*?)</p>', page, re.S)
+    assert shown is not None
+    text = re.sub(r"<[^>]+>", "", shown.group(1))
+    heading = re.search(r"<h2>[^<]*· ([\w+-]+)", page)
+    assert heading is not None
+    for part in heading.group(1).split("+"):
+        assert re.search(rf"\b{re.escape(part)}: \w", text), (part, text)
+    assert "#n is the item's rank in that leg" in text
+
+
 # --- 12. no "View site" that loops back -------------------------------------------------
 
 

@@ -58,12 +58,13 @@ def strategy_help(strategy: str) -> list[tuple[str, str]]:
     parts = []
     for part in strategy.split("+"):
         if part.endswith("models"):
-            explained = _("records of %(n)s embedding models, each searched with its own") % {
-                "n": part.removesuffix("models")
-            }
+            models = part.removesuffix("models")
+            explained = str(
+                _("records of %(n)s embedding models, each searched with its own") % {"n": models}
+            )
         else:
-            explained = STRATEGY_PARTS.get(part, "")
-        parts.append((part, str(explained)))
+            explained = str(STRATEGY_PARTS.get(part, ""))
+        parts.append((part, explained))
     return parts
 
 

@@ -171,6 +171,13 @@ def test_operator_curates_imports_queries_and_erases(
     browser.find_element(By.CSS_SELECTOR, "#import-form input[type=submit]").click()
     message = wait(ec.presence_of_element_located((By.CSS_SELECTOR, "ul.messagelist li")))
     assert "runbook.md is queued for import" in message.text
+    # Said where the page scrolled to (the import's row), not above it, out of view.
+    wait(
+        lambda driver: driver.execute_script(
+            "var r = document.querySelector('ul.messagelist').getBoundingClientRect();"
+            "return r.top >= 0 && r.bottom <= window.innerHeight"
+        )
+    )
     # No broker here: the job ran when the upload committed (eager mode).
     status = browser.find_element(By.CSS_SELECTOR, "tr.import-job .import-status")
     assert status.text == "Done"

@@ -56,4 +56,17 @@
       if (!window.confirm(form.dataset.confirm)) event.preventDefault();
     });
   });
+  // Arriving at an import's row (after an upload, a cancel, a run again or an undo), the
+  // page scrolls to it: what was done is said above the imports, where it can be read,
+  // not at the top of the page, scrolled out of view.
+  var target = /^#import-\d+$/.test(window.location.hash) && document.querySelector(window.location.hash);
+  var said = document.querySelector("ul.messagelist");
+  if (target && said) {
+    var imports = target.closest("table");
+    imports.parentNode.insertBefore(said, imports);
+    // After the browser's own scroll to the row, which comes once the page has loaded.
+    var show = function () { said.scrollIntoView({block: "start"}); };
+    if (document.readyState === "complete") setTimeout(show, 0);
+    else window.addEventListener("load", function () { setTimeout(show, 0); });
+  }
 })();

@@ -297,32 +297,47 @@ def list_namespaces(scope: Scope, raw: Mapping[str, Any]) -> NamespacePage:
         "prefix": prefix,
         "exact": namespace,
     }
+    if delimiter is None:
+        return _namespaces_page(params, position, prefix, namespace)
+    start, start_key = (prefix, key_prefix) if position is None else position
+    params.update(
+        start=start,
+        start_key=start_key,
+        delimiter=delimiter,
+        key_prefix=key_prefix,
+        skip=len(key_prefix) + 1,
+    )
+    return _directories_page(params, prefix, namespace, key_prefix, delimiter)
+
+
+def _namespaces_page(
+    params: dict[str, Any], position: list[str] | None, prefix: str, namespace: str | None
+) -> NamespacePage:
+    """:func:`list_namespaces` without a delimiter: one row per namespace."""
+    limit = params["limit"]
+    params["start"] = prefix if position is None else position[0] + SUCCESSOR
+    if namespace is not None:
+        params["limit"] = 1  # the namespace itself, or nothing
     with connection.cursor() as cursor:
-        if delimiter is None:
-            params["start"] = prefix if position is None else position[0] + SUCCESSOR
-            if namespace is not None:
-                params["limit"] = 1  # the namespace itself, or nothing
-            cursor.execute(_NAMESPACES_SQL, params)
-            found = [row[0] for row in cursor.fetchall()]
-            names = [name for name in found if name.startswith(prefix)]
-            if namespace is not None:
-                names = [name for name in names if name == namespace]
-            more = len(found) == limit and len(names) == limit and namespace is None
-            rows = [{"namespace": name} for name in names]
-            following = _encode_cursor([names[-1]]) if more else None
-            return NamespacePage(rows, following)
-        start, start_key = (prefix, key_prefix) if position is None else position
-        params.update(
-            start=start,
-            start_key=start_key,
-            delimiter=delimiter,
-            key_prefix=key_prefix,
-            skip=len(key_prefix) + 1,
-        )
+        cursor.execute(_NAMESPACES_SQL, params)
+        found = [row[0] for row in cursor.fetchall()]
+    names = [name for name in found if name.startswith(prefix)]
+    if namespace is not None:
+        names = [name for name in names if name == namespace]
+    more = len(found) == limit and len(names) == limit and namespace is None
+    rows = [{"namespace": name} for name in names]
+    return NamespacePage(rows, _encode_cursor([names[-1]]) if more else None)
+
+
+def _directories_page(
+    params: dict[str, Any], prefix: str, namespace: str | None, key_prefix: str, delimiter: str
+) -> NamespacePage:
+    """:func:`list_namespaces` with a delimiter: one row per (namespace, key directory)."""
+    with connection.cursor() as cursor:
         cursor.execute(_DIRECTORIES_SQL, params)
         found_pairs = cursor.fetchall()
     rows = []
-    ended = len(found_pairs) < limit
+    ended = len(found_pairs) < params["limit"]
     for name, key in found_pairs:
         if (
             not name.startswith(prefix)

@@ -19,7 +19,6 @@ LONG_FUNCTIONS = {
     "memoryhub/services/query/execution.py:run": 81,
     "memoryhub/services/query/plans.py:_vector_leg": 86,
     "memoryhub/services/query/request.py:build": 121,
-    "memoryhub/services/records.py:list_namespaces": 84,
     "memoryhub/services/validation.py:validate_items": 122,
     "memoryhub/services/write.py:_write_to": 90,
 }

@@ -257,15 +257,22 @@ class Worker:
     process: subprocess.Popen[bytes]
     log: Path
 
-    def kill(self) -> None:
-        """SIGKILL the worker and all its children (no graceful shutdown)."""
+    def kill(self, *, parent_first: bool = False) -> None:
+        """SIGKILL the worker and all its children (no graceful shutdown).
+
+        Children first, the parent sees them die and, for ``reject_on_worker_lost``
+        tasks, gives their messages back to the broker before it dies in turn; with
+        ``parent_first`` nothing is given back, as when the whole machine is lost."""
         import psutil
 
         try:
             parent = psutil.Process(self.process.pid)
         except psutil.NoSuchProcess:
             return
-        for child in parent.children(recursive=True):
+        children = parent.children(recursive=True)
+        if parent_first:
+            parent.kill()
+        for child in children:
             child.kill()
         parent.kill()
         self.process.wait(timeout=10)

@@ -57,5 +57,5 @@ def test_beside_make_run_it_joins_the_embedded_redis(tmp_path, monkeypatch):
     assert env["CELERY_BROKER_URL"] == redis.broker_url
     assert env["REDIS_URL"] == redis.url
     assert "--beat" not in command  # make run's worker runs the sweeper
-    with_broker = worker_command({"CELERY_BROKER_URL": "redis://example:6379/0"})
+    with_broker = worker_command({"CELERY_BROKER_URL": "redis://broker.example:6380/0"})
     assert "--beat" in with_broker[0]

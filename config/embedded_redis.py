@@ -58,8 +58,10 @@ class EmbeddedRedis:
         return f"redis+socket://{self.socket}"
 
     def pid(self) -> int | None:
-        import psutil
-
+        try:
+            import psutil
+        except ImportError:  # without the embedded extra: no embedded Redis to find
+            return None
         try:
             pid = int((self.directory / PIDFILE).read_text().strip())
         except (OSError, ValueError):

@@ -90,7 +90,10 @@ class Supervisor:
             return True
         self._watched_at = now
         for name, server in self.servers.items():
-            if server.running():
+            try:
+                if server.running():
+                    continue
+            except Exception:  # a pid file being written: look again next time
                 continue
             if not self._may_restart(name, None):
                 return False

@@ -21,8 +21,10 @@ class NoBroker(Exception):
 
 
 def worker_command(environ: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
-    """The ``celery worker`` command line and environment for ``environ``."""
+    """The ``celery worker`` command line and environment for ``environ``: a node name of
+    its own (two workers of one name would share a heartbeat, and what each holds)."""
     command = [sys.executable, "-m", "celery", "-A", "config", "worker", "--loglevel=info"]
+    command += ["-n", f"worker-{os.getpid()}@%h"]
     env = dict(environ)
     if env.get("CELERY_BROKER_URL"):
         return [*command, "--beat"], env
@@ -34,7 +36,12 @@ def worker_command(environ: Mapping[str, str]) -> tuple[list[str], dict[str, str
             "no broker to join: start the site with make run (its embedded Redis, in"
             f" {redis.directory}), or set CELERY_BROKER_URL"
         )
+    from config.run import demo_embedder
+
     env.update(CELERY_BROKER_URL=redis.broker_url, REDIS_URL=redis.url)
+    # The embedder make run chose for its site: records embedded alike.
+    env["MEMORYHUB_EMBEDDER"] = demo_embedder(env)
+    env.setdefault("DEBUG", "1")
     return command, env
 
 

@@ -4,6 +4,7 @@ from celery.signals import (
     before_task_publish,
     task_received,
     worker_init,
+    worker_process_init,
     worker_ready,
     worker_shutdown,
 )
@@ -36,7 +37,7 @@ class MemoryhubConfig(AppConfig):
 
     def ready(self) -> None:
         from .cache import domain_saved
-        from .worker import keep_reconnecting, start_heartbeat, stop_heartbeat
+        from .worker import keep_reconnecting, start_heartbeat, stop_heartbeat, warm_in_pool_child
         from .worker import task_received as holding_changed
 
         checks.register(check_settings, "memoryhub")
@@ -52,6 +53,7 @@ class MemoryhubConfig(AppConfig):
         # again as soon as it receives a task (the records it holds).
         worker_ready.connect(start_heartbeat, weak=False)
         task_received.connect(holding_changed, weak=False)
+        worker_process_init.connect(warm_in_pool_child, weak=False)
         # ... and reconnects when its broker goes away (memoryhub.worker).
         worker_init.connect(keep_reconnecting, weak=False)
         worker_shutdown.connect(stop_heartbeat, weak=False)

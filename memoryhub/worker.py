@@ -39,9 +39,13 @@ def held_record_ids() -> list[str] | None:
     prefetched, or waiting for the moment of a retry. None when it cannot tell."""
     from celery.worker import state
 
+    scheduled = getattr(state, "scheduled_requests", None)  # Celery 5.7 and later
+    if scheduled is None:
+        return None
     for _attempt in range(3):
-        try:  # the consumer's thread adds and discards requests meanwhile
-            requests = [*state.reserved_requests, *state.scheduled_requests]
+        try:  # the consumer's thread adds and discards requests meanwhile; a request
+            # whose moment comes moves from scheduled to reserved: scheduled read first
+            requests = [*scheduled, *state.reserved_requests]
             break
         except RuntimeError:
             continue
@@ -68,8 +72,13 @@ def _run(hostname: str) -> None:
     while True:
         _wake.clear()
         try:
+            holding = held_record_ids()
+        except Exception as exc:  # never at the cost of the beat itself
+            logger.warning("the records held could not be told: %s: %s", type(exc).__name__, exc)
+            holding = None
+        try:
             close_old_connections()
-            beat(hostname, holding=held_record_ids())
+            beat(hostname, holding=holding)
         except Exception as exc:  # a database blip: try again at the next beat
             logger.warning("worker heartbeat failed: %s: %s", type(exc).__name__, exc)
         _wake.wait(memoryhub_settings.WORKER_HEARTBEAT_INTERVAL)
@@ -89,8 +98,11 @@ def start_heartbeat(sender: Any = None, **kwargs: Any) -> None:
     global _thread
     if _thread is not None and _thread.is_alive():
         return
-    # The first batch does not wait for a local model to load.
-    warm_configured_in_background()
+    # The first batch does not wait for a local model to load: here when the worker
+    # embeds in this process; a prefork pool's children load it as they start.
+    pool = getattr(sender, "pool", None)
+    if pool is None or "prefork" not in type(pool).__module__:
+        warm_configured_in_background()
     hostname = getattr(sender, "hostname", None) or "celery"
     try:  # the first beat before the worker says it is ready (requests may wait on it);
         # it also says that a worker of this name killed before holds nothing any more
@@ -136,3 +148,9 @@ def keep_reconnecting(**kwargs: Any) -> None:
 
     _connparams.memoryhub_guard = True  # type: ignore[attr-defined]
     transport.Channel._connparams = _connparams  # type: ignore[method-assign]
+
+
+def warm_in_pool_child(**kwargs: Any) -> None:
+    """``worker_process_init`` receiver: a prefork pool child loads the local model as
+    it starts, not at its first batch."""
+    warm_configured_in_background()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
@@ -58,8 +59,26 @@ def is_warm(embedder: object) -> bool:
     return bool(getattr(embedder, "warm", True))
 
 
-_warming: set[int] = set()
+#: The embedders whose model a thread is loading, by id.
+_warming: dict[int, object] = {}
 _warming_lock = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    """A process forked while a model loaded (gunicorn's --preload, a Celery pool
+    child) has no loading thread: its locks start free and it loads the model itself."""
+    global _warming_lock
+    _warming_lock = threading.Lock()
+    loading = list(_warming.values())
+    _warming.clear()
+    for embedder in loading:
+        after_fork = getattr(embedder, "after_fork", None)
+        if after_fork is not None:
+            after_fork()
+        warm_in_background(embedder)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def warm_in_background(embedder: object) -> bool:
@@ -72,7 +91,7 @@ def warm_in_background(embedder: object) -> bool:
     with _warming_lock:
         if id(embedder) in _warming:
             return False
-        _warming.add(id(embedder))
+        _warming[id(embedder)] = embedder
 
     def load() -> None:
         try:
@@ -81,7 +100,7 @@ def warm_in_background(embedder: object) -> bool:
             logger.warning("the embedder's model did not load: %s: %s", type(exc).__name__, exc)
         finally:
             with _warming_lock:
-                _warming.discard(id(embedder))
+                _warming.pop(id(embedder), None)
 
     threading.Thread(target=load, name="memoryhub-warm-embedder", daemon=True).start()
     return True

@@ -69,6 +69,11 @@ class SentenceTransformerEmbedder:
         """Load the model now (``embedders.base.warm_in_background`` calls it at start)."""
         self._load()
 
+    def after_fork(self) -> None:
+        """In a process forked while the model loaded: a free lock (the thread holding
+        the parent's is not in this process; the model, set once loaded, is not yet)."""
+        self._lock = threading.Lock()
+
     def _load(self) -> Any:
         if self._model is None:
             with self._lock:

@@ -23,6 +23,7 @@ the system check and ``memoryhub_citus status`` report.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -431,18 +432,31 @@ def cleanup(connection: BaseDatabaseWrapper) -> int:
 LAYOUT_LOCK = "memoryhub tenant indexes"
 
 
+#: How often a move asks again for :data:`LAYOUT_LOCK` while a maintenance run holds it.
+LAYOUT_POLL_SECONDS = 0.2
+
+
 @contextmanager
 def layout_lock(connection: BaseDatabaseWrapper, *, wait: bool) -> Iterator[bool]:
     """Hold :data:`LAYOUT_LOCK` (yields True), or, not ``wait``-ing, yield False when
     another session holds it. A transaction lock inside a transaction (released however
     it ends), else a session lock."""
     in_transaction = connection.in_atomic_block
-    function = "pg_advisory" if wait else "pg_try_advisory"
-    function += "_xact_lock" if in_transaction else "_lock"
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {function}(hashtext(%s))::text", [LAYOUT_LOCK])
-        (answer,) = cursor.fetchone()
-    locked = wait or answer == "true"
+    function = "pg_try_advisory_xact_lock" if in_transaction else "pg_try_advisory_lock"
+    told = False
+    while True:
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT {function}(hashtext(%s))", [LAYOUT_LOCK])
+            (locked,) = cursor.fetchone()
+        if locked or not wait:
+            break
+        # Asked again rather than waited for in one statement: a waiting statement keeps
+        # its snapshot, which the running build (CREATE INDEX CONCURRENTLY) would wait
+        # for in turn, and one of the two would be cancelled as a deadlock.
+        if not told:
+            logger.info("waiting for the index maintenance run to finish")
+            told = True
+        time.sleep(LAYOUT_POLL_SECONDS)
     try:
         yield locked
     finally:

@@ -339,17 +339,19 @@ def worker_seen_recently() -> bool:
     return WorkerHeartbeat.objects.filter(seen_at__gte=cutoff).exists()
 
 
-def pending_for_sweep(older_than: timedelta | None = None) -> list[str]:
-    """Ids of records left pending longer than ``SWEEP_PENDING_AFTER`` (a worker died)."""
+def pending_for_sweep(
+    older_than: timedelta | None = None, *, held: set[str] | None = None
+) -> list[str]:
+    """Ids of records left pending longer than ``SWEEP_PENDING_AFTER`` (a worker died),
+    but those in ``held`` (a live worker has them), up to 10,000 (no order: a backlog's
+    sort would read every pending row at each sweep)."""
     if older_than is None:
         older_than = timedelta(seconds=memoryhub_settings.SWEEP_PENDING_AFTER)
     cutoff = timezone.now() - older_than
-    return [
-        str(pk)
-        for pk in MemoryRecord.unscoped.pending()
-        .filter(updated_at__lte=cutoff)
-        .values_list("id", flat=True)[:10_000]
-    ]
+    pending = MemoryRecord.unscoped.pending().filter(updated_at__lte=cutoff)
+    if held:
+        pending = pending.exclude(pk__in=list(held))
+    return [str(pk) for pk in pending.values_list("id", flat=True)[:10_000]]
 
 
 def held_by_workers() -> set[str] | None:

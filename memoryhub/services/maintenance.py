@@ -79,8 +79,7 @@ def lost_records(in_flight: int | None) -> list[str]:
     if held is None:
         return indexing.pending_for_sweep(timedelta(seconds=pending_after))
     older_than = min(pending_after, memoryhub_settings.SWEEP_ORPHANED_AFTER)
-    candidates = indexing.pending_for_sweep(timedelta(seconds=older_than))
-    return [pk for pk in candidates if pk not in held]
+    return indexing.pending_for_sweep(timedelta(seconds=older_than), held=held)
 
 
 def purge_expired() -> int:

@@ -289,10 +289,15 @@ class DjangoMemoryStore:
         is ``ignore``, keeps its record (not counted). The shared namespace ``""`` can
         only be forgotten key by key, or in one knowledge base.
         """
+        self._require(policy.Action.FORGET)
         request = forget_service.ForgetRequest(
             namespace=scope, key=key, source=None if all_sources else self.source
         )
+        if request.is_subject_erasure:
+            self._require(policy.Action.ERASE_SUBJECT)
+        # The store's changes are an agent's, read-only knowledge bases included (as put);
+        # its principal says what it may do, asked above.
         result = await sync_to_async(forget_service.forget, thread_sensitive=True)(
-            self.tenant, request, principal=self.principal
+            self.tenant, request
         )
         return result.deleted

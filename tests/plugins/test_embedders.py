@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -275,3 +276,46 @@ def test_an_embedder_with_nothing_to_load_is_warm():
 
     assert is_warm(HashingEmbedder())
     assert not warm_in_background(HashingEmbedder())
+
+
+def test_a_process_forked_while_the_model_loads_loads_it_itself():
+    """gunicorn --preload forks while the application's import loads the model in a
+    thread: the child inherited a held lock, and its first query waited forever."""
+    import threading
+
+    from memoryhub.embedders.base import is_warm, warm_in_background
+
+    class Loading:
+        def __init__(self) -> None:
+            self.warm = False
+            self._lock = threading.Lock()
+            self.loading = threading.Event()
+            self.parent_may_finish = threading.Event()
+            self.parent = os.getpid()
+
+        def warm_up(self) -> None:
+            with self._lock:
+                self.loading.set()
+                if os.getpid() == self.parent:
+                    self.parent_may_finish.wait(30)
+                self.warm = True
+
+        def after_fork(self) -> None:
+            self._lock = threading.Lock()
+
+    embedder = Loading()
+    assert warm_in_background(embedder)
+    assert embedder.loading.wait(10)
+    reader, writer = os.pipe()
+    child = os.fork()
+    if child == 0:  # the child: warm within seconds, with the lock its parent holds
+        deadline = time.monotonic() + 10
+        while not is_warm(embedder) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.write(writer, b"1" if is_warm(embedder) else b"0")
+        os._exit(0)
+    os.close(writer)
+    answer = os.read(reader, 1)
+    os.waitpid(child, 0)
+    embedder.parent_may_finish.set()
+    assert answer == b"1"

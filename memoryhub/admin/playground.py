@@ -153,6 +153,9 @@ class PlaygroundForm(forms.Form):
         help_text=_("Show each hit's neighbouring turns of its session (metadata session)."),
     )
 
+    #: The filters most queries leave alone: shown folded unless one is set or wrong.
+    MORE = ("other_namespaces", "where", "occurred_after", "occurred_before", "context_turns")
+
     def __init__(self, *args: Any, domains: QuerySet[Domain], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # The bounds the query service enforces, as the operator set them.
@@ -169,6 +172,22 @@ class PlaygroundForm(forms.Form):
         offered = domains if chosen is None else domains.filter(pk=chosen)
         self.fields["sources"].choices = source_choices(offered)  # type: ignore[attr-defined]
         self.fields["namespaces"].choices = namespace_choices(offered)  # type: ignore[attr-defined]
+
+    def main_fields(self) -> list[forms.BoundField]:
+        return [self[name] for name in self.fields if name not in self.MORE]
+
+    def more_fields(self) -> list[forms.BoundField]:
+        return [self[name] for name in self.MORE]
+
+    def more_open(self) -> bool:
+        """Whether one of the folded filters holds a value (other than its initial
+        one) or an error."""
+        if not self.is_bound:
+            return False
+        return any(
+            self[name].errors or str(self.data.get(name, "")).strip() not in ("", "0")
+            for name in self.MORE
+        )
 
     def _chosen_domain(self, domains: QuerySet[Domain]) -> int | None:
         """The id of the domain in the submitted data, if it is one of ``domains``."""

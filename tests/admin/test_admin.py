@@ -531,6 +531,12 @@ def test_playground_shows_items_grounding_and_filter_errors(operator, data, tena
     assert "where.a.$regex" in bad
     not_json = operator.get(base + "&where={oops").content.decode()
     assert "Not JSON" in not_json
+    # The folded filters open when one holds a value or an error, never otherwise.
+    folded = '<details id="playground-more">'
+    assert folded in page and folded in operator.get(base + "&context_turns=0").content.decode()
+    assert '<details id="playground-more" open>' in bad
+    late = operator.get(base + "&occurred_after=2026-01-01").content.decode()
+    assert '<details id="playground-more" open>' in late
 
 
 def test_playground_refuses_a_foreign_domain(operator, data, other_tenant):

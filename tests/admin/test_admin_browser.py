@@ -192,12 +192,24 @@ def test_operator_curates_imports_queries_and_erases(
     browser.find_element(By.NAME, "query").send_keys("who approves a rollback")
     Select(browser.find_element(By.NAME, "namespaces")).select_by_visible_text("team:oncall")
     Select(browser.find_element(By.NAME, "sources")).select_by_visible_text("runbook")
+    # The filters most queries leave alone are folded: the form is short.
+    assert not browser.find_element(By.ID, "playground-more").get_attribute("open")
+    form = browser.find_element(By.ID, "playground-form").size["height"]
+    shot(browser, "06-playground-form")
+    assert form <= 760, form
     browser.find_element(By.CSS_SELECTOR, "#playground-form input[type=submit]").click()
     grounding = wait(ec.presence_of_element_located((By.ID, "playground-grounding"))).text
     assert "[runbook] Rollbacks" in grounding
     results = browser.find_element(By.ID, "playground-results")
     assert "two approvers" in results.text
-    browser.execute_script("arguments[0].scrollIntoView()", results)
+    # The answer opens at the results, not below a screen of form (1280 × 1000).
+    top, first_row_bottom, height = browser.execute_script(
+        "return [arguments[0].getBoundingClientRect().top,"
+        " arguments[0].querySelector('tr.playground-item').getBoundingClientRect().bottom,"
+        " window.innerHeight]",
+        results,
+    )
+    assert top >= 0 and first_row_bottom <= height, (top, first_row_bottom, height)
     shot(browser, "06-playground")
 
     browser.get(f"{live_server.url}/admin/memoryhub/memoryrecord/erase-subject/")

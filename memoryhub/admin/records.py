@@ -38,7 +38,7 @@ from ..services import consolidation as consolidation_service
 from ..services import forget as forget_service
 from ..services import history as history_service
 from ..services import indexing as indexing_service
-from ..services import supersession
+from ..services import supersession, updates
 from ..services import write as write_service
 from ..templatetags.memoryhub_admin import when_wrapped
 from .base import OperatorAdmin, admin_context, operator_view, principal
@@ -217,9 +217,7 @@ class MemoryRecordAdmin(OperatorAdmin):
         scope = Scope(knowledge_base.org_id, knowledge_base.domain_id)
         if change:
             item.pop("namespace", None)
-            write_service.update_record(
-                scope, obj.pk, item, partial=True, principal=principal(request)
-            )
+            updates.update_record(scope, obj.pk, item, partial=True, principal=principal(request))
         else:
             result = write_service.write(
                 scope, [item], sources=[knowledge_base.name], principal=principal(request)
@@ -256,7 +254,7 @@ class MemoryRecordAdmin(OperatorAdmin):
             raise Http404(_("No such record."))
         self.require(request, Action.CURATE, record)
         try:
-            write_service.restore_version(
+            updates.restore_version(
                 Scope(record.org_id, record.domain_id),
                 record.pk,
                 version,

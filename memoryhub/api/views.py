@@ -36,7 +36,7 @@ from ..scope import Scope
 from ..services import forget as forget_service
 from ..services import health as health_service
 from ..services import history as history_service
-from ..services import idempotency, supersession
+from ..services import idempotency, supersession, updates
 from ..services import indexing as indexing_service
 from ..services import query as query_service
 from ..services import records as records_service
@@ -541,7 +541,7 @@ class RecordDetailView(MemoryAPIView):
         changes = self.body(request)
 
         def update() -> Response:
-            updated = write_service.update_record_for(
+            updated = updates.update_record_for(
                 scope, record_id, changes, partial=partial, principal=request_principal(request)
             )
             if updated.record is None:

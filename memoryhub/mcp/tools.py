@@ -37,7 +37,7 @@ from ..exceptions import ValidationFailed
 from ..scope import Scope
 from ..services import forget as forget_service
 from ..services import history as history_service
-from ..services import idempotency, supersession
+from ..services import idempotency, supersession, updates
 from ..services import query as query_service
 from ..services import records as records_service
 from ..services import write as write_service
@@ -214,7 +214,7 @@ def _update_arguments() -> dict[str, Any]:
 
 
 def _update(request: Request, scope: Scope, arguments: Arguments) -> dict[str, Any]:
-    updated = write_service.update_record_for(
+    updated = updates.update_record_for(
         scope,
         _id(arguments),
         arguments.get("fields", {}),

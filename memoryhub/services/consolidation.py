@@ -52,7 +52,7 @@ from ..models import KnowledgeBase, MemoryRecord, Observation
 from ..scope import Scope, tenant_scope
 from . import forget as forget_service
 from . import query as query_service
-from . import supersession
+from . import supersession, updates
 from . import write as write_service
 from .scheduling import send
 from .store.locks import int4_key
@@ -300,7 +300,7 @@ def _apply(
         changes["metadata"] = metadata
     try:
         if changes:
-            write_service.update_record(
+            updates.update_record(
                 scope, fact_id, changes, partial=True, principal=agent, cause=cause
             )
         add_sources(fact_id, operation.sources)
@@ -328,7 +328,7 @@ def _supersede(
     try:
         if key is None and current is not None:
             key = _fact_key(current.content)
-            write_service.update_record(
+            updates.update_record(
                 scope,
                 current.id,
                 {"key": key},
@@ -362,7 +362,7 @@ def _supersede(
         current_holder = supersession.holder(knowledge_base, namespace, str(key))
         if current_holder is None:
             return None
-        write_service.update_record(
+        updates.update_record(
             scope,
             current_holder.pk,
             {"content": operation.content},

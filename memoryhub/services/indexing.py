@@ -79,26 +79,7 @@ def index_records(
     recorded, and nothing is raised.
     """
     if org_id is None:
-        # A batch of several orgs (the sweeper's, or a message from before batches named
-        # their org): each org's part on its own, as a cluster locks rows of one shard
-        # group at a time.
-        by_org: dict[int, list[str]] = {}
-        for pk, owner in MemoryRecord.unscoped.filter(pk__in=list(record_ids)).values_list(
-            "pk", "org_id"
-        ):
-            by_org.setdefault(owner, []).append(str(pk))
-        result = IndexResult()
-        skipped = set()
-        for owner, ids in by_org.items():
-            part = index_records(ids, force=force, org_id=owner)
-            result.indexed += part.indexed
-            result.failed += part.failed
-            skipped.update(part.skipped)
-        found = {pk for ids in by_org.values() for pk in ids}
-        result.skipped = [
-            str(pk) for pk in record_ids if str(pk) not in found or str(pk) in skipped
-        ]
-        return result
+        return _index_by_org(record_ids, force=force)
     embedder = memoryhub_settings.embedder()
     result = IndexResult()
     failure: Exception | None = None
@@ -139,6 +120,27 @@ def index_records(
     if failure is not None:
         result.failed = _record_failure([row[0] for row in rows], failure, org_id)
         raise EmbedderError(str(failure)) from failure
+    return result
+
+
+def _index_by_org(record_ids: Sequence[str], *, force: bool) -> IndexResult:
+    """A batch of several orgs (the sweeper's, or a message from before batches named
+    their org): each org's part on its own, as a cluster locks rows of one shard group
+    at a time."""
+    by_org: dict[int, list[str]] = {}
+    for pk, owner in MemoryRecord.unscoped.filter(pk__in=list(record_ids)).values_list(
+        "pk", "org_id"
+    ):
+        by_org.setdefault(owner, []).append(str(pk))
+    result = IndexResult()
+    skipped = set()
+    for owner, ids in by_org.items():
+        part = index_records(ids, force=force, org_id=owner)
+        result.indexed += part.indexed
+        result.failed += part.failed
+        skipped.update(part.skipped)
+    found = {pk for ids in by_org.values() for pk in ids}
+    result.skipped = [str(pk) for pk in record_ids if str(pk) not in found or str(pk) in skipped]
     return result
 
 

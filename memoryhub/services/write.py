@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -27,28 +28,40 @@ from django.utils import timezone
 from .. import observe, policy, signals
 from ..cache import bump_generation_on_commit
 from ..conf import memoryhub_settings
-from ..exceptions import RecordNotFound, ValidationFailed, WriteRefused
+from ..exceptions import ValidationFailed, WriteRefused
 from ..items import RecordResult, WriteResult
 from ..models import KnowledgeBase, MemoryRecord, Observation, RecordVersion
 from ..scope import Scope, tenant_scope
-from ..vocabulary import RecordUpdateSerializer, WriteRequestSerializer, field_names
+from ..vocabulary import WriteRequestSerializer, field_names
 from . import history, supersession
 from .knowledge_bases import resolve_sources, source_names
-from .records import get_record
 from .scheduling import schedule_indexing
 from .store import persistence
 from .store.locks import lock_domain, lock_namespaces
 from .store.persistence import CONSOLIDATION_PENDING
-from .store.refusals import refuse, refuse_record_change
+from .store.refusals import refuse
 from .store.transient import run_again_when_cancelled
 from .validation import WriteItem, validate_items
 
-__all__ = [
-    "WriteRequest",
-    "restore_version",
-    "update_record",
-    "write",
-]
+__all__ = ["WriteRequest", "write"]
+
+#: Names of the update use case, now in :mod:`.updates`: answered here with a
+#: ``DeprecationWarning`` until 0.3 (the layer contract lists this alias in ``MOVED``).
+_MOVED_TO_UPDATES = frozenset({"Updated", "restore_version", "update_record", "update_record_for"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MOVED_TO_UPDATES:
+        warnings.warn(
+            f"memoryhub.services.write.{name} is memoryhub.services.updates.{name}; "
+            "the old name goes in 0.3",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        from . import updates
+
+        return getattr(updates, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +107,7 @@ def write_body(
     )
 
 
-def _apply(record: MemoryRecord, item: WriteItem, *, content_changed: bool) -> None:
+def apply_item(record: MemoryRecord, item: WriteItem, *, content_changed: bool) -> None:
     """Copy an item's fields onto a record; new content sends it back to be embedded."""
     record.content = item.content
     record.content_hash = item.content_hash
@@ -161,15 +174,48 @@ def _write_to(
 
     A record written again by key keeps its previous state in its history (``cause``)
     when a field changes."""
-    actor = policy.actor_label(principal)
     lock_namespaces(knowledge_base, (item.namespace for item in items))
     by_key, by_hash = _existing(knowledge_base, items)
-    now = timezone.now()
-    batch = _Batch()
-    created: set[Any] = set()  # a key written twice in one call: one record, no history
+    plan = _Plan(scope, knowledge_base, principal, cause, consolidate, import_job, by_key, by_hash)
     for index, item in enumerate(items):
+        plan.add(index, item)
+    persistence.save_records(plan.batch.new_records, plan.batch.changed)
+    _announce(
+        scope,
+        knowledge_base,
+        plan.batch,
+        principal=principal,
+        observations=import_job is None,
+    )
+    return plan.batch.results
+
+
+@dataclass
+class _Plan:
+    """One knowledge base's share of a write, planned item by item against the records
+    it meets (``by_key``, ``by_hash``; both grow as items are planned)."""
+
+    scope: Scope
+    knowledge_base: KnowledgeBase
+    principal: policy.Principal
+    cause: str
+    consolidate: bool
+    import_job: int | None
+    by_key: dict[tuple[str, str], MemoryRecord]
+    by_hash: dict[tuple[str, str], str]
+    batch: _Batch = field(default_factory=_Batch)
+    now: datetime = field(default_factory=timezone.now)
+    #: Records created by this call: a key written twice in one call is one record,
+    #: without history.
+    created: set[Any] = field(default_factory=set)
+
+    @property
+    def actor(self) -> str:
+        return policy.actor_label(self.principal)
+
+    def add(self, index: int, item: WriteItem) -> None:
         digest = item.content_hash
-        existing = by_key.get((item.namespace, item.key)) if item.key is not None else None
+        existing = self.by_key.get((item.namespace, item.key)) if item.key is not None else None
         superseded = None
         if existing is not None and item.supersede and existing.content_hash != digest:
             superseded, existing = existing, None
@@ -178,66 +224,69 @@ def _write_to(
             # place in a chain of supersessions stays.
             item = dataclasses.replace(item, valid_from=existing.valid_from)
         if existing is not None:
-            if existing.pk not in created:
-                policy.require_forget_to_expire(
-                    principal,
-                    scope,
-                    existing.expires_at,
-                    item.expires_at,
-                    field=f"items[{index}].expires_at",
-                )
-            if existing.pk not in created and not _unchanged(existing, item):
-                history.snapshot([existing], actor=actor, cause=cause)
-            content_changed = existing.content_hash != digest
-            _apply(existing, item, content_changed=content_changed)
-            if consolidate and content_changed and item.kind == MemoryRecord.Kind.EPISODIC:
-                existing.consolidation = CONSOLIDATION_PENDING
-            existing.updated_at = now
-            batch.changed.append(existing)
-            by_hash.setdefault((item.namespace, digest), str(existing.pk))
-            batch.results.append(
-                RecordResult(
-                    str(existing.pk), item.key, existing.status, False, knowledge_base.name
-                )
-            )
-            continue
-        duplicate_of = by_hash.get((item.namespace, digest))
+            self._update(index, item, existing, digest)
+            return
+        duplicate_of = self.by_hash.get((item.namespace, digest))
         if duplicate_of is not None and item.key is None:
-            batch.deduplicated += 1
-            batch.results.append(RecordResult(duplicate_of, None, "", True, knowledge_base.name))
-            continue
-        record = _new_record(scope, knowledge_base, item, now, len(batch.new_records))
+            self.batch.deduplicated += 1
+            self.batch.results.append(
+                RecordResult(duplicate_of, None, "", True, self.knowledge_base.name)
+            )
+            return
+        self._create(index, item, superseded, digest)
+
+    def _update(self, index: int, item: WriteItem, existing: MemoryRecord, digest: str) -> None:
+        if existing.pk not in self.created:
+            policy.require_forget_to_expire(
+                self.principal,
+                self.scope,
+                existing.expires_at,
+                item.expires_at,
+                field=f"items[{index}].expires_at",
+            )
+            if not is_unchanged(existing, item):
+                history.snapshot([existing], actor=self.actor, cause=self.cause)
+        content_changed = existing.content_hash != digest
+        apply_item(existing, item, content_changed=content_changed)
+        if self.consolidate and content_changed and item.kind == MemoryRecord.Kind.EPISODIC:
+            existing.consolidation = CONSOLIDATION_PENDING
+        existing.updated_at = self.now
+        self.batch.changed.append(existing)
+        self.by_hash.setdefault((item.namespace, digest), str(existing.pk))
+        self.batch.results.append(
+            RecordResult(
+                str(existing.pk), item.key, existing.status, False, self.knowledge_base.name
+            )
+        )
+
+    def _create(
+        self, index: int, item: WriteItem, superseded: MemoryRecord | None, digest: str
+    ) -> None:
+        record = _new_record(
+            self.scope, self.knowledge_base, item, self.now, len(self.batch.new_records)
+        )
         if superseded is not None:
-            history.snapshot([superseded], actor=actor, cause=RecordVersion.Cause.SUPERSEDE)
+            history.snapshot([superseded], actor=self.actor, cause=RecordVersion.Cause.SUPERSEDE)
             supersession.close(
                 superseded,
                 record,
-                supersession.starts(item, now),
+                supersession.starts(item, self.now),
                 f"items[{index}].valid_from",
             )
-            superseded.updated_at = now
-            batch.changed.append(superseded)
-        record.import_job_id = import_job
-        record.changed_by, record.change_cause = actor[:200], _creation_cause(cause)
-        if consolidate and item.kind == MemoryRecord.Kind.EPISODIC:
+            superseded.updated_at = self.now
+            self.batch.changed.append(superseded)
+        record.import_job_id = self.import_job
+        record.changed_by, record.change_cause = self.actor[:200], _creation_cause(self.cause)
+        if self.consolidate and item.kind == MemoryRecord.Kind.EPISODIC:
             record.consolidation = CONSOLIDATION_PENDING
-        batch.new_records.append(record)
-        created.add(record.pk)
+        self.batch.new_records.append(record)
+        self.created.add(record.pk)
         if item.key is not None:
-            by_key[(item.namespace, item.key)] = record
-        by_hash.setdefault((item.namespace, digest), str(record.pk))
-        batch.results.append(
-            RecordResult(str(record.pk), item.key, record.status, False, knowledge_base.name)
+            self.by_key[(item.namespace, item.key)] = record
+        self.by_hash.setdefault((item.namespace, digest), str(record.pk))
+        self.batch.results.append(
+            RecordResult(str(record.pk), item.key, record.status, False, self.knowledge_base.name)
         )
-    persistence.save_records(batch.new_records, batch.changed)
-    _announce(
-        scope,
-        knowledge_base,
-        batch,
-        principal=principal,
-        observations=import_job is None,
-    )
-    return batch.results
 
 
 def _new_record(
@@ -297,7 +346,7 @@ def _announce(
             actor=actor,
         )
     if written and observations:
-        _observe_written(
+        observe_written(
             scope,
             knowledge_base,
             created=len(batch.new_records),
@@ -311,7 +360,7 @@ def _announce(
     )
 
 
-def _observe_written(
+def observe_written(
     scope: Scope,
     knowledge_base: KnowledgeBase,
     *,
@@ -482,7 +531,7 @@ def _creation_cause(cause: str) -> str:
     return RecordVersion.Cause.CREATE
 
 
-def _unchanged(record: MemoryRecord, item: WriteItem) -> bool:
+def is_unchanged(record: MemoryRecord, item: WriteItem) -> bool:
     return (
         record.content == item.content
         and record.key == item.key
@@ -493,221 +542,4 @@ def _unchanged(record: MemoryRecord, item: WriteItem) -> bool:
         and record.occurred_at == item.occurred_at
         and record.valid_from == item.valid_from
         and record.valid_until == item.valid_until
-    )
-
-
-def _check_update_fields(changes: Any) -> None:
-    """An update names only fields a record's update may change (each other one named)."""
-    if not isinstance(changes, Mapping):
-        raise ValidationFailed({"non_field_errors": ["The body must be an object."]})
-    errors: dict[str, list[str]] = {}
-    for name in changes:
-        if name not in field_names(RecordUpdateSerializer):
-            message = (
-                "cannot be changed; write a new record instead."
-                if name in ("namespace", "source", "id")
-                else "is not a field of a memory item."
-            )
-            errors.setdefault(str(name), []).append(message)
-    if errors:
-        raise ValidationFailed(errors)
-
-
-def _updated_item(record: MemoryRecord, changes: Mapping[str, Any], *, partial: bool) -> WriteItem:
-    """The record as the update would leave it, validated like any written item (PATCH
-    merges into the current fields, PUT replaces them; the namespace stays)."""
-    if partial:
-        current: dict[str, Any] = history.version_fields(record)
-        if "ttl_seconds" in changes:
-            current.pop("expires_at")
-        merged = {**current, **changes}
-    else:
-        merged = dict(changes)
-    merged["namespace"] = record.namespace
-    try:
-        [item] = validate_items([merged])
-    except ValidationFailed as exc:
-        raise ValidationFailed(
-            {path.removeprefix("items[0]."): messages for path, messages in exc.errors.items()}
-        ) from None
-    return item
-
-
-def update_record(
-    scope: Scope,
-    record_id: Any,
-    changes: Mapping[str, Any],
-    *,
-    partial: bool,
-    principal: policy.Principal = policy.AGENT,
-    cause: str | None = None,
-) -> RecordResult:
-    """Update one record by id (PUT replaces the updatable fields, PATCH merges).
-
-    The previous state is kept in the record's history (``cause``: default ``admin`` for
-    a curator, ``update`` otherwise).
-
-    The namespace and knowledge base of a record do not change. A record of a read-only
-    knowledge base is refused (``WriteRefused``, counted) unless ``principal`` may curate
-    in its org. A content change sends the record back to pending. An expiry that ends
-    the record's life early is a forget: :class:`PolicyDenied` unless ``principal`` may
-    forget (:func:`memoryhub.policy.require_forget_to_expire`).
-    """
-    saved = _update(scope, record_id, changes, partial=partial, principal=principal, cause=cause)
-    return RecordResult(str(saved.pk), saved.key, saved.status, False, saved.knowledge_base.name)
-
-
-@dataclass(frozen=True, slots=True)
-class Updated:
-    """An update's answer for the principal that asked: the record as saved, or only its
-    id and status for a principal that may not read the scope (no content, metadata or
-    tags without ``read``)."""
-
-    id: str
-    status: str
-    record: MemoryRecord | None
-
-
-def update_record_for(
-    scope: Scope,
-    record_id: Any,
-    changes: Mapping[str, Any],
-    *,
-    partial: bool,
-    principal: policy.Principal,
-) -> Updated:
-    """:func:`update_record`, answered with what ``principal`` may see of the record as
-    saved (an expiry in the past included: the sweeper's from now)."""
-    saved = _update(scope, record_id, changes, partial=partial, principal=principal, cause=None)
-    readable = policy.allows(
-        principal, policy.Action.READ, org_id=scope.org_id, domain_id=scope.domain_id
-    )
-    return Updated(str(saved.pk), saved.status, saved if readable else None)
-
-
-def _update(
-    scope: Scope,
-    record_id: Any,
-    changes: Mapping[str, Any],
-    *,
-    partial: bool,
-    principal: policy.Principal,
-    cause: str | None,
-) -> MemoryRecord:
-    """:func:`update_record`'s work: the record as saved (as it was, if unchanged), its
-    knowledge base loaded."""
-    record = get_record(scope, record_id)
-    _check_update_fields(changes)
-    refuse_record_change(scope, record, change="update", principal=principal)
-    knowledge_base = record.knowledge_base
-    item = _updated_item(record, changes, partial=partial)
-    supersession.check_closed(record, item)
-    if _unchanged(record, item):
-        # Nothing to change (an empty PATCH): no write, no new updated_at, no observation.
-        return record
-
-    def save() -> MemoryRecord:
-        with transaction.atomic(), tenant_scope(scope):
-            lock_domain(scope)
-            lock_namespaces(knowledge_base, [record.namespace])
-            _check_key_free(record, item.key)
-            locked = MemoryRecord.objects.select_for_update().filter(pk=record.pk).first()
-            if locked is None:
-                raise RecordNotFound(record_id)
-            policy.require_forget_to_expire(
-                principal,
-                scope,
-                locked.expires_at,
-                item.expires_at,
-                field="ttl_seconds" if "ttl_seconds" in changes else "expires_at",
-            )
-            content_changed = locked.content_hash != item.content_hash
-            history.snapshot(
-                [locked],
-                actor=policy.actor_label(principal),
-                cause=cause or _update_cause(scope, principal),
-            )
-            locked.key = item.key
-            _apply(locked, item, content_changed=content_changed)
-            locked.save()
-            _announce_update(scope, knowledge_base, locked, content_changed, principal=principal)
-        locked.knowledge_base = knowledge_base
-        return locked
-
-    return run_again_when_cancelled(save)
-
-
-def _update_cause(scope: Scope, principal: policy.Principal) -> str:
-    if policy.may_bypass_read_only(principal, scope.org_id):
-        return RecordVersion.Cause.ADMIN
-    return RecordVersion.Cause.UPDATE
-
-
-def _check_key_free(record: MemoryRecord, key: str | None) -> None:
-    """``ValidationFailed`` if another record of ``record``'s namespace has ``key``."""
-    if key is None:
-        return
-    if record.superseded_by is not None:
-        return  # a closed record's key is not unique: its successor holds it
-    taken = MemoryRecord.objects.filter(
-        knowledge_base=record.knowledge_base,
-        namespace=record.namespace,
-        key=key,
-        superseded_by__isnull=True,
-    ).exclude(pk=record.pk)
-    if taken.exists():
-        raise ValidationFailed({"key": ["another record of this namespace has this key."]})
-
-
-def _announce_update(
-    scope: Scope,
-    knowledge_base: KnowledgeBase,
-    record: MemoryRecord,
-    content_changed: bool,
-    *,
-    principal: policy.Principal,
-) -> None:
-    """What an updated record tells the rest: the ``record_written`` signal and the
-    written observation, its embedding (when its content changed) and the domain's cache
-    generation, once committed."""
-    signals.send_on_commit(
-        signals.record_written,
-        scope=scope,
-        source=knowledge_base.name,
-        created=[],
-        updated=[str(record.pk)],
-        actor=policy.actor_label(principal),
-    )
-    _observe_written(scope, knowledge_base, created=0, updated=1, principal=principal)
-    if content_changed:
-        schedule_indexing([str(record.pk)], org_id=scope.org_id)
-    bump_generation_on_commit(scope)
-
-
-def restore_version(
-    scope: Scope,
-    record_id: Any,
-    version: int,
-    *,
-    principal: policy.Principal = policy.AGENT,
-) -> RecordResult:
-    """Make a previous state of a record its current one: a new version (cause
-    ``restore``) through :func:`update_record`, so the read-only policy, validation,
-    re-indexing and the history itself apply as to any update.
-
-    Raises ``RecordNotFound`` when the record, or that version of it, is not in scope.
-    """
-    record = get_record(scope, record_id)
-    with tenant_scope(scope):
-        previous = RecordVersion.objects.filter(record_id=record.pk, version=version).first()
-    if previous is None:
-        raise RecordNotFound(record_id)
-    fields = supersession.closed_validity(record, history.version_fields(previous))
-    return update_record(
-        scope,
-        record.pk,
-        fields,
-        partial=False,
-        principal=principal,
-        cause=RecordVersion.Cause.RESTORE,
     )

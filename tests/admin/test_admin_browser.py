@@ -17,7 +17,7 @@ import pytest
 
 from memoryhub import policy
 from memoryhub.models import ErasureReceipt, KnowledgeBase, MemoryRecord
-from memoryhub.services import knowledge_bases
+from memoryhub.services import knowledge_bases, updates
 from tenants.models import Membership
 from tests.factories import DomainFactory, OrgFactory
 
@@ -382,7 +382,7 @@ def test_operator_reads_a_records_history_restores_it_and_follows_provenance(
         consolidate=True,
     )
     fact = MemoryRecord.unscoped.get(key="home city")
-    write.update_record(
+    updates.update_record(
         scope,
         fact.pk,
         {"content": "home city: Munich"},

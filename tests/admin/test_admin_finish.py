@@ -15,7 +15,7 @@ from django.utils.formats import date_format
 
 from memoryhub import policy
 from memoryhub.models import ImportJob, MemoryRecord, Observation
-from memoryhub.services import knowledge_bases, write
+from memoryhub.services import knowledge_bases, updates, write
 from tests.factories import DomainFactory, MembershipFactory
 
 pytestmark = pytest.mark.django_db
@@ -482,7 +482,7 @@ def test_a_knowledge_bases_refusals_are_one_count_wherever_shown(operator, tenan
         with pytest.raises(WriteRefused):
             write.write(tenant.scope, items, sources=["handbook"])
     with pytest.raises(WriteRefused):
-        write.update_record(tenant.scope, kept.id, {"content": "x"}, partial=True)
+        updates.update_record(tenant.scope, kept.id, {"content": "x"}, partial=True)
 
     handbook.refresh_from_db()
     assert handbook.refused_writes == 3

@@ -8,7 +8,7 @@ import pytest
 from django.contrib.auth.models import Permission
 
 from memoryhub.models import MemoryRecord
-from memoryhub.services import knowledge_bases, write
+from memoryhub.services import knowledge_bases, updates, write
 from tests.factories import MembershipFactory
 
 pytestmark = pytest.mark.django_db
@@ -123,7 +123,7 @@ def test_reopening_a_superseded_fact_is_a_form_error_and_restoring_keeps_it_clos
 def test_a_version_whose_key_is_taken_now_is_said_not_a_500(operator, tenant):
     kb = knowledge_bases.ensure_knowledge_base(tenant.scope, "memory")
     first = write.write(tenant.scope, [{"content": "a", "key": "k1"}]).records[0].id
-    write.update_record(tenant.scope, first, {"key": "k2"}, partial=True)
+    updates.update_record(tenant.scope, first, {"key": "k2"}, partial=True)
     write.write(tenant.scope, [{"content": "b", "key": "k1"}])
     response = operator.post(f"/admin/memoryhub/memoryrecord/{first}/restore/1/", follow=True)
     assert response.status_code == 200

@@ -11,7 +11,7 @@ import pytest
 from django.db import connections
 
 from memoryhub.models import IdempotentRequest, MemoryRecord, Observation, RecordVersion
-from memoryhub.services import idempotency, knowledge_bases, maintenance, write
+from memoryhub.services import idempotency, knowledge_bases, maintenance, updates, write
 from tests import cluster
 from tests.cancels import DEADLOCK
 from tests.factories import key_client
@@ -84,7 +84,7 @@ def test_a_retried_update_makes_one_version_and_answers_the_same_record(tenant):
     first = api.patch(
         url, {"content": "Alice lives in Paris"}, format="json", HTTP_IDEMPOTENCY_KEY="u"
     )
-    write.update_record(tenant.scope, record_id, {"content": "Alice lives in Rome"}, partial=True)
+    updates.update_record(tenant.scope, record_id, {"content": "Alice lives in Rome"}, partial=True)
     again = api.patch(
         url, {"content": "Alice lives in Paris"}, format="json", HTTP_IDEMPOTENCY_KEY="u"
     )

@@ -17,7 +17,7 @@ from drf_spectacular.generators import SchemaGenerator
 from memoryhub import vocabulary
 from memoryhub.exceptions import ValidationFailed
 from memoryhub.mcp.tools import IDEMPOTENCY_ARGUMENT, TOOLS
-from memoryhub.services import forget, imports, validation, write
+from memoryhub.services import forget, imports, updates, validation, write
 from memoryhub.services.query import QueryRequest
 
 #: What an MCP tool leaves out of the request it takes, and why: an MCP answer carries
@@ -63,7 +63,7 @@ def check_import_line(fields: dict[str, Any]) -> object:
 
 
 def check_update(fields: dict[str, Any]) -> object:
-    return write._check_update_fields(fields)
+    return updates._check_update_fields(fields)
 
 
 def check_query(fields: dict[str, Any]) -> object:

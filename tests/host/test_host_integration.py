@@ -8,7 +8,7 @@ from django.contrib.auth import get_user_model
 
 from memoryhub import policy, signals
 from memoryhub.namespaces import for_user
-from memoryhub.services import write
+from memoryhub.services import updates, write
 from memoryhub.services.forget import ForgetRequest, forget
 from tenants.models import Org
 
@@ -58,14 +58,14 @@ def test_signals_are_sent_after_commit_with_their_payloads(tenant, received, com
 def test_an_update_by_id_is_announced_too(tenant, received, committed):
     [record_id] = committed(write.write, tenant.scope, [{"content": "Alice likes tea."}]).record_ids
     received.clear()
-    committed(write.update_record, tenant.scope, record_id, {"content": "Alice likes coffee."},
+    committed(updates.update_record, tenant.scope, record_id, {"content": "Alice likes coffee."},
               partial=True, principal=policy.AgentPrincipal(label="api-key:abc"))  # fmt: skip
     [(name, payload)] = received
     assert name == "record_written"
     assert payload["created"] == [] and payload["updated"] == [record_id]
     assert payload["source"] == "memory" and payload["actor"] == "api-key:abc"
     received.clear()
-    committed(write.update_record, tenant.scope, record_id, {"content": "Alice likes coffee."},
+    committed(updates.update_record, tenant.scope, record_id, {"content": "Alice likes coffee."},
               partial=True)  # fmt: skip
     assert received == []  # nothing changed: nothing to announce
 

@@ -10,7 +10,7 @@ import pytest
 from memoryhub import policy
 from memoryhub.exceptions import PolicyDenied
 from memoryhub.models import MemoryRecord
-from memoryhub.services import write
+from memoryhub.services import updates, write
 from tests.factories import key_client
 
 pytestmark = pytest.mark.django_db
@@ -109,7 +109,7 @@ def test_the_python_api_asks_the_same_rule(tenant, alices):
     )
 
     with pytest.raises(PolicyDenied):
-        write.update_record(
+        updates.update_record(
             tenant.scope, alices, {"ttl_seconds": 5}, partial=True, principal=writer
         )
     with pytest.raises(PolicyDenied):

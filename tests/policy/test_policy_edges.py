@@ -18,7 +18,7 @@ from rest_framework.test import APIClient
 
 from memoryhub import policy
 from memoryhub.models import KnowledgeBase, MemoryRecord, Observation
-from memoryhub.services import knowledge_bases, write
+from memoryhub.services import knowledge_bases, updates, write
 from memoryhub.sources import DjangoMemoryStore
 from tests.conftest import without_receipt
 from tests.factories import MembershipFactory, create_api_key, key_client
@@ -840,7 +840,7 @@ def test_the_policy_not_the_door_decides_who_a_read_only_knowledge_base_binds(te
     record_id = written.records[0].id
     for principal in bound:
         with pytest.raises(WriteRefused):
-            write.update_record(
+            updates.update_record(
                 tenant.scope, record_id, {"content": "Changed."}, partial=True, principal=principal
             )
         with pytest.raises(WriteRefused):

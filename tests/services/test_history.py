@@ -20,6 +20,7 @@ from memoryhub.services import (
     imports,
     knowledge_bases,
     maintenance,
+    updates,
     write,
 )
 from memoryhub.sources import DjangoMemoryStore
@@ -116,14 +117,14 @@ def test_history_is_bounded(tenant, settings):
 
 def test_restore_makes_an_old_state_current_as_a_new_version(tenant):
     [record] = write.write(tenant.scope, [{"content": "first", "key": "k", "tags": ["a"]}]).records
-    write.update_record(
+    updates.update_record(
         tenant.scope,
         record.id,
         {"content": "second"},
         partial=True,
         principal=policy.AgentPrincipal(label="bob"),
     )
-    write.restore_version(
+    updates.restore_version(
         tenant.scope, record.id, 1, principal=policy.AgentPrincipal(label="carol")
     )
     assert summary(history.history(tenant.scope, record.id)) == [
@@ -134,7 +135,7 @@ def test_restore_makes_an_old_state_current_as_a_new_version(tenant):
     current = MemoryRecord.unscoped.get(pk=record.id)
     assert (current.tags, current.changed_by, current.status) == (["a"], "carol", "pending")
     with pytest.raises(RecordNotFound):
-        write.restore_version(tenant.scope, record.id, 99)
+        updates.restore_version(tenant.scope, record.id, 99)
 
 
 def test_imports_and_operator_edits_are_named_in_history(tenant, committed):
@@ -148,7 +149,7 @@ def test_imports_and_operator_edits_are_named_in_history(tenant, committed):
     )
     committed(imports.run_job, job.pk)
     record = MemoryRecord.unscoped.get(key="refunds")
-    write.update_record(
+    updates.update_record(
         tenant.scope,
         record.pk,
         {"content": "Refunds: 3 days."},
@@ -282,3 +283,13 @@ def test_http_store_history(live_server, tenant):
     ]
     assert blocking.history(scope="user:alice", key="tz") == versions
     assert blocking.history(scope="user:bob", key="tz") == []
+
+
+def test_the_update_names_moved_to_updates_still_answer_from_write_with_a_warning():
+    from memoryhub.services import write
+
+    for name in ("update_record", "update_record_for", "restore_version", "Updated"):
+        with pytest.warns(DeprecationWarning, match=f"memoryhub.services.updates.{name}"):
+            assert getattr(write, name) is getattr(updates, name)
+    with pytest.raises(AttributeError):
+        write.no_such_name  # noqa: B018

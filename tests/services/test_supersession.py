@@ -11,7 +11,7 @@ import pytest
 from memoryhub.exceptions import RecordNotFound, ValidationFailed
 from memoryhub.models import MemoryRecord, RecordVersion
 from memoryhub.scope import tenant_scope
-from memoryhub.services import forget, history, query, supersession, write
+from memoryhub.services import forget, history, query, supersession, updates, write
 from memoryhub.services.forget import ForgetRequest
 
 pytestmark = pytest.mark.django_db
@@ -168,7 +168,7 @@ def test_supersede_needs_a_key_and_validity_must_be_ordered(tenant):
 def test_closing_a_fact_without_a_successor(committed, tenant):
     _, _, globex = chain(committed, tenant)
     committed(
-        write.update_record, tenant.scope, globex, {"valid_until": "2026-07-01"}, partial=True
+        updates.update_record, tenant.scope, globex, {"valid_until": "2026-07-01"}, partial=True
     )
     assert ask(tenant) == []
     assert ask(tenant, as_of="2026-06-15") == ["Alice works at Globex"]
@@ -240,9 +240,9 @@ def test_a_superseded_fact_stays_closed_through_an_update_or_a_restore(
     # A correction of what the closed fact said keeps it closed (version 1 is its
     # first state, open before Acme superseded it).
     committed(
-        write.update_record, tenant.scope, initech, {"content": "Alice: Initech"}, partial=True
+        updates.update_record, tenant.scope, initech, {"content": "Alice: Initech"}, partial=True
     )
-    committed(write.restore_version, tenant.scope, initech, 1)
+    committed(updates.restore_version, tenant.scope, initech, 1)
     first = stored(tenant, initech)
     assert first.content == "Alice works at Initech"
     assert (first.valid_from, first.valid_until, str(first.superseded_by)) == (JAN, MAR, acme)
@@ -250,12 +250,12 @@ def test_a_superseded_fact_stays_closed_through_an_update_or_a_restore(
     # Reopening it, or ending it after its successor began, is refused by name.
     for until in (None, (MAR + timedelta(days=1)).isoformat()):
         with pytest.raises(ValidationFailed) as refused:
-            write.update_record(tenant.scope, initech, {"valid_until": until}, partial=True)
+            updates.update_record(tenant.scope, initech, {"valid_until": until}, partial=True)
         assert "valid_until" in refused.value.errors
     assert stored(tenant, initech).valid_until == MAR
     # Ending it earlier is a correction like any other; the other org cannot reach it.
     committed(
-        write.update_record,
+        updates.update_record,
         tenant.scope,
         initech,
         {"valid_until": "2026-02-01T00:00:00Z"},
@@ -263,4 +263,4 @@ def test_a_superseded_fact_stays_closed_through_an_update_or_a_restore(
     )
     assert stored(tenant, initech).valid_until == datetime(2026, 2, 1, tzinfo=UTC)
     with pytest.raises(RecordNotFound):
-        write.restore_version(other_tenant.scope, initech, 1)
+        updates.restore_version(other_tenant.scope, initech, 1)

@@ -18,7 +18,7 @@ from memoryhub.exceptions import ValidationFailed
 from memoryhub.items import MemoryItem, grounding_lines
 from memoryhub.models import MemoryRecord, RecordVersion
 from memoryhub.scope import tenant_scope
-from memoryhub.services import history, imports, knowledge_bases, query, records, write
+from memoryhub.services import history, imports, knowledge_bases, query, records, updates, write
 from memoryhub.services.query import execution, render_grounding
 from memoryhub.sources import DjangoMemory, MemoryContext, as_grounder
 from tests.factories import MembershipFactory, create_api_key
@@ -264,12 +264,12 @@ def test_the_mcp_write_and_query_tools_take_the_new_arguments(tenant):
 def test_history_keeps_occurred_at_and_a_restore_brings_it_back(tenant):
     [result] = write.write(tenant.scope, [{"content": "turn", "key": "t"}]).records
     created = record("turn").created_at
-    write.update_record(tenant.scope, result.id, {"occurred_at": MARCH}, partial=True)
-    write.update_record(tenant.scope, result.id, {"occurred_at": MARCH}, partial=True)
+    updates.update_record(tenant.scope, result.id, {"occurred_at": MARCH}, partial=True)
+    updates.update_record(tenant.scope, result.id, {"occurred_at": MARCH}, partial=True)
     states = history.history(tenant.scope, result.id)["versions"]
     assert [(s["version"], s["occurred_at"]) for s in states] == [(2, MARCH), (1, created)]
     assert RecordVersion.unscoped.get(version=1).occurred_at is None  # kept as it was
-    write.restore_version(tenant.scope, result.id, 1)
+    updates.restore_version(tenant.scope, result.id, 1)
     assert record("turn").occurred_at is None
     body = client_for(tenant).get(f"/api/v1/domains/support/records/{result.id}/history").json()
     assert [moment(s["occurred_at"]) for s in body["versions"]] == [created, MARCH, created]

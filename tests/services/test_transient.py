@@ -13,7 +13,7 @@ from django.db import DatabaseError, transaction
 
 from memoryhub.models import MemoryRecord, Observation, RecordVersion
 from memoryhub.scope import tenant_scope
-from memoryhub.services import write
+from memoryhub.services import updates, write
 from memoryhub.services.forget import ForgetRequest, forget
 from memoryhub.services.store import transient
 from tests import cluster
@@ -67,7 +67,9 @@ def test_an_update_the_database_cancels_is_run_again_with_one_history_version(te
     [record_id] = write.write(tenant.scope, [{"content": "Alice lives in Lyon."}]).record_ids
     cancel(RECORDS, 1, DEADLOCK)
 
-    write.update_record(tenant.scope, record_id, {"content": "Alice lives in Paris."}, partial=True)
+    updates.update_record(
+        tenant.scope, record_id, {"content": "Alice lives in Paris."}, partial=True
+    )
 
     assert contents(tenant) == ["Alice lives in Paris."]
     assert RecordVersion.unscoped.filter(record_id=record_id).count() == 1

@@ -85,16 +85,11 @@ def run(
     message when the connection binds parameters client-side (Django's default) and no
     transaction is open: one implicit transaction, so the settings end with it. Inside a
     transaction they are sent one by one and the settings restored afterwards.
-
-    One function on purpose: the two paths (one message, or statement by statement
-    inside a caller's transaction with the settings saved and restored) share their
-    bookkeeping, and the query's hot path stays free of calls.
     """
     # A leg whose slot has no value (a query without words) is not sent.
     runnable = [leg if leg and values.get(leg.slot) is not None else None for leg in legs]
     compiled = [(leg.sql, leg.bind(values)) for leg in runnable if leg is not None]
-    names = list(settings)
-    assert len(names) in (0, 4)
+    assert len(settings) in (0, 4)
     results: list[list[tuple[Any, Any]]] = []
     if not compiled:
         pass
@@ -104,47 +99,11 @@ def run(
         and _binds_client_side()
         # On a Citus cluster, settings go to the workers as SET LOCAL commands, which a
         # one-message implicit transaction does not carry to them.
-        and not (names and is_citus(connection))
+        and not (settings and is_citus(connection))
     ):
-        # One message, one implicit transaction: the settings end with it.
-        setting, params = _settings_statements([(name, settings[name]) for name in names])
-        statements = [*setting, *(sql for sql, _ in compiled)]
-        params += [p for _, leg_params in compiled for p in leg_params]
-        with connection.cursor() as cursor:
-            cursor.execute(";\n".join(statements), params)
-            for _ in setting:
-                cursor.nextset()
-            for index in range(len(compiled)):
-                if index:
-                    cursor.nextset()
-                results.append(cursor.fetchall())
+        results = _in_one_message(compiled, settings)
     else:
-        # A transaction of its own: its COMMIT ends the settings. Inside the caller's, they
-        # are restored after (SET LOCAL ends with the outermost transaction, not with a
-        # savepoint).
-        outermost = connection.get_autocommit() and not connection.in_atomic_block
-        with transaction.atomic(), connection.cursor() as cursor:
-            saved: list[Any] = []  # the caller's values, restored after (none: outermost)
-            if names and outermost:
-                _configure(cursor, [(name, settings[name]) for name in names])
-            elif names:
-                # missing_ok: hnsw.* exist only once pgvector is loaded in the session.
-                cursor.execute(
-                    "SELECT " + ", ".join(["current_setting(%s, true)"] * len(names)), names
-                )
-                saved = list(cursor.fetchone())
-                _configure(cursor, [(name, settings[name]) for name in names])
-            for sql, leg_params in compiled:
-                cursor.execute(sql, leg_params)
-                results.append(cursor.fetchall())
-            # Only on success: after an error the transaction is aborted anyway, and a
-            # restore would hide the error.
-            restore = [
-                (name, value if value is not None else _reset_value(cursor, name))
-                for name, value in zip(names if saved else [], saved, strict=True)
-            ]
-            if restore:
-                _configure(cursor, restore)
+        results = _in_a_transaction(compiled, settings)
     found = iter(results)
     ranked: list[list[tuple[Any, float]]] = []
     rows: dict[Any, dict[str, Any]] = {}
@@ -156,6 +115,56 @@ def run(
         ranked.append([(row[0], leg.to_score(float(row[1]))) for row in leg_rows])
         rows.update((row[0], _row(row[0], row[2:])) for row in leg_rows)
     return ranked, rows
+
+
+def _in_one_message(
+    compiled: list[tuple[str, list[Any]]], settings: dict[str, str]
+) -> list[list[tuple[Any, Any]]]:
+    """One message, one implicit transaction: the settings end with it."""
+    setting, params = _settings_statements(list(settings.items()))
+    statements = [*setting, *(sql for sql, _ in compiled)]
+    params += [p for _, leg_params in compiled for p in leg_params]
+    results = []
+    with connection.cursor() as cursor:
+        cursor.execute(";\n".join(statements), params)
+        for _ in setting:
+            cursor.nextset()
+        for index in range(len(compiled)):
+            if index:
+                cursor.nextset()
+            results.append(cursor.fetchall())
+    return results
+
+
+def _in_a_transaction(
+    compiled: list[tuple[str, list[Any]]], settings: dict[str, str]
+) -> list[list[tuple[Any, Any]]]:
+    """A transaction of its own: its COMMIT ends the settings. Inside the caller's, they
+    are restored after (SET LOCAL ends with the outermost transaction, not with a
+    savepoint)."""
+    names = list(settings)
+    outermost = connection.get_autocommit() and not connection.in_atomic_block
+    results = []
+    with transaction.atomic(), connection.cursor() as cursor:
+        saved: list[Any] = []  # the caller's values, restored after (none: outermost)
+        if names and not outermost:
+            # missing_ok: hnsw.* exist only once pgvector is loaded in the session.
+            cursor.execute("SELECT " + ", ".join(["current_setting(%s, true)"] * len(names)), names)
+            saved = list(cursor.fetchone())
+        if names:
+            _configure(cursor, list(settings.items()))
+        for sql, leg_params in compiled:
+            cursor.execute(sql, leg_params)
+            results.append(cursor.fetchall())
+        # Only on success: after an error the transaction is aborted anyway, and a
+        # restore would hide the error.
+        restore = [
+            (name, value if value is not None else _reset_value(cursor, name))
+            for name, value in zip(names if saved else [], saved, strict=True)
+        ]
+        if restore:
+            _configure(cursor, restore)
+    return results
 
 
 def _row(pk: Any, values: Sequence[Any]) -> dict[str, Any]:

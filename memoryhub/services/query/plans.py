@@ -210,13 +210,7 @@ def _vector_leg(
             # is smaller): the same effort per record of the domain as a search of every
             # vector of the model would give it, so the same recall or better, at
             # ``share`` of the cost.
-            large = own.covered > LARGE_OWN_INDEX_RECORDS
-            if request.mode == "vector":
-                least = MIN_EF_SEARCH_VECTOR_LARGE if large else MIN_EF_SEARCH_VECTOR
-            else:
-                least = MIN_EF_SEARCH_LARGE if large else MIN_EF_SEARCH
-            floor = min(least, ef_search)  # never above the operator's setting
-            ef_search, strategy = max(round(ef_search * own.share), floor), "hnsw-tenant"
+            ef_search, strategy = _own_index_effort(request, own, ef_search), "hnsw-tenant"
             # What it holds (the predicate, as its index's), and what it does not yet.
             delta = scoped.filter(vector_batch__gt=own.covers)
             scoped = scoped.filter(Q(vector_batch__isnull=True) | Q(vector_batch__lte=own.covers))
@@ -237,24 +231,37 @@ def _vector_leg(
             "hnsw.max_scan_tuples": str(int(memoryhub_settings.HNSW_MAX_SCAN_TUPLES)),
             "hnsw.ef_search": str(min(max(ef_search, depth), 1000)),
         }
-    vector = RawSQL("%s", (slot,), output_field=VectorField())
-    # The distance is computed once per row: ORDER BY reuses the SELECT column.
-    ranked = (
-        scoped.annotate(distance=CosineDistance(expression, vector), occurred=occurred())
-        .order_by("distance")
-        .values_list("id", "distance", *ROW_FIELDS)[:depth]
-    )
-    leg = Leg.compile(ranked, _similarity, slot)
+    leg = _nearest(scoped, expression, slot, depth)
     if delta is None:
         return leg, None, strategy, settings
     # Not the indexed expression either: an exact scan of the delta's rows (a sort,
     # whatever enable_sort says, since no index can order them).
-    exact = (
-        delta.annotate(distance=CosineDistance(F("embedding"), vector), occurred=occurred())
+    return leg, _nearest(delta, F("embedding"), slot, depth), strategy, settings
+
+
+def _own_index_effort(request: QueryRequest, own: Any, ef_search: int) -> int:
+    """``hnsw.ef_search`` for a domain's own index: ``share`` of the setting, the
+    effort per record of the domain a search of every vector of the model would give it
+    (so the same recall or better), with a floor by mode and size that is never above
+    the operator's setting."""
+    large = own.covered > LARGE_OWN_INDEX_RECORDS
+    if request.mode == "vector":
+        least = MIN_EF_SEARCH_VECTOR_LARGE if large else MIN_EF_SEARCH_VECTOR
+    else:
+        least = MIN_EF_SEARCH_LARGE if large else MIN_EF_SEARCH
+    return max(round(ef_search * own.share), min(least, ef_search))
+
+
+def _nearest(records: MemoryRecordQuerySet, expression: Any, slot: Slot, depth: int) -> Leg | None:
+    """The ``depth`` records of ``records`` nearest the vector in ``slot``."""
+    vector = RawSQL("%s", (slot,), output_field=VectorField())
+    # The distance is computed once per row: ORDER BY reuses the SELECT column.
+    ranked = (
+        records.annotate(distance=CosineDistance(expression, vector), occurred=occurred())
         .order_by("distance")
         .values_list("id", "distance", *ROW_FIELDS)[:depth]
     )
-    return leg, Leg.compile(exact, _similarity, slot), strategy, settings
+    return Leg.compile(ranked, _similarity, slot)
 
 
 def _similarity(distance: float) -> float:

@@ -153,7 +153,9 @@ def test_a_deletion_task_carries_the_label_of_who_asked_and_acts_for_it(
         tenant.scope, [{"content": "Curated."}], sources=["handbook"], principal=policy.SYSTEM
     )
     sent: list[tuple[object, ...]] = []
-    monkeypatch.setattr(forget_service, "send", lambda *args, **kwargs: sent.append(args))
+    monkeypatch.setattr(
+        forget_service.knowledge_base_deletion, "send", lambda *args, **kwargs: sent.append(args)
+    )
     admin = policy.principal_for_user(acme_user, door="admin")
     with django_capture_on_commit_callbacks(execute=True):
         forget_service.schedule_knowledge_base_deletion(knowledge_base, principal=admin)

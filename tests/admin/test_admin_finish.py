@@ -88,7 +88,7 @@ def imported(operator, kbs, tenant, committed, settings, monkeypatch):  # type: 
     lines += [{"content": "keyed v2", "key": "k"}]
     assert len(lines) == 40
     settings.MEMORYHUB = {**settings.MEMORYHUB, "MAX_WRITE_ITEMS": 5}
-    monkeypatch.setattr(imports, "BATCH_ITEMS", 10)  # four batches, each two writes of five
+    monkeypatch.setattr(imports.jobs, "BATCH_ITEMS", 10)  # four batches, each two writes of five
     response = committed(
         operator.post,
         f"{KBS}{handbook.pk}/import/",

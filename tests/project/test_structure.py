@@ -24,7 +24,6 @@ MAX_MODULE_LINES = 600
 LONG_MODULES = {
     "memoryhub/api/views.py": 717,
     "memoryhub/integrations/anthropic.py": 654,
-    "memoryhub/services/imports.py": 771,
     "memoryhub/services/vector_indexes.py": 765,
     "tenants/admin.py": 619,
 }

@@ -36,7 +36,7 @@ def created_by(job: ImportJob) -> int:
 
 
 def test_a_file_is_stored_in_chunks_of_whole_lines_and_streamed(tenant, monkeypatch):
-    monkeypatch.setattr(imports, "STORED_CHUNK_BYTES", 200)
+    monkeypatch.setattr(imports.jobs, "STORED_CHUNK_BYTES", 200)
     # A CSV field with a newline inside quotes, across many chunks.
     rows = [f'"line one of {i}\nline two of {i}",k{i}' for i in range(40)]
     job = queue(tenant.scope, "content,key\n" + "\n".join(rows) + "\n", fmt="csv")
@@ -65,7 +65,7 @@ def test_a_resumed_job_writes_only_what_its_committed_batches_did_not(tenant):
     # A worker validated the file and committed the first 10 items, then died.
     ImportJob.unscoped.filter(pk=job.pk).update(status="running", validated=True, total=25)
     job.refresh_from_db()
-    imports._write_batch(job, tenant.scope, [{"content": f"fact {i}"} for i in range(10)])
+    imports.jobs._write_batch(job, tenant.scope, [{"content": f"fact {i}"} for i in range(10)])
     imports.run_job(job.pk)  # the redelivered message
     job.refresh_from_db()
     assert (job.status, job.imported, created_by(job)) == ("done", 25, 25)
@@ -87,7 +87,7 @@ def test_cancel_stops_at_the_next_batch_and_undo_erases_exactly_what_the_job_cre
     job = queue(tenant.scope, text)
     ImportJob.unscoped.filter(pk=job.pk).update(status="running", validated=True, total=21)
     job.refresh_from_db()
-    imports._write_batch(job, tenant.scope, [{"content": f"fact {i}"} for i in range(10)])
+    imports.jobs._write_batch(job, tenant.scope, [{"content": f"fact {i}"} for i in range(10)])
     imports.cancel_job(tenant.scope, job.pk, principal=policy.SystemPrincipal(label="admin:ops"))
     imports.run_job(job.pk)  # the worker's next batch finds it cancelled
     job.refresh_from_db()
@@ -123,8 +123,8 @@ def test_a_failed_job_runs_again_from_where_it_stopped(tenant):
     job = queue(tenant.scope, jsonl(12))
     ImportJob.unscoped.filter(pk=job.pk).update(status="running", validated=True, total=12)
     job.refresh_from_db()
-    imports._write_batch(job, tenant.scope, [{"content": f"fact {i}"} for i in range(5)])
-    imports._finish(job.pk, ImportJob.Status.FAILED, {"file": ["OperationalError: gone"]})
+    imports.jobs._write_batch(job, tenant.scope, [{"content": f"fact {i}"} for i in range(5)])
+    imports.jobs._finish(job.pk, ImportJob.Status.FAILED, {"file": ["OperationalError: gone"]})
     imports.rerun_job(tenant.scope, job.pk)
     imports.run_job(job.pk)
     job.refresh_from_db()
@@ -136,14 +136,16 @@ def test_an_erasure_mid_import_cancels_it_and_scrubs_the_subjects_traces(tenant)
     job = queue(
         tenant.scope, text, namespace="", principal=policy.SystemPrincipal(label="admin:ops")
     )
-    imports._claim(job.pk)  # a worker is on it
-    imports._release(job.pk)
+    imports.jobs._claim(job.pk)  # a worker is on it
+    imports.jobs._release(job.pk)
     ImportJob.unscoped.filter(pk=job.pk).update(status="running")
     job.refresh_from_db()
-    assert imports._validate(job)
+    assert imports.jobs._validate(job)
     job.refresh_from_db()
     assert job.namespaces == ["user:carol", "user:dave"]
-    imports._write_batch(job, tenant.scope, [json.loads(line) for line in text.splitlines()[:3]])
+    imports.jobs._write_batch(
+        job, tenant.scope, [json.loads(line) for line in text.splitlines()[:3]]
+    )
     result = forget.forget(tenant.scope, ForgetRequest(namespace="user:carol"))
     assert (result.deleted, result.cancelled_imports) == (3, 1)
     job.refresh_from_db()
@@ -224,6 +226,6 @@ def test_a_job_cancelled_during_validation_does_not_record_the_subjects_namespac
     ImportJob.unscoped.filter(pk=job.pk).update(status="running")
     job.refresh_from_db()
     forget.forget(tenant.scope, ForgetRequest(namespace="user:carol"))  # cancels it meanwhile
-    assert imports._validate(job) is False
+    assert imports.jobs._validate(job) is False
     job.refresh_from_db()
     assert (job.status, job.namespaces, job.validated) == ("cancelled", None, False)

@@ -205,10 +205,10 @@ def test_an_import_job_never_runs_twice_at_once(tenant):
 
     def another_worker_runs_it() -> None:  # holds the job's claim as run_job would
         try:
-            assert imports._claim(job.pk)
+            assert imports.jobs._claim(job.pk)
             locked.set()
             release.wait(timeout=30)
-            imports._release(job.pk)
+            imports.jobs._release(job.pk)
         finally:
             connections.close_all()
 

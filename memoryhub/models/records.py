@@ -178,7 +178,7 @@ class MemoryRecord(TenantScopedModel):
     #: (it is then in the shared HNSW index, and in its domain's own index if it has
     #: one). A bulk-stored vector is in no shared index: its domain's own index covers it
     #: once that index is built again, and until then queries scan it exactly
-    #: (``services/vector_indexes.py``).
+    #: (``services/vector_indexes/``).
     vector_batch = models.BigIntegerField(_("vector batch"), null=True, blank=True, editable=False)
     #: The import that created the record (what undoing that import erases).
     import_job = TenantForeignKey(
@@ -257,7 +257,7 @@ class MemoryRecord(TenantScopedModel):
                 name="memoryhub_record_pending_c_idx",
             ),
             # A domain's bulk-stored vectors not yet in an HNSW index: the exact leg of its
-            # vector queries (services/vector_indexes.py).
+            # vector queries (services/vector_indexes/).
             models.Index(
                 fields=["domain", "vector_batch"],
                 condition=Q(vector_batch__isnull=False),

@@ -1,6 +1,6 @@
 """Indexing: embed pending records and store their vectors; a change of embedding model.
 
-The vector indexes themselves are ``services/vector_indexes.py``.
+The vector indexes themselves are ``services/vector_indexes/``.
 
 ``index_records(ids)`` is idempotent: ids that no longer exist (forgotten) or are
 already indexed for the current model are skipped, and a vector is stored only if the

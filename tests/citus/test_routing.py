@@ -165,7 +165,7 @@ def test_a_domains_own_index_is_sized_from_its_shard(tenant, other_tenant, setti
     assert mine in vector_indexes.ensure_tenant_indexes().created
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE memoryhub_memoryrecord")
-    vector_indexes._shard_sizes.clear()
+    vector_indexes.own.shard_sizes.clear()
     own = vector_indexes.own_index(tenant.scope, model)
     assert own is not None
     assert own.covered == 30

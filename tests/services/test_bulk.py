@@ -355,8 +355,8 @@ def test_a_shared_index_built_before_bulk_stores_is_built_again_without_them(ten
             f" WHERE embedding_model = '{MODEL}'"
         )
     vector_indexes.ensure_tenant_indexes()
-    assert "vector_batch IS NULL" in (vector_indexes._predicate(name) or "")
-    assert vector_indexes._predicate(name + vector_indexes.NEXT_SUFFIX) is None
+    assert "vector_batch IS NULL" in (vector_indexes.shared._predicate(name) or "")
+    assert vector_indexes.shared._predicate(name + vector_indexes.NEXT_SUFFIX) is None
 
 
 def _own_index_with_memos(tenant, committed, settings, memos: int) -> str:  # type: ignore[no-untyped-def]
@@ -480,9 +480,13 @@ def test_a_fold_waits_for_another_fold_of_the_same_domain_and_a_worker_leaves_it
             with connection.cursor() as cursor:
                 cursor.execute("SET LOCAL lock_timeout = '200ms'")
             with pytest.raises(OperationalError, match="lock timeout"):
-                vector_indexes._fold((tenant.scope.org_id, tenant.scope.domain_id), MODEL)
+                vector_indexes.maintenance._fold(
+                    (tenant.scope.org_id, tenant.scope.domain_id), MODEL
+                )
         other.rollback()
-    assert vector_indexes._fold((tenant.scope.org_id, tenant.scope.domain_id), MODEL) == len(TOPICS)
+    assert vector_indexes.maintenance._fold(
+        (tenant.scope.org_id, tenant.scope.domain_id), MODEL
+    ) == len(TOPICS)
 
 
 @single_node(OWN_INDEX_SIZES)

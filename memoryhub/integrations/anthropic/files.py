@@ -1,92 +1,51 @@
-"""Anthropic's memory tool (``memory_20250818``) kept in a memoryhub store.
-
-Claude's memory tool works on files under ``/memories`` with six commands: ``view``,
-``create``, ``str_replace``, ``insert``, ``delete`` and ``rename``. Here each file is
-one record of a :class:`~memoryhub.client.MemoryStore`, in one namespace of the store
-(its ``scope``, ``"user:alice"``): the record's key is the file's path
-(``/memories/notes/alice.md``), its value the file's text. Directories are not stored;
-they are what the keys' prefixes imply, so a directory exists while a file is in it.
-
-Two tools, one for each of the SDK's tool runners (``client.beta.messages.tool_runner``)::
-
-    StoreMemoryTool(SyncHttpMemoryStore(...), scope="user:alice")  # Anthropic()
-    AsyncStoreMemoryTool(HttpMemoryStore(...), scope="user:alice")  # AsyncAnthropic()
-
-``StoreMemoryTool`` also takes an async store (``DjangoMemoryStore``) and waits for it.
-
-Since the files are records, what holds for records holds for them: the API key (or the
-``Scope`` of a ``DjangoMemoryStore``) decides the tenant, an edit keeps the previous
-text in the record's history, and forgetting the namespace erases every file.
-
-Paths must stay under ``/memories``: ``..``, backslashes, control characters and
-percent-escapes that decode to any of them are refused. A file holds at most
-``max_file_bytes`` of UTF-8 text and is never blank (a record's content cannot be); a
-directory view lists at most ``max_listed_files`` files, two levels deep. Failures are
-:class:`anthropic.lib.tools.ToolError`, worded as the SDK's local-filesystem tool words
-them, which the tool runner returns to the model as an error result.
-
-Each command is a few store calls with no transaction around them: two agents editing
-the same file at once may overwrite each other (the last write wins), and renaming a
-directory moves its files one by one (a new record each; the old records are forgotten,
-history and all).
-"""
+"""The memory tool's files over a memoryhub store, without I/O: paths checked and mapped to
+record keys, each command (view, create, str_replace, insert, delete, rename) an
+operation that yields the store calls it needs and answers Claude's text."""
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import json
-from collections.abc import Awaitable, Generator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 from urllib.parse import unquote
 
 from anthropic.lib.tools import (
-    BetaAbstractMemoryTool,
-    BetaAsyncAbstractMemoryTool,
     ToolError,
 )
-from anthropic.types.beta import (
-    BetaCacheControlEphemeralParam,
-    BetaMemoryTool20250818CreateCommand,
-    BetaMemoryTool20250818DeleteCommand,
-    BetaMemoryTool20250818InsertCommand,
-    BetaMemoryTool20250818RenameCommand,
-    BetaMemoryTool20250818StrReplaceCommand,
-    BetaMemoryTool20250818ViewCommand,
-)
 
-from ..client import MemoryKind, MemoryStore, StoredRecord
-
-__all__ = [
-    "MAX_FILE_BYTES",
-    "MAX_LISTED_FILES",
-    "MAX_PATH_LENGTH",
-    "ROOT",
-    "AsyncStoreMemoryTool",
-    "BlockingMemoryStore",
-    "StoreMemoryTool",
-    "memory_key",
-]
+from ...client import MemoryKind, StoredRecord
 
 #: The memory directory: every path starts with it.
 ROOT = "/memories"
+
+
 #: The longest path, which is the record's key (memoryhub's ``MAX_KEY_LENGTH``).
 MAX_PATH_LENGTH = 255
+
+
 #: The default size limit of a file, in UTF-8 bytes. The stores keep a string value in
 #: the record's metadata too, which ``MAX_METADATA_BYTES`` (16,384 bytes of JSON) bounds:
 #: 8,000 bytes stay under it even when JSON escapes every character (quotes, newlines).
 MAX_FILE_BYTES = 8_000
+
+
 #: The default number of files a directory view reads (the most recently updated).
 MAX_LISTED_FILES = 100
+
+
 #: How many levels deep a directory view lists, as the SDK's local tool does.
 LISTING_DEPTH = 2
+
+
 #: The width of a line number in a file view, as the SDK's local tool pads them.
 LINE_NUMBER_WIDTH = 6
+
+
 #: How many files one store search brings when a whole directory is deleted or renamed
 #: (the stores return at most 1000).
 PAGE = 1000
+
 
 T = TypeVar("T")
 
@@ -110,9 +69,6 @@ class BlockingMemoryStore(Protocol):
     ) -> list[StoredRecord]: ...
 
     def forget(self, *, scope: str, key: str | None = None) -> int: ...
-
-
-# --- paths ------------------------------------------------------------------------------------
 
 
 def _refuse_hostile(candidate: str, path: str) -> None:
@@ -155,9 +111,6 @@ def _ancestors(key: str) -> list[str]:
     return ["/".join([ROOT, *segments[:depth]]) for depth in range(1, len(segments))]
 
 
-# --- file contents ------------------------------------------------------------------------------
-
-
 def _text(record: StoredRecord) -> str:
     """A file's text: the record's value, or its JSON for a record someone else wrote."""
     value = record.value
@@ -196,9 +149,6 @@ def _argument(command: object, name: str, kind: type[T]) -> T:
     return value
 
 
-# --- the commands, as store calls ---------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class _StoreCall:
     """One call of a store method that a command needs: the tools make it, blocking or
@@ -214,7 +164,7 @@ class _StoreCall:
 Operation = Generator[_StoreCall, Any, T]
 
 
-class _MemoryFiles:
+class MemoryFiles:
     """The six commands over the records of one namespace, as :data:`Operation` values;
     the tools run them against their store."""
 
@@ -492,163 +442,3 @@ class _MemoryFiles:
     def clear(self) -> Operation[str]:
         yield from self._forget_under(ROOT)
         return "All memory cleared"
-
-
-# --- running the commands against a store ---------------------------------------------------------
-
-
-def _blocking_run(store: Any, operation: Operation[T]) -> T:
-    try:
-        call = next(operation)
-        while True:
-            call = operation.send(getattr(store, call.method)(*call.args, **call.kwargs))
-    except StopIteration as done:
-        return done.value
-
-
-async def _async_run(store: Any, operation: Operation[T]) -> T:
-    try:
-        call = next(operation)
-        while True:
-            result = getattr(store, call.method)(*call.args, **call.kwargs)
-            if inspect.isawaitable(result):
-                result = await result
-            call = operation.send(result)
-    except StopIteration as done:
-        return done.value
-
-
-def _wait(awaitable: Awaitable[T]) -> T:
-    """The result of ``awaitable``, from blocking code: on a new event loop, in a helper
-    thread when this thread already runs one."""
-
-    async def main() -> T:
-        return await awaitable
-
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(main())
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, main()).result()
-
-
-class StoreMemoryTool(BetaAbstractMemoryTool):
-    """The memory tool for the SDK's blocking runner (``Anthropic().beta.messages
-    .tool_runner(tools=[tool], ...)``), over a blocking store (``SyncHttpMemoryStore``) or
-    an async one (``HttpMemoryStore``, ``DjangoMemoryStore``: each command runs on an event
-    loop of its own).
-
-    ``scope`` is the store's namespace the files live in; new files get ``kind`` and
-    ``tags``. A file holds at most ``max_file_bytes`` (UTF-8); a directory view reads at
-    most ``max_listed_files`` files.
-    """
-
-    def __init__(
-        self,
-        store: MemoryStore | BlockingMemoryStore,
-        *,
-        scope: str,
-        kind: MemoryKind | str = MemoryKind.SEMANTIC,
-        tags: Sequence[str] = (),
-        max_file_bytes: int = MAX_FILE_BYTES,
-        max_listed_files: int = MAX_LISTED_FILES,
-        cache_control: BetaCacheControlEphemeralParam | None = None,
-    ) -> None:
-        super().__init__(cache_control=cache_control)
-        self.store = store
-        self._files = _MemoryFiles(
-            scope=scope,
-            kind=kind,
-            tags=tags,
-            max_file_bytes=max_file_bytes,
-            max_listed_files=max_listed_files,
-        )
-
-    def _run(self, operation: Operation[str]) -> str:
-        if inspect.iscoroutinefunction(self.store.get):
-            return _wait(_async_run(self.store, operation))
-        return _blocking_run(self.store, operation)
-
-    def view(self, command: BetaMemoryTool20250818ViewCommand) -> str:
-        """A directory's files (two levels deep), or a file's numbered lines."""
-        return self._run(self._files.view(command))
-
-    def create(self, command: BetaMemoryTool20250818CreateCommand) -> str:
-        """A new file; an existing path is refused."""
-        return self._run(self._files.create(command))
-
-    def str_replace(self, command: BetaMemoryTool20250818StrReplaceCommand) -> str:
-        """Replace the one occurrence of ``old_str`` in a file."""
-        return self._run(self._files.str_replace(command))
-
-    def insert(self, command: BetaMemoryTool20250818InsertCommand) -> str:
-        """Insert a line after line ``insert_line`` (0: at the top)."""
-        return self._run(self._files.insert(command))
-
-    def delete(self, command: BetaMemoryTool20250818DeleteCommand) -> str:
-        """Forget a file, or every file of a directory."""
-        return self._run(self._files.delete(command))
-
-    def rename(self, command: BetaMemoryTool20250818RenameCommand) -> str:
-        """Move a file or a directory to a path that does not exist yet."""
-        return self._run(self._files.rename(command))
-
-    def clear_all_memory(self) -> str:
-        """Forget every file of the namespace (its other records stay)."""
-        return self._run(self._files.clear())
-
-
-class AsyncStoreMemoryTool(BetaAsyncAbstractMemoryTool):
-    """The memory tool for the SDK's async runner (``AsyncAnthropic().beta.messages
-    .tool_runner(...)``) over an async store (``HttpMemoryStore``, ``DjangoMemoryStore``);
-    the options are :class:`StoreMemoryTool`'s."""
-
-    def __init__(
-        self,
-        store: MemoryStore,
-        *,
-        scope: str,
-        kind: MemoryKind | str = MemoryKind.SEMANTIC,
-        tags: Sequence[str] = (),
-        max_file_bytes: int = MAX_FILE_BYTES,
-        max_listed_files: int = MAX_LISTED_FILES,
-        cache_control: BetaCacheControlEphemeralParam | None = None,
-    ) -> None:
-        super().__init__(cache_control=cache_control)
-        self.store = store
-        self._files = _MemoryFiles(
-            scope=scope,
-            kind=kind,
-            tags=tags,
-            max_file_bytes=max_file_bytes,
-            max_listed_files=max_listed_files,
-        )
-
-    async def view(self, command: BetaMemoryTool20250818ViewCommand) -> str:
-        """As :meth:`StoreMemoryTool.view`."""
-        return await _async_run(self.store, self._files.view(command))
-
-    async def create(self, command: BetaMemoryTool20250818CreateCommand) -> str:
-        """As :meth:`StoreMemoryTool.create`."""
-        return await _async_run(self.store, self._files.create(command))
-
-    async def str_replace(self, command: BetaMemoryTool20250818StrReplaceCommand) -> str:
-        """As :meth:`StoreMemoryTool.str_replace`."""
-        return await _async_run(self.store, self._files.str_replace(command))
-
-    async def insert(self, command: BetaMemoryTool20250818InsertCommand) -> str:
-        """As :meth:`StoreMemoryTool.insert`."""
-        return await _async_run(self.store, self._files.insert(command))
-
-    async def delete(self, command: BetaMemoryTool20250818DeleteCommand) -> str:
-        """As :meth:`StoreMemoryTool.delete`."""
-        return await _async_run(self.store, self._files.delete(command))
-
-    async def rename(self, command: BetaMemoryTool20250818RenameCommand) -> str:
-        """As :meth:`StoreMemoryTool.rename`."""
-        return await _async_run(self.store, self._files.rename(command))
-
-    async def clear_all_memory(self) -> str:
-        """As :meth:`StoreMemoryTool.clear_all_memory`."""
-        return await _async_run(self.store, self._files.clear())

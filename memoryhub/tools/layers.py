@@ -1,12 +1,15 @@
-"""The services' layers: which service may import which, measured.
+"""The services' layers: which service may import which.
 
 The services form one strict order, :data:`LAYERS`, lowest first: a service imports only
 services of earlier layers (the store at the bottom; the sweep, the home page and the
 health check at the top), never one of its own layer or a later one, not even inside a
-function. ``tests/project/test_architecture.py`` fails on such a backward import; run
-``python -m memoryhub.tools.layers`` to print the order, the backward imports, and how
+function. import-linter enforces it: :func:`contracts` writes the order, with the rule
+that no service imports a front door and that ``tenants`` imports nothing of memoryhub,
+as import-linter's contracts, and ``tests/project/test_architecture.py`` runs
+``lint-imports`` on them. ``python -m memoryhub.tools.layers`` prints the order and how
 many imports in ``memoryhub/`` are made inside a function (each one either defers an
-optional or heavy dependency, or hides a circle this order forbids).
+optional or heavy dependency, or hides a circle this order forbids);
+``--contracts`` prints the contracts.
 
 Nothing here imports Django: the code is read, not run.
 """
@@ -20,16 +23,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = [
+    "FRONT_DOORS",
     "LAYERS",
     "MOVED",
     "PACKAGE",
     "FunctionImport",
-    "backward_imports",
+    "contracts",
     "function_level_imports",
     "imported_modules",
     "main",
     "service_of",
-    "unlisted_services",
 ]
 
 #: The ``memoryhub`` package directory.
@@ -100,41 +103,39 @@ def service_of(name: str) -> str | None:
     return parts[2]
 
 
-def _service_files() -> Iterator[Path]:
-    yield from sorted((PACKAGE / "services").rglob("*.py"))
+#: The modules that call the services: a service imports none of them.
+FRONT_DOORS = (
+    "memoryhub.tasks",
+    "memoryhub.api",
+    "memoryhub.admin",
+    "memoryhub.management",
+    "memoryhub.mcp",
+    "memoryhub.sources",
+    "memoryhub.integrations",
+)
 
 
-def _layer_of() -> dict[str, int]:
-    return {service: number for number, layer in enumerate(LAYERS) for service in layer}
-
-
-def unlisted_services() -> list[str]:
-    """Services found in ``memoryhub/services/`` that :data:`LAYERS` does not place."""
-    layer_of = _layer_of()
-    found = {service_of(module_name(path)) for path in _service_files()}
-    return sorted(service for service in found if service and service not in layer_of)
-
-
-def backward_imports() -> list[str]:
-    """Each import by a service of a service in its own layer or a later one."""
-    layer_of = _layer_of()
-    offences = []
-    for path in _service_files():
-        service = service_of(module_name(path))
-        if service is None or service not in layer_of:
-            continue
-        for name in sorted(imported_modules(path)):
-            target = service_of(name)
-            if target is None or target == service or target not in layer_of:
-                continue
-            if (f"{SERVICES}.{service}", f"{SERVICES}.{target}") in MOVED:
-                continue
-            if layer_of[target] >= layer_of[service]:
-                offences.append(
-                    f"{path.relative_to(PACKAGE.parent)} imports {name}"
-                    f" (layer {layer_of[target] + 1} from layer {layer_of[service] + 1})"
-                )
-    return offences
+def contracts() -> str:
+    """import-linter's contracts (INI): the services' layers (highest first, siblings
+    independent, every service placed), the front doors no service imports, and
+    ``tenants`` standing alone."""
+    layers = "".join(f"    {' | '.join(layer)}\n" for layer in reversed(LAYERS))
+    moved = "".join(f"    {service} -> {target}\n" for service, target in sorted(MOVED))
+    doors = "".join(f"    {door}\n" for door in FRONT_DOORS)
+    return (
+        "[importlinter]\nroot_packages =\n    memoryhub\n    tenants\n\n"
+        "[importlinter:contract:service-layers]\n"
+        "name = A service imports only services of earlier layers\n"
+        f"type = layers\ncontainers =\n    {SERVICES}\nexhaustive = true\n"
+        f"layers =\n{layers}"
+        + (f"ignore_imports =\n{moved}" if moved else "")
+        + "\n[importlinter:contract:front-doors]\n"
+        "name = No service imports a front door\n"
+        f"type = forbidden\nsource_modules =\n    {SERVICES}\nforbidden_modules =\n{doors}"
+        "\n[importlinter:contract:tenants-alone]\n"
+        "name = tenants imports nothing of memoryhub\n"
+        "type = forbidden\nsource_modules =\n    tenants\nforbidden_modules =\n    memoryhub\n"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,25 +178,22 @@ def _own_body(function: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[ast.
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print the layers, the backward imports and the function-level imports; exit 1
-    when a service imports backward or is not placed in a layer."""
-    verbose = "--verbose" in (argv if argv is not None else sys.argv[1:])
+    """Print the layers and the function-level imports (``--contracts``: import-linter's
+    contracts instead)."""
+    arguments = argv if argv is not None else sys.argv[1:]
+    if "--contracts" in arguments:
+        print(contracts(), end="")
+        return 0
     print("Service layers, lowest first:")
     for number, layer in enumerate(LAYERS, start=1):
         print(f"  {number}. {', '.join(layer)}")
-    backward = backward_imports()
-    unlisted = unlisted_services()
-    print(f"Backward imports: {len(backward)}")
-    for offence in backward:
-        print(f"  {offence}")
-    if unlisted:
-        print(f"Services in no layer: {', '.join(unlisted)}")
     imports = function_level_imports()
     print(f"Function-level imports in memoryhub/: {len(imports)}")
-    if verbose:
+    if "--verbose" in arguments:
         for found in imports:
             print(f"  {found.path}:{found.line}: {found.statement}")
-    return 1 if backward or unlisted else 0
+    print("Check the imports: lint-imports (the contracts: --contracts)")
+    return 0
 
 
 if __name__ == "__main__":

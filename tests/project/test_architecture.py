@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,44 +14,76 @@ from pathlib import Path
 import pytest
 
 from memoryhub.tools import layers
-from memoryhub.tools.layers import LAYERS, PACKAGE, imported_modules
-
-FRONT_DOORS = (
-    "memoryhub.tasks",
-    "memoryhub.api",
-    "memoryhub.admin",
-    "memoryhub.management",
-    "memoryhub.mcp",
-    "memoryhub.sources",
-    "memoryhub.integrations",
-)
+from memoryhub.tools.layers import PACKAGE, imported_modules
 
 
-def test_services_import_only_earlier_layers():
-    assert layers.unlisted_services() == [], "place every service in LAYERS"
-    assert layers.backward_imports() == [], (
-        f"a service imports only services of earlier layers: {LAYERS}"
+def lint_imports(root: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """import-linter on the packages under ``root``, with the contracts of
+    :func:`memoryhub.tools.layers.contracts`."""
+    config = tmp_path / "contracts.ini"
+    config.write_text(layers.contracts())
+    return subprocess.run(
+        [str(Path(sys.executable).with_name("lint-imports")), str(config), "--no-cache"],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
-def test_a_backward_import_is_found(tmp_path, monkeypatch):
-    services = tmp_path / "memoryhub" / "services"
-    (services / "store").mkdir(parents=True)
-    (services / "store" / "__init__.py").write_text("")
-    (services / "store" / "locks.py").write_text("def f():\n    from .. import write\n")
-    (services / "write.py").write_text("from .store import locks\n")
-    monkeypatch.setattr(layers, "PACKAGE", tmp_path / "memoryhub")
-    assert layers.backward_imports() == [
-        "memoryhub/services/store/locks.py imports memoryhub.services.write (layer 6 from layer 2)"
-    ]
+def test_the_import_contracts_are_kept(tmp_path):
+    """The services' layers (every service placed, none importing its own layer or a
+    later one, not even in a function), no service importing a front door, tenants
+    importing nothing of memoryhub: import-linter keeps all three."""
+    checked = lint_imports(PACKAGE.parent, tmp_path)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "Contracts: 3 kept, 0 broken." in checked.stdout
 
 
-def test_the_layers_tool_reports_no_backward_import(capsys):
+@pytest.mark.parametrize(
+    ("module", "line", "contract"),
+    [
+        # A backward import, inside a function: the store importing a use case.
+        ("services/store/locks.py", "def f():\n    from .. import write\n", "earlier layers"),
+        # Two services of one layer.
+        ("services/query/__init__.py", "from .. import write\n", "earlier layers"),
+        ("services/records.py", "from ..api import views\n", "front door"),
+        ("../tenants/models.py", "import memoryhub.scope\n", "tenants imports nothing"),
+    ],
+)
+def test_each_contract_breaks_on_its_import(tmp_path, module, line, contract):
+    tree = tmp_path / "tree"
+    for package in ("memoryhub", "tenants"):
+        shutil.copytree(
+            PACKAGE.parent / package, tree / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    target = tree / "memoryhub" / module
+    target.write_text(target.read_text() + "\n" + line)
+    checked = lint_imports(tree, tmp_path)
+    assert checked.returncode == 1, checked.stdout
+    broken = [row for row in checked.stdout.splitlines() if " BROKEN" in row]
+    assert any(contract in row for row in broken), checked.stdout
+
+
+def test_every_service_is_placed_in_a_layer(tmp_path):
+    tree = tmp_path / "tree"
+    for package in ("memoryhub", "tenants"):
+        shutil.copytree(
+            PACKAGE.parent / package, tree / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    (tree / "memoryhub" / "services" / "newcomer.py").write_text("")
+    checked = lint_imports(tree, tmp_path)
+    assert checked.returncode != 0 and "newcomer" in checked.stdout + checked.stderr
+
+
+def test_the_layers_tool_prints_the_order_and_the_contracts(capsys):
     assert layers.main([]) == 0
     out = capsys.readouterr().out
     assert "1. scheduling" in out and "2. store, " in out
-    assert "Backward imports: 0" in out
     assert "Function-level imports in memoryhub/: " in out
+    assert layers.main(["--contracts"]) == 0
+    assert capsys.readouterr().out == layers.contracts()
 
 
 def test_the_walker_sees_relative_and_function_level_imports(tmp_path):
@@ -61,33 +94,16 @@ def test_the_walker_sees_relative_and_function_level_imports(tmp_path):
     assert "memoryhub.conf.memoryhub_settings" in seen
 
 
-def test_no_service_imports_a_front_door():
-    offences = []
-    for path in sorted((PACKAGE / "services").rglob("*.py")):
-        for name in sorted(imported_modules(path)):
-            if name.startswith(FRONT_DOORS):
-                offences.append(f"{path.name} imports {name}")
-    assert offences == [], (
-        "services must not import a front door (tasks, api, admin, commands, mcp, sources, "
-        "integrations)"
-    )
-
-
 # --- tenants stands alone -------------------------------------------------------------------
 
 TENANTS = PACKAGE.parent / "tenants"
 
 
-def test_tenants_imports_nothing_of_memoryhub():
+def test_tenants_uses_no_template_of_memoryhub():
     """tenants is the reusable tenancy app memoryhub builds on: memoryhub extends its
     admin (``tenants.admin.register_access``, ``extend_admin``), never the other way."""
+    # Its imports: import-linter's tenants-alone contract (above). Its templates:
     offences = [
-        f"{path.relative_to(TENANTS.parent)} imports {name}"
-        for path in sorted(TENANTS.rglob("*.py"))
-        for name in sorted(imported_modules(path))
-        if name == "memoryhub" or name.startswith("memoryhub.")
-    ]
-    offences += [
         f"{path.relative_to(TENANTS.parent)} uses a memoryhub template"
         for path in sorted((TENANTS / "templates").rglob("*.html"))
         if "memoryhub/" in path.read_text()

@@ -17,6 +17,7 @@ import httpx
 from ..exceptions import WriteRefused
 from ..items import MemoryItem, RecordResult, WriteResult, as_write_item, thaw
 from .errors import error_for
+from .rest import RestClient
 from .retries import new_idempotency_key, send, send_async
 
 if TYPE_CHECKING:
@@ -79,8 +80,10 @@ class HttpMemory:
         timeout: float = 10.0,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.domain = domain
+        self._rest = RestClient(
+            base_url, api_key=api_key, domain=domain, timeout=timeout, transport=transport
+        )
+        self.base_url, self.domain = self._rest.base_url, domain
         self.sources = list(sources) if sources is not None else None
         self.write_to = write_to
         self.namespaces = list(namespaces)
@@ -88,27 +91,19 @@ class HttpMemory:
         self.name = name or (
             self.sources[0] if self.sources and len(self.sources) == 1 else write_to
         )
-        self._headers = {"Authorization": f"Api-Key {api_key}"}
-        self._timeout = timeout
-        self._transport = transport
         self._policy = WritePolicy(self.POLICY_SECONDS)
 
     def __repr__(self) -> str:
         return f"HttpMemory({self.base_url!r}, domain={self.domain!r})"
 
-    def _url(self, path: str) -> str:
-        return f"{self.base_url}/api/v1/domains/{self.domain}/{path}"
-
     async def _post(
         self, path: str, body: Mapping[str, Any], *, sources: Sequence[str], action: str
     ) -> Any:
-        async with httpx.AsyncClient(
-            headers=self._headers, timeout=self._timeout, transport=self._transport
-        ) as client:
+        async with self._rest.asynchronous() as client:
             response = await send_async(
                 client,
                 "POST",
-                self._url(path),
+                path,
                 json=body,
                 idempotency_key=new_idempotency_key() if action != "read" else None,
             )
@@ -122,9 +117,8 @@ class HttpMemory:
     def _ask_sources(self) -> bool:
         # Blocking, once per POLICY_SECONDS: a property cannot await. A knowledge base
         # that does not exist yet is created by the first write: it accepts.
-        sync = self._transport if isinstance(self._transport, httpx.BaseTransport) else None
-        with httpx.Client(headers=self._headers, timeout=self._timeout, transport=sync) as c:
-            rows = _payload(send(c, "GET", self._url("sources")), sources=(), action="read")
+        with self._rest.blocking() as client:
+            rows = _payload(send(client, "GET", "sources"), sources=(), action="read")
         return not any(row.get("read_only") for row in rows if row["name"] == self.write_to)
 
     async def query(

@@ -28,6 +28,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 import httpx
 
 from .errors import error_for
+from .rest import RestClient
 from .retries import new_idempotency_key, send, send_async
 
 __all__ = [
@@ -197,22 +198,19 @@ class _RestStore:
         domain: str,
         source: str = "memory",
         timeout: float = 10.0,
+        transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.domain = domain
+        self._rest = RestClient(
+            base_url, api_key=api_key, domain=domain, timeout=timeout, transport=transport
+        )
+        self.base_url, self.domain = self._rest.base_url, domain
         self.source = source
-        self._headers = {"Authorization": f"Api-Key {api_key}"}
-        self._timeout = timeout
 
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}({self.base_url!r}, domain={self.domain!r},"
             f" source={self.source!r})"
         )
-
-    @property
-    def _domain_url(self) -> str:
-        return f"{self.base_url}/api/v1/domains/{self.domain}/"
 
     def _check(self, response: httpx.Response, call: _Call) -> Any:
         if response.status_code >= 400:
@@ -313,16 +311,17 @@ class HttpMemoryStore(_RestStore):
         timeout: float = 10.0,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        super().__init__(base_url, api_key=api_key, domain=domain, source=source, timeout=timeout)
-        self._transport = transport
+        super().__init__(
+            base_url,
+            api_key=api_key,
+            domain=domain,
+            source=source,
+            timeout=timeout,
+            transport=transport,
+        )
 
     async def _run(self, exchange: Exchange[T]) -> T:
-        async with httpx.AsyncClient(
-            base_url=self._domain_url,
-            headers=self._headers,
-            timeout=self._timeout,
-            transport=self._transport,
-        ) as client:
+        async with self._rest.asynchronous() as client:
             try:
                 call = next(exchange)
                 while True:
@@ -383,16 +382,17 @@ class SyncHttpMemoryStore(_RestStore):
         timeout: float = 10.0,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        super().__init__(base_url, api_key=api_key, domain=domain, source=source, timeout=timeout)
-        self._transport = transport
+        super().__init__(
+            base_url,
+            api_key=api_key,
+            domain=domain,
+            source=source,
+            timeout=timeout,
+            transport=transport,
+        )
 
     def _run(self, exchange: Exchange[T]) -> T:
-        with httpx.Client(
-            base_url=self._domain_url,
-            headers=self._headers,
-            timeout=self._timeout,
-            transport=self._transport,
-        ) as client:
+        with self._rest.blocking() as client:
             try:
                 call = next(exchange)
                 while True:

@@ -170,6 +170,7 @@ def test_importing_the_client_loads_no_django():
         "memoryhub.client",
         "memoryhub.client.errors",
         "memoryhub.client.http",
+        "memoryhub.client.rest",
         "memoryhub.client.retries",
         "memoryhub.client.stores",
         "memoryhub.exceptions",

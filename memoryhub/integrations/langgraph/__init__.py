@@ -68,6 +68,7 @@ from langgraph.store.base.embed import get_text_at_path, tokenize_path
 
 from ...client import HttpMemoryError
 from ...client.errors import error_for
+from ...client.rest import RestClient
 from ...client.retries import new_idempotency_key, send
 
 __all__ = [
@@ -416,15 +417,13 @@ class HttpMemoryhubStore(MemoryhubStoreBase):
         max_write_items: int = 100,
     ) -> None:
         super().__init__(source=source, index=index)
-        self.base_url = base_url.rstrip("/")
-        self.domain = domain
+        self._rest = RestClient(
+            base_url, api_key=api_key, domain=domain, timeout=timeout, transport=transport
+        )
+        self.base_url, self.domain = self._rest.base_url, domain
         self.max_k = max_k
         self.max_write_items = max_write_items
-        self._client = httpx.Client(
-            headers={"Authorization": f"Api-Key {api_key}"},
-            timeout=timeout,
-            transport=transport,
-        )
+        self._client = self._rest.blocking()
 
     def __repr__(self) -> str:
         return f"HttpMemoryhubStore({self.base_url!r}, domain={self.domain!r})"
@@ -440,7 +439,7 @@ class HttpMemoryhubStore(MemoryhubStoreBase):
         return await asyncio.to_thread(self._run, list(ops))
 
     def _url(self, path: str) -> str:
-        return f"{self.base_url}/api/v1/domains/{self.domain}/{path}"
+        return self._rest.url(path)
 
     def _call(self, method: str, url: str, **kwargs: Any) -> Any:
         changes = method != "GET" and not url.endswith("/query")

@@ -182,3 +182,17 @@ def test_a_killed_holder_does_not_keep_the_server_running(tmp_path):
     _run(data, "print(conn.execute('SELECT 1').fetchone()[0])")  # uses it, then exits
     assert not embedded.is_running(data)
     assert _postgres_processes(data) == []
+
+
+def test_a_clusters_nodes_share_the_machine_and_build_indexes_serially(tmp_path):
+    """Every node's shared buffers together fit the one server's share, and no node
+    builds an index in parallel: Citus builds a distributed index on every shard at
+    once, and each parallel HNSW build reserves maintenance_work_mem of shared memory
+    (the 1M-record cluster run was stopped by the OOM killer that way)."""
+    from memoryhub.contrib.citus_cluster import Cluster, Node
+
+    cluster = Cluster(tmp_path, tmp_path / "bin", workers=2)
+    one_server = int(embedded.memory_settings()["shared_buffers"].removesuffix("MB"))
+    nodes = [cluster._settings(Node(name, 5432 + n)) for n, name in enumerate("abc")]
+    assert sum(int(node["shared_buffers"].removesuffix("MB")) for node in nodes) <= one_server
+    assert {node["max_parallel_maintenance_workers"] for node in nodes} == {"0"}

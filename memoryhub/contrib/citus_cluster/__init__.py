@@ -250,6 +250,12 @@ class Cluster:
             # One machine holds every node: a share of its memory each.
             "shared_buffers": f"{share}MB",
             "maintenance_work_mem": memory["maintenance_work_mem"],
+            # An index on a distributed table is built on every shard at once, and a
+            # parallel HNSW build reserves maintenance_work_mem of shared memory up
+            # front, whatever its predicate matches: together, the shards' builds can
+            # reserve more than the machine holds. Built serially, a build takes what
+            # its shard's graph needs.
+            "max_parallel_maintenance_workers": "0",
             "citus.max_client_connections": "250",
         }
         if not self.durable:

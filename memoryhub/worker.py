@@ -118,9 +118,12 @@ def start_heartbeat(sender: Any = None, **kwargs: Any) -> None:
 
 
 def stop_heartbeat(**kwargs: Any) -> None:
-    """``worker_shutdown`` receiver: stop the heartbeat thread."""
+    """``worker_shutdown`` receiver: stop the heartbeat thread, and wait (a few seconds
+    at most) until it has: no beat is written after this returns."""
     _stop.set()
     _wake.set()
+    if _thread is not None and _thread is not threading.current_thread():
+        _thread.join(timeout=5)
 
 
 def keep_reconnecting(**kwargs: Any) -> None:

@@ -238,7 +238,9 @@ def test_minilm_ranks_a_paraphrase_above_an_unrelated_sentence(minilm):
     assert cosine(source, paraphrase) > cosine(source, unrelated) + 0.1
 
 
-@pytest.mark.django_db
+# Transactional: the heartbeat thread writes on a connection of its own, committed; the
+# flush after the test takes its rows away (a later health test would see a live worker).
+@pytest.mark.django_db(transaction=True)
 def test_a_local_model_loads_at_start_and_health_says_when_it_is_ready(settings, client):
     """The first semantic query after switching to the local model took 14.6 s: the
     model loaded on first use, past a client's 10 s timeout. A starting process (a
@@ -268,6 +270,10 @@ def test_a_local_model_loads_at_start_and_health_says_when_it_is_ready(settings,
         wait_for(lambda: is_warm(fresh), timeout=120, what="the worker's model to load")
     finally:
         stop_heartbeat()
+    import threading
+
+    # Stopped means stopped: no beat can follow stop_heartbeat().
+    assert "memoryhub-heartbeat" not in {thread.name for thread in threading.enumerate()}
 
 
 def test_an_embedder_with_nothing_to_load_is_warm():

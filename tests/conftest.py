@@ -28,6 +28,11 @@ from memoryhub.services.query import clear_plans, clear_query_vectors
 from tenants.models import Domain
 
 from . import cluster as citus
+
+# Each test run's embedded servers (one per test worker, make run's, a cluster's) size
+# themselves for this share of the machine, not all of it: several run at once, and
+# beside a benchmark.
+os.environ.setdefault("MEMORYHUB_EMBEDDED_MEMORY", "4GB")
 from .cancels import cancel  # noqa: F401 (a fixture: the database cancels on purpose)
 from .factories import DomainFactory, OrgFactory
 from .programs import Worker

@@ -111,6 +111,24 @@ def test_memory_settings_follow_the_machines_ram(ram_gb, shared_buffers, effecti
     assert settings["effective_cache_size"] == effective_cache_size
 
 
+@pytest.mark.parametrize(
+    ("value", "shared_buffers"), [("4GB", "1024MB"), ("2048mb", "512MB"), (str(2**30), "256MB")]
+)
+def test_memory_settings_follow_the_memory_they_are_given(monkeypatch, value, shared_buffers):
+    """Several embedded servers on one machine (a test suite's beside a benchmark's)
+    each sized themselves for all of its RAM: ``MEMORYHUB_EMBEDDED_MEMORY`` gives each
+    its share."""
+    monkeypatch.setenv("MEMORYHUB_EMBEDDED_MEMORY", value)
+    assert embedded.memory_settings()["shared_buffers"] == shared_buffers
+
+
+@pytest.mark.parametrize("value", ["lots", "4TB", "0", "-1GB"])
+def test_a_memory_size_it_cannot_read_is_refused_by_name(monkeypatch, value):
+    monkeypatch.setenv("MEMORYHUB_EMBEDDED_MEMORY", value)
+    with pytest.raises(ValueError, match="MEMORYHUB_EMBEDDED_MEMORY"):
+        embedded.memory_settings()
+
+
 @pytest.mark.django_db
 def test_site_database_has_pgvector():
     from django.db import connection

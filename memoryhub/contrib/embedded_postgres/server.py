@@ -6,6 +6,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -89,8 +90,26 @@ def memory_settings(total_bytes: int | None = None) -> dict[str, str]:
     }
 
 
+#: The memory an embedded server sizes itself for, when several share one machine (a
+#: test suite's servers beside a benchmark's): ``4GB``, ``512MB`` or a number of bytes.
+MEMORY_VARIABLE = "MEMORYHUB_EMBEDDED_MEMORY"
+
+_SIZE = re.compile(r"\s*(\d+)\s*(GB|MB|)\s*", re.IGNORECASE)
+
+
 def _memory_bytes() -> int:
-    """The machine's RAM, or the container's memory limit when that is lower."""
+    """``MEMORYHUB_EMBEDDED_MEMORY`` when set; else the machine's RAM, or the container's
+    memory limit when that is lower."""
+    configured = os.environ.get(MEMORY_VARIABLE, "").strip()
+    if configured:
+        match = _SIZE.fullmatch(configured)
+        if match is None or int(match.group(1)) == 0:
+            raise ValueError(
+                f"{MEMORY_VARIABLE}={configured!r}: give a size such as 4GB, 512MB or a"
+                " number of bytes"
+            )
+        unit = {"gb": 1024**3, "mb": 1024**2, "": 1}[match.group(2).lower()]
+        return int(match.group(1)) * unit
     try:
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX

@@ -208,10 +208,10 @@ class _Plan:
     #: Records created by this call: a key written twice in one call is one record,
     #: without history.
     created: set[Any] = field(default_factory=set)
+    actor: str = field(init=False)
 
-    @property
-    def actor(self) -> str:
-        return policy.actor_label(self.principal)
+    def __post_init__(self) -> None:
+        self.actor = policy.actor_label(self.principal)
 
     def add(self, index: int, item: WriteItem) -> None:
         digest = item.content_hash

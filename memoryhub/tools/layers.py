@@ -32,7 +32,6 @@ __all__ = [
     "function_level_imports",
     "imported_modules",
     "main",
-    "service_of",
 ]
 
 #: The ``memoryhub`` package directory.
@@ -92,15 +91,6 @@ def imported_modules(path: Path) -> set[str]:
             found.add(prefix)
             found.update(f"{prefix}.{alias.name}" for alias in node.names)
     return found
-
-
-def service_of(name: str) -> str | None:
-    """The service a dotted module name belongs to (``memoryhub.services.query.plans``:
-    ``query``), or None outside the services."""
-    parts = name.split(".")
-    if parts[:2] != SERVICES.split(".") or len(parts) < 3:
-        return None
-    return parts[2]
 
 
 #: The modules that call the services: a service imports none of them.

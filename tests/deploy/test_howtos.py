@@ -128,9 +128,14 @@ forget.forget(
 )
 
 
+def _names(page: str, start: str, block: docs_blocks.Block) -> bool:
+    """Whether a table's (page, start) names ``block`` (its first line begins so)."""
+    return page == block.page and (block.first + "\n").startswith(start)
+
+
 def _matching(table: dict[tuple[str, str], str], block: docs_blocks.Block) -> str | None:
     for (page, start), value in table.items():
-        if page == block.page and (block.first + "\n").startswith(start):
+        if _names(page, start, block):
             return value
     return None
 
@@ -147,7 +152,7 @@ def _runnable() -> list[docs_blocks.Block]:
 def test_every_how_to_block_runs_here_or_says_where_it_runs() -> None:
     everything = [block for page in HOWTOS for block in docs_blocks.blocks(page)]
     for (page, start), why in {**NOT_RUN, **PRELUDES}.items():
-        named = [b for b in everything if b.page == page and (b.first + "\n").startswith(start)]
+        named = [block for block in everything if _names(page, start, block)]
         assert len(named) == 1, f"{page}: {start!r} names {len(named)} blocks ({why[:40]}…)"
     runnable = _runnable()
     assert len(runnable) >= 15, [str(block) for block in runnable]

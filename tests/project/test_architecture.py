@@ -32,6 +32,16 @@ def lint_imports(root: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]
     )
 
 
+def _copy_of_the_tree(tmp_path: Path) -> Path:
+    """memoryhub and tenants, copied to ``tmp_path / "tree"`` to be broken there."""
+    tree = tmp_path / "tree"
+    for package in ("memoryhub", "tenants"):
+        shutil.copytree(
+            PACKAGE.parent / package, tree / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    return tree
+
+
 def test_the_import_contracts_are_kept(tmp_path):
     """The services' layers (every service placed, none importing its own layer or a
     later one, not even in a function), no service importing a front door, tenants
@@ -53,11 +63,7 @@ def test_the_import_contracts_are_kept(tmp_path):
     ],
 )
 def test_each_contract_breaks_on_its_import(tmp_path, module, line, contract):
-    tree = tmp_path / "tree"
-    for package in ("memoryhub", "tenants"):
-        shutil.copytree(
-            PACKAGE.parent / package, tree / package, ignore=shutil.ignore_patterns("__pycache__")
-        )
+    tree = _copy_of_the_tree(tmp_path)
     target = tree / "memoryhub" / module
     target.write_text(target.read_text() + "\n" + line)
     checked = lint_imports(tree, tmp_path)
@@ -67,11 +73,7 @@ def test_each_contract_breaks_on_its_import(tmp_path, module, line, contract):
 
 
 def test_every_service_is_placed_in_a_layer(tmp_path):
-    tree = tmp_path / "tree"
-    for package in ("memoryhub", "tenants"):
-        shutil.copytree(
-            PACKAGE.parent / package, tree / package, ignore=shutil.ignore_patterns("__pycache__")
-        )
+    tree = _copy_of_the_tree(tmp_path)
     (tree / "memoryhub" / "services" / "newcomer.py").write_text("")
     checked = lint_imports(tree, tmp_path)
     assert checked.returncode != 0 and "newcomer" in checked.stdout + checked.stderr

@@ -1,7 +1,7 @@
 """Scale-out: the same load and the same questions on one embedded PostgreSQL and on a
 Citus cluster (a coordinator and two workers built from Citus's source), in one run.
 
-    python -m benchmarks.citus [--records N] [--tenants T] [--source citus.tar.gz]
+    python -m benchmarks.citus [--records N] [--tenants T] [--source citus.tar.gz] [--reuse]
 
 Each target runs in a process of its own with the same harness (``benchmarks.run``:
 tenants of which one holds 30% of the records, one 10%, the rest a Zipf-like tail;
@@ -20,6 +20,8 @@ passages of docstrings):
   turns are missing or doubled after each.
 
 The results go to ``benchmarks/results-citus.json`` and ``benchmarks/REPORT-citus.md``.
+Each target's figures are also kept as it finishes (``--keep``), so that a run cut short
+on the cluster can be finished with ``--reuse`` without measuring the single node again.
 """
 
 from __future__ import annotations
@@ -303,6 +305,17 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--source", type=Path, default=None)
     parser.add_argument("--child", choices=["single", "cluster"])
     parser.add_argument("--output", type=Path)
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        default=ROOT / ".memoryhub" / "bench-citus",
+        help="where each target's figures are kept as it finishes (default: .memoryhub/bench-citus)",
+    )
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="take a target's figures from --keep when a run of the same size left them there",
+    )
     options = parser.parse_args(argv)
     if options.child:
         child(options.child, options.records, options.tenants, options.output)
@@ -322,7 +335,12 @@ def main(argv: list[str]) -> int:
         try:
             url = cluster.create_database("memoryhub_bench_citus_cluster")
             for target in ("single", "cluster"):
-                output = Path(scratch) / f"{target}.json"
+                output = options.keep / f"{target}-{options.records}-{options.tenants}.json"
+                if options.reuse and output.exists():
+                    results[target] = json.loads(output.read_text())
+                    print(f"{target}: reusing {output}", file=sys.stderr)
+                    continue
+                output.parent.mkdir(parents=True, exist_ok=True)
                 env = {**os.environ, "PYTHONPATH": str(ROOT)}
                 env.pop("BENCH_DATABASE_URL", None)
                 if target == "cluster":

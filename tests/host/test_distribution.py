@@ -3,48 +3,21 @@ templates and migrations, and nothing of the runnable site, the tests or benchma
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
 import tarfile
 import zipfile
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.distribution import build
 
 # One worker builds once.
 pytestmark = pytest.mark.xdist_group("distribution")
 
-#: What is not source: the embedded servers' data (written while the suite runs, so a
-#: build walking the tree could meet a file that vanishes), environments, builds.
-NOT_SOURCE = shutil.ignore_patterns(
-    ".memoryhub",
-    ".venv",
-    "build",
-    "dist",
-    "site",
-    "*.egg-info",
-    "test-artifacts",
-    "mutants",
-    "__pycache__",
-    ".git",
-)
-
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("dist")
-    source = tmp_path_factory.mktemp("source") / "tree"
-    shutil.copytree(ROOT, source, ignore=NOT_SOURCE)
-    subprocess.run(
-        [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(source)],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-    return out
+    return build(tmp_path_factory)
 
 
 def test_the_wheel_is_django_memoryhub_with_both_apps_and_nothing_else(built: Path) -> None:

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 import venv
 import zipfile
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.distribution import ROOT, build
 
 CLIENT = """
 import sys
@@ -30,13 +29,7 @@ print(install_hint("langgraph"))
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    dist = tmp_path_factory.mktemp("dist")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", dist, ROOT],
-        check=True,
-        timeout=300,
-    )
-    [built] = dist.glob("django_memoryhub-*.whl")
+    [built] = build(tmp_path_factory).glob("django_memoryhub-*.whl")
     return built
 
 

@@ -48,6 +48,9 @@ MAX_DEPTH = 8
 MAX_NODES = 200
 MAX_LIST = 100
 MAX_KEY_LENGTH = 200
+#: The most JSON bytes the value of an indexed metadata key (``INDEXED_METADATA_KEYS``)
+#: may hold (a write's item refuses larger ones): a btree entry holds at most about 2.7 kB.
+MAX_INDEXED_VALUE_BYTES = 1_000
 FIELD = "metadata"
 
 COMPARISONS = {

@@ -35,8 +35,9 @@ from ..models import ImportJob, KnowledgeBase, MemoryRecord
 from ..policy import Action
 from ..scope import Scope
 from ..services import forget as forget_service
-from ..services import imports, knowledge_bases, supersession, validation
+from ..services import imports, knowledge_bases, supersession
 from ..services import records as record_service
+from ..vocabulary import items_of
 from .base import OperatorAdmin, admin_context, deletion_summary, operator_view, principal
 from .filters import knowledge_base_label
 
@@ -84,7 +85,7 @@ class RecordForm(forms.ModelForm):
         if self.errors:
             return cleaned
         try:
-            [item] = validation.validate_items([item_from(cleaned)])
+            [item] = items_of([item_from(cleaned)])
             if cleaned.get("knowledge_base") is not None:
                 supersession.check_item(cleaned["knowledge_base"], item, "items[0].valid_from")
             if self.instance.pk is not None:

@@ -1,8 +1,23 @@
-"""OpenAPI (drf-spectacular): the description of memoryhub's authentication, and the
-request and response examples of the document."""
+"""OpenAPI (drf-spectacular): the description of memoryhub's authentication and of its
+requests (``memoryhub.vocabulary``), and the request and response examples of the
+document."""
 
-from drf_spectacular.extensions import OpenApiAuthenticationExtension
-from drf_spectacular.utils import OpenApiExample
+from typing import Any
+
+from drf_spectacular.extensions import (
+    OpenApiAuthenticationExtension,
+    OpenApiSerializerExtension,
+)
+from drf_spectacular.plumbing import (
+    ResolvedComponent,
+    build_choice_description_list,
+    list_hash,
+)
+from drf_spectacular.settings import spectacular_settings
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter
+
+from .. import vocabulary
+from ..vocabulary.rules import X_CHOICES
 
 
 class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):
@@ -17,6 +32,64 @@ class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):
             "description": "`Api-Key <key>`: create keys in the admin or with "
             "`manage.py create_api_key`.",
         }
+
+
+class RequestScheme(OpenApiSerializerExtension):
+    """A request of ``memoryhub.vocabulary`` as its component: the JSON Schema its rules
+    state, said the OpenAPI 3.0 way; a PATCH's is ``Patched<name>``, nothing required."""
+
+    target_class = "memoryhub.vocabulary.base.Request"
+    match_subclasses = True
+    priority = 1  # before drf-spectacular's own, for any Pydantic model
+
+    def _partial(self, auto_schema: Any) -> bool:
+        return getattr(auto_schema, "method", "").upper() == "PATCH"
+
+    def get_name(self, auto_schema: Any, direction: str) -> str:
+        return self.target.schema_name
+
+    def map_serializer(self, auto_schema: Any, direction: str) -> dict[str, Any]:
+        schema, nested = vocabulary.openapi_schema(self.target, partial=self._partial(auto_schema))
+        schema = _choice_sets(schema)
+        for name, component in _choice_sets(nested).items():
+            auto_schema.registry.register_on_missing(
+                ResolvedComponent(
+                    name=name, type=ResolvedComponent.SCHEMA, object=name, schema=component
+                )
+            )
+        return schema
+
+
+def _choice_sets(schema: Any) -> Any:
+    """An enum's labelled values (``x-choices``) as drf-spectacular names a choice set,
+    so that a request's ``kind`` is the ``RecordKindEnum`` a record's is."""
+    if isinstance(schema, list):
+        return [_choice_sets(value) for value in schema]
+    if not isinstance(schema, dict):
+        return schema
+    shaped = {key: _choice_sets(value) for key, value in schema.items() if key != X_CHOICES}
+    if X_CHOICES in schema:
+        labels = [tuple(pair) for pair in schema[X_CHOICES]]
+        shaped["x-spec-enum-id"] = list_hash(labels)
+        if spectacular_settings.ENUM_GENERATE_CHOICE_DESCRIPTION:
+            shaped["description"] = build_choice_description_list(labels)
+    return shaped
+
+
+def query_parameters(request: type[vocabulary.Request]) -> list[OpenApiParameter]:
+    """A request's fields as the query parameters of a GET."""
+    schema, _ = vocabulary.openapi_schema(request)
+    schema = _choice_sets(schema)
+    return [
+        OpenApiParameter(
+            name,
+            type=field,
+            location=OpenApiParameter.QUERY,
+            required=name in schema.get("required", ()),
+            description=field.get("description", ""),
+        )
+        for name, field in schema["properties"].items()
+    ]
 
 
 #: Examples of the OpenAPI document (the views stay about behaviour).

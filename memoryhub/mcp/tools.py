@@ -21,8 +21,6 @@ from typing import Any
 from django.db import DatabaseError
 from mcp_types import Tool as ToolShape
 from mcp_types import ToolAnnotations
-from rest_framework import serializers
-from rest_framework.fields import empty
 from rest_framework.request import Request
 from rest_framework.utils.encoders import JSONEncoder
 
@@ -98,79 +96,11 @@ class Tool:
         }
 
 
-def json_schema(field: serializers.Field) -> dict[str, Any]:  # noqa: C901
-    """A declared field (``memoryhub.vocabulary``) as JSON Schema: its type, bounds,
-    choices, default and help text."""
-    schema: dict[str, Any]
-    if isinstance(field, serializers.ListSerializer):
-        assert isinstance(field.child, serializers.Serializer)
-        schema = {"type": "array", "items": object_schema(field.child)}
-    elif isinstance(field, serializers.Serializer):
-        schema = object_schema(field)
-    elif isinstance(field, serializers.ChoiceField):
-        schema = {"type": "string", "enum": list(field.choices)}
-    elif isinstance(field, serializers.ListField):
-        schema = {"type": "array", "items": json_schema(field.child)}
-    elif isinstance(field, serializers.DictField):
-        schema = {"type": "object"}
-    elif isinstance(field, vocabulary.MomentField):
-        schema = {"type": "string"}  # a date alone is a moment too
-    elif isinstance(field, serializers.DateTimeField):
-        schema = {"type": "string", "format": "date-time"}
-    else:
-        schema = {"type": _TYPES[type(field)]}
-    if isinstance(field, serializers.CharField) and not field.allow_blank:
-        schema["minLength"] = 1
-    for attribute, keyword in _BOUNDS[schema["type"]]:
-        if getattr(field, attribute, None) is not None:
-            schema[keyword] = getattr(field, attribute)
-    if field.allow_null:
-        schema["type"] = [schema["type"], "null"]
-    if field.default is not empty:
-        schema["default"] = field.default
-    if field.help_text:
-        schema["description"] = str(field.help_text)
-    return schema
-
-
-_TYPES = {
-    serializers.CharField: "string",
-    serializers.IntegerField: "integer",
-    serializers.FloatField: "number",
-    serializers.BooleanField: "boolean",
-}
-_BOUNDS = {
-    "string": (("max_length", "maxLength"),),
-    "array": (("max_length", "maxItems"),),
-    "integer": (("min_value", "minimum"), ("max_value", "maximum")),
-    "number": (("min_value", "minimum"), ("max_value", "maximum")),
-    "boolean": (),
-    "object": (),
-}
-
-
-def object_schema(
-    serializer: serializers.Serializer, *, without: frozenset[str] = frozenset()
-) -> dict[str, Any]:
-    """A declared request as a JSON Schema object: its fields but ``without``, none
-    other allowed."""
-    fields = {name: field for name, field in serializer.fields.items() if name not in without}
-    schema: dict[str, Any] = {
-        "type": "object",
-        "properties": {name: json_schema(field) for name, field in fields.items()},
-    }
-    required = [name for name, field in fields.items() if field.required]
-    if required:
-        schema["required"] = required
-    schema["additionalProperties"] = False
-    return schema
-
-
 def _declared(
-    declaration: type[serializers.Serializer], *, without: frozenset[str] = frozenset()
+    request: type[vocabulary.Request], *, without: frozenset[str] = frozenset()
 ) -> Callable[[], dict[str, Any]]:
-    """The arguments of a tool that takes the request ``declaration`` declares."""
-    return lambda: object_schema(declaration(), without=without)
+    """The arguments of a tool that takes ``request`` (``memoryhub.vocabulary``)."""
+    return lambda: vocabulary.json_schema(request, without=without)
 
 
 def _record_id() -> dict[str, Any]:
@@ -206,7 +136,7 @@ def _write(request: Request, scope: Scope, arguments: Arguments) -> dict[str, An
 def _update_arguments() -> dict[str, Any]:
     arguments = _record_id()
     arguments["properties"]["fields"] = {
-        **object_schema(vocabulary.RecordUpdateSerializer()),
+        **vocabulary.json_schema(vocabulary.RecordUpdate),
         "description": "The fields to change; the others keep their values.",
     }
     arguments["required"].append("fields")
@@ -271,7 +201,7 @@ TOOLS: dict[str, Tool] = {
             "Search the domain's memory (hybrid vector and keyword search by default). "
             "Returns the items, best first, and a grounding block to put in a prompt.",
             Action.READ,
-            _declared(vocabulary.QueryRequestSerializer, without=frozenset({"format"})),
+            _declared(vocabulary.QueryBody, without=frozenset({"format"})),
             _query,
             read_only=True,
         ),
@@ -281,7 +211,7 @@ TOOLS: dict[str, Tool] = {
             "key makes it an upsert; identical content is deduplicated. Returns the "
             "accepted, refused and failed knowledge bases and the record ids.",
             Action.WRITE,
-            _declared(vocabulary.WriteRequestSerializer),
+            _declared(vocabulary.WriteBody),
             _write,
         ),
         Tool(
@@ -321,7 +251,7 @@ TOOLS: dict[str, Tool] = {
             "Erase memory by namespace (a data subject), key or knowledge base. Needs "
             "the forget permission; returns the counts and the erasure's receipt id.",
             Action.FORGET,
-            _declared(vocabulary.ForgetRequestSerializer, without=frozenset({"all"})),
+            _declared(vocabulary.ForgetBody, without=frozenset({"all"})),
             _forget,
             destructive=True,
         ),

@@ -17,7 +17,7 @@ top level or in an ``$and``) is scanned exactly up to :data:`EXACT_SCAN_FACTOR` 
 The index serves the conditions :mod:`memoryhub.filters` writes as ``metadata -> 'key'``
 compared with a JSON value: ``$eq`` and ``$in`` of values other than null, and
 ``$gt $gte $lt $lte`` with a number (a string comparison reads the key as text). An
-indexed key's value is at most :data:`MAX_INDEXED_VALUE_BYTES` of JSON (a btree entry's
+indexed key's value is at most ``filters.MAX_INDEXED_VALUE_BYTES`` of JSON (a btree entry's
 limit; writes of larger ones are refused with a 400 naming the key).
 
 The indexes rely, like the domains' own HNSW and full-text indexes, on the statement
@@ -64,9 +64,6 @@ def _wanted() -> dict[str, str]:
 
 
 _INDEX_NAME = re.compile(r"^memoryhub_meta_[0-9a-f]{16}$")
-#: The most JSON bytes an indexed key's value may hold (``services.validation`` refuses
-#: larger ones): a btree entry holds at most about 2.7 kB.
-MAX_INDEXED_VALUE_BYTES = 1_000
 #: A build that failed (say, over a value written before its key was listed) is not
 #: tried again for this long.
 RETRY_FAILED_BUILD_AFTER = 3600

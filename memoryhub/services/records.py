@@ -20,7 +20,7 @@ from ..filters import compile_where
 from ..items import MOMENT_FIELDS, STORED_FIELDS
 from ..models import LIVE_SQL, KnowledgeBase, MemoryRecord, live_q
 from ..scope import Scope, tenant_scope
-from ..vocabulary import MAX_NAMESPACE_PAGE, NamespaceListSerializer, bounds, field_names
+from ..vocabulary import NamespaceListing
 
 __all__ = [
     "LIST_FILTERS",
@@ -207,56 +207,6 @@ def _decode_cursor(cursor: str, size: int) -> list[str] | None:
     return position
 
 
-def _listing_arguments(raw: Mapping[str, Any]) -> dict[str, Any]:
-    """The listing's validated arguments; :class:`ValidationFailed` naming each bad one."""
-    limits = bounds()
-    errors: dict[str, list[str]] = {}
-    for name in sorted(set(raw) - field_names(NamespaceListSerializer)):
-        errors.setdefault(name, []).append("is not a parameter of the namespace listing.")
-    lengths = {
-        "source": boundary.MAX_NAME_LENGTH,
-        "prefix": limits.MAX_NAMESPACE_LENGTH,
-        "namespace": limits.MAX_NAMESPACE_LENGTH,
-        "key_prefix": limits.MAX_KEY_LENGTH,
-        "delimiter": 1,
-        "cursor": 4 * (limits.MAX_NAMESPACE_LENGTH + limits.MAX_KEY_LENGTH) + 64,
-    }
-    arguments: dict[str, Any] = {}
-    for name, length in lengths.items():
-        value = raw.get(name)
-        if value is None:
-            continue
-        problem = boundary.text_problem(value, max_length=length)
-        if problem is not None:
-            errors.setdefault(name, []).append(problem)
-        else:
-            arguments[name] = value
-    delimiter = arguments.get("delimiter")
-    if raw.get("delimiter") == "" or (
-        delimiter is not None and not (delimiter.isascii() and delimiter.isprintable())
-    ):
-        # ASCII: the end of a directory's range is the delimiter's successor, a character.
-        errors.setdefault("delimiter", []).append("must be one printable ASCII character.")
-        arguments.pop("delimiter", None)
-    limit = raw.get("limit", 100)
-    if isinstance(limit, str) and limit.isdigit():
-        limit = int(limit)
-    if (
-        isinstance(limit, bool)
-        or not isinstance(limit, int)
-        or not 1 <= limit <= MAX_NAMESPACE_PAGE
-    ):
-        errors.setdefault("limit", []).append(f"must be an integer from 1 to {MAX_NAMESPACE_PAGE}.")
-    arguments["limit"] = limit
-    if "key_prefix" in arguments and ("namespace" not in arguments or "delimiter" not in arguments):
-        errors.setdefault("key_prefix", []).append("needs namespace and delimiter.")
-    if "namespace" in arguments and "prefix" in arguments:
-        errors.setdefault("prefix", []).append("give namespace or prefix, not both.")
-    if errors:
-        raise ValidationFailed(errors)
-    return arguments
-
-
 def list_namespaces(scope: Scope, raw: Mapping[str, Any]) -> NamespacePage:
     """A page of the namespaces of one knowledge base's live records (``source``,
     default ``memory``), in code point order: those starting with ``prefix``, or only
@@ -273,16 +223,14 @@ def list_namespaces(scope: Scope, raw: Mapping[str, Any]) -> NamespacePage:
     :class:`ValidationFailed` names each bad one, :class:`UnknownSource` an unknown
     knowledge base.
     """
-    arguments = _listing_arguments(raw)
-    source = arguments.get("source", "memory")
-    limit = arguments["limit"]
-    delimiter = arguments.get("delimiter")
-    namespace = arguments.get("namespace")
-    prefix = arguments.get("prefix", "") if namespace is None else namespace
-    key_prefix = arguments.get("key_prefix", "")
+    asked = NamespaceListing.parse(dict(raw.items()))
+    source, limit, delimiter = asked.source, asked.limit, asked.delimiter
+    namespace = asked.namespace
+    prefix = (asked.prefix or "") if namespace is None else namespace
+    key_prefix = asked.key_prefix or ""
     position = None
-    if "cursor" in arguments:
-        position = _decode_cursor(arguments["cursor"], 1 if delimiter is None else 2)
+    if asked.cursor is not None:
+        position = _decode_cursor(asked.cursor, 1 if delimiter is None else 2)
         if position is None:
             raise ValidationFailed({"cursor": ["is not a cursor of this listing."]})
     with tenant_scope(scope):

@@ -25,8 +25,8 @@ from django.utils import timezone
 from ..exceptions import ValidationFailed
 from ..models import KnowledgeBase, MemoryRecord
 from ..scope import Scope, tenant_scope
+from ..vocabulary import WriteItem
 from .records import get_record
-from .validation import WriteItem
 
 __all__ = [
     "TIMELINE_LIMIT",

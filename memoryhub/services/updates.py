@@ -19,14 +19,13 @@ from ..exceptions import RecordNotFound, ValidationFailed
 from ..items import RecordResult
 from ..models import KnowledgeBase, MemoryRecord, RecordVersion
 from ..scope import Scope, tenant_scope
-from ..vocabulary import RecordUpdateSerializer, field_names
+from ..vocabulary import RecordUpdate, WriteItem, field_names, items_of
 from . import history, supersession
 from .records import get_record
 from .scheduling import schedule_indexing
 from .store.locks import lock_domain, lock_namespaces
 from .store.refusals import refuse_record_change
 from .store.transient import run_again_when_cancelled
-from .validation import WriteItem, validate_items
 from .write import apply_item, is_unchanged, observe_written
 
 __all__ = ["Updated", "restore_version", "update_record", "update_record_for"]
@@ -38,7 +37,7 @@ def _check_update_fields(changes: Any) -> None:
         raise ValidationFailed({"non_field_errors": ["The body must be an object."]})
     errors: dict[str, list[str]] = {}
     for name in changes:
-        if name not in field_names(RecordUpdateSerializer):
+        if name not in field_names(RecordUpdate):
             message = (
                 "cannot be changed; write a new record instead."
                 if name in ("namespace", "source", "id")
@@ -61,7 +60,7 @@ def _updated_item(record: MemoryRecord, changes: Mapping[str, Any], *, partial: 
         merged = dict(changes)
     merged["namespace"] = record.namespace
     try:
-        [item] = validate_items([merged])
+        [item] = items_of([merged])
     except ValidationFailed as exc:
         raise ValidationFailed(
             {path.removeprefix("items[0]."): messages for path, messages in exc.errors.items()}

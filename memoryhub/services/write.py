@@ -1,7 +1,7 @@
 """Writing memory: upsert by key, dedupe by content, read-only policies, history.
 
 ``write(scope, items, sources=...)`` is what every front door calls. A batch is
-validated as a whole first (``services/validation.py``): one bad item rejects the
+validated as a whole first (``memoryhub.vocabulary``): one bad item rejects the
 request with errors that name the item index and field, and nothing is written. Then,
 inside one transaction, each target knowledge base either accepts the items, refuses
 them (a read-only KB with ``on_write="refuse"``) or ignores them (``on_write="ignore"``),
@@ -14,7 +14,6 @@ rolled-back write schedules nothing.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import warnings
 from collections.abc import Mapping, Sequence
@@ -28,11 +27,11 @@ from django.utils import timezone
 from .. import observe, policy, signals
 from ..cache import bump_generation_on_commit
 from ..conf import memoryhub_settings
-from ..exceptions import ValidationFailed, WriteRefused
+from ..exceptions import WriteRefused
 from ..items import RecordResult, WriteResult
 from ..models import KnowledgeBase, MemoryRecord, Observation, RecordVersion
 from ..scope import Scope, tenant_scope
-from ..vocabulary import WriteRequestSerializer, field_names
+from ..vocabulary import WriteBody, WriteItem, items_of
 from . import history, supersession
 from .knowledge_bases import resolve_sources, source_names
 from .scheduling import schedule_indexing
@@ -41,7 +40,6 @@ from .store.locks import lock_domain, lock_namespaces
 from .store.persistence import CONSOLIDATION_PENDING
 from .store.refusals import refuse
 from .store.transient import run_again_when_cancelled
-from .validation import WriteItem, validate_items
 
 __all__ = ["WriteRequest", "write"]
 
@@ -64,44 +62,21 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-@dataclass(frozen=True, slots=True)
-class WriteRequest:
-    """A write as a door receives it (a REST body, an MCP tool's arguments), checked as a
-    whole before any item is: the fields it may name, one of ``source`` or ``sources``."""
-
-    items: Any
-    sources: Any = None
-    consolidate: bool = False
-
-    @classmethod
-    def from_body(cls, body: Mapping[str, Any]) -> WriteRequest:
-        """Raise :class:`ValidationFailed` naming the first thing wrong with ``body``."""
-        unknown = sorted(set(body) - field_names(WriteRequestSerializer))
-        if unknown:
-            raise ValidationFailed({name: ["is not a field of a write."] for name in unknown})
-        if "source" in body and "sources" in body:
-            raise ValidationFailed({"sources": ["give source or sources, not both."]})
-        if "source" in body and not isinstance(body["source"], str):
-            raise ValidationFailed({"source": ["must be a knowledge base name."]})
-        if "items" not in body:
-            raise ValidationFailed({"items": ["This field is required."]})
-        consolidate = body.get("consolidate", False)
-        if not isinstance(consolidate, bool):
-            raise ValidationFailed({"consolidate": ["must be true or false."]})
-        sources = [body["source"]] if "source" in body else body.get("sources")
-        return cls(items=body["items"], sources=sources, consolidate=consolidate)
+#: A write as a door receives it (a REST body, an MCP tool's arguments), checked as a
+#: whole: its fields, one of ``source`` or ``sources``, every item.
+WriteRequest = WriteBody
 
 
 def write_body(
     scope: Scope, body: Mapping[str, Any], *, principal: policy.Principal = policy.AGENT
 ) -> WriteResult:
     """A door's write (a REST body, an MCP tool's arguments): checked as a whole
-    (:meth:`WriteRequest.from_body`), then :func:`write`."""
-    asked = WriteRequest.from_body(body)
+    (:class:`memoryhub.vocabulary.WriteBody`), then :func:`write`."""
+    asked = WriteBody.parse(body)
     return write(
         scope,
         asked.items,
-        sources=asked.sources,
+        sources=asked.named_sources,
         principal=principal,
         consolidate=asked.consolidate,
     )
@@ -222,7 +197,7 @@ class _Plan:
         elif existing is not None and item.valid_from is None and existing.valid_from:
             # A correction (or a restatement) keeps when the fact became true: its
             # place in a chain of supersessions stays.
-            item = dataclasses.replace(item, valid_from=existing.valid_from)
+            item = item.model_copy(update={"valid_from": existing.valid_from})
         if existing is not None:
             self._update(index, item, existing, digest)
             return
@@ -439,7 +414,7 @@ def write(
     if not isinstance(scope, Scope):
         raise TypeError("write() needs a Scope.")
     names = source_names(sources)
-    validated = validate_items(items)
+    validated = items_of(items)
     knowledge_bases = resolve_sources(scope, names)
     result, refusal = run_again_when_cancelled(
         functools.partial(

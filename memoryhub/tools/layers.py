@@ -43,7 +43,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("scheduling",),
     ("store", "records", "record_indexes", "knowledge_bases"),
     ("filter_indexes", "word_statistics", "history", "distribution", "idempotency"),
-    ("validation", "vector_indexes"),
+    ("vector_indexes",),
     ("indexing", "supersession"),
     ("write", "query"),
     ("updates", "imports"),

@@ -17,7 +17,7 @@ from drf_spectacular.generators import SchemaGenerator
 from memoryhub import vocabulary
 from memoryhub.exceptions import ValidationFailed
 from memoryhub.mcp.tools import IDEMPOTENCY_ARGUMENT, TOOLS
-from memoryhub.services import forget, imports, updates, validation, write
+from memoryhub.services import forget, imports, updates
 from memoryhub.services.query import QueryRequest
 
 #: What an MCP tool leaves out of the request it takes, and why: an MCP answer carries
@@ -51,7 +51,7 @@ def refused_as_unknown(check: Callable[[dict[str, Any]], object], name: str) -> 
 
 
 def check_item(fields: dict[str, Any]) -> object:
-    return validation.validate_items([{"content": "x", **fields}])
+    return vocabulary.items_of([{"content": "x", **fields}])
 
 
 def check_import_line(fields: dict[str, Any]) -> object:
@@ -71,7 +71,7 @@ def check_query(fields: dict[str, Any]) -> object:
 
 
 def check_write(fields: dict[str, Any]) -> object:
-    return write.WriteRequest.from_body(fields)
+    return vocabulary.WriteBody.parse(fields)
 
 
 def check_forget(fields: dict[str, Any]) -> object:
@@ -80,12 +80,12 @@ def check_forget(fields: dict[str, Any]) -> object:
 
 REQUESTS = [
     # (declaration, OpenAPI component, MCP tool, the service's check)
-    (vocabulary.WriteRequestSerializer, "WriteRequest", "memory_write", check_write),
-    (vocabulary.ItemInSerializer, "ItemIn", None, check_item),
-    (vocabulary.ImportLineSerializer, "ItemIn", None, check_import_line),
-    (vocabulary.RecordUpdateSerializer, "PatchedRecordUpdate", "memory_update", check_update),
-    (vocabulary.QueryRequestSerializer, "QueryRequest", "memory_query", check_query),
-    (vocabulary.ForgetRequestSerializer, "ForgetRequest", "memory_forget", check_forget),
+    (vocabulary.WriteBody, "WriteRequest", "memory_write", check_write),
+    (vocabulary.WriteItem, "ItemIn", None, check_item),
+    (vocabulary.WriteItem, "ItemIn", None, check_import_line),
+    (vocabulary.RecordUpdate, "PatchedRecordUpdate", "memory_update", check_update),
+    (vocabulary.QueryBody, "QueryRequest", "memory_query", check_query),
+    (vocabulary.ForgetBody, "ForgetRequest", "memory_forget", check_forget),
 ]  # fmt: skip
 
 
@@ -107,7 +107,7 @@ def test_every_door_takes_the_declared_fields(declaration, component, tool, chec
 
 def test_the_write_tool_items_are_the_declared_item():
     items = mcp_arguments("memory_write")["items"]["items"]
-    assert set(items["properties"]) == set(vocabulary.field_names(vocabulary.ItemInSerializer))
+    assert set(items["properties"]) == set(vocabulary.field_names(vocabulary.WriteItem))
     assert items["required"] == ["content"]
 
 
@@ -133,12 +133,12 @@ def test_every_door_states_and_enforces_the_bounds_the_settings_give(tight):
     assert item["items"]["properties"]["tags"]["maxItems"] == 2
     assert (query["k"]["maximum"], query["k"]["default"]) == (7, 4)
     assert components["QueryRequest"]["properties"]["k"]["maximum"] == 7
-    validation.validate_items([{"content": "x" * 30, "tags": ["a", "b"]}] * 3)
+    vocabulary.items_of([{"content": "x" * 30, "tags": ["a", "b"]}] * 3)
     with pytest.raises(ValidationFailed) as refused:
-        validation.validate_items([{"content": "x" * 31, "tags": ["a", "b", "c"]}])
+        vocabulary.items_of([{"content": "x" * 31, "tags": ["a", "b", "c"]}])
     assert set(refused.value.errors) == {"items[0].content", "items[0].tags"}
     with pytest.raises(ValidationFailed, match="items"):
-        validation.validate_items([{"content": "x"}] * 4)
+        vocabulary.items_of([{"content": "x"}] * 4)
     assert QueryRequest.build(query="x").k == 4
     assert QueryRequest.build(query="x", k=7).k == 7
     with pytest.raises(ValidationFailed, match="k"):
@@ -146,8 +146,9 @@ def test_every_door_states_and_enforces_the_bounds_the_settings_give(tight):
 
 
 def test_the_query_defaults_are_the_declared_ones():
-    declared = vocabulary.QueryRequestSerializer().fields
+    declared = vocabulary.QueryBody.model_fields
     built = QueryRequest.build(query="x")
     for name in ("mode", "rerank", "explain", "k"):
-        assert getattr(built, name) == declared[name].default, name
-        assert mcp_arguments("memory_query")[name]["default"] == declared[name].default
+        default = declared[name].get_default(call_default_factory=True)
+        assert getattr(built, name) == default, name
+        assert mcp_arguments("memory_query")[name]["default"] == default

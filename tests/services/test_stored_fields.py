@@ -17,7 +17,7 @@ from memoryhub.items import MOMENT_FIELDS, STORED_FIELDS
 from memoryhub.models import MemoryRecord, RecordVersion
 from memoryhub.services import history, imports, knowledge_bases, records, write
 from memoryhub.services.store.persistence import UPSERT_FIELDS
-from memoryhub.vocabulary import ItemInSerializer, RecordUpdateSerializer
+from memoryhub.vocabulary import RecordUpdate, WriteItem, field_names
 
 pytestmark = pytest.mark.django_db
 
@@ -93,8 +93,8 @@ def test_history_keeps_every_stored_field(tenant):
 def test_the_admin_form_the_upsert_and_the_api_vocabulary_name_every_stored_field():
     assert set(STORED_FIELDS) <= set(RecordForm.Meta.fields)
     assert set(STORED_FIELDS) - {"key"} <= set(UPSERT_FIELDS)
-    assert set(STORED_FIELDS) <= set(ItemInSerializer().fields)
-    assert set(STORED_FIELDS) <= set(RecordUpdateSerializer().fields)
+    assert set(STORED_FIELDS) <= field_names(WriteItem)
+    assert set(STORED_FIELDS) <= field_names(RecordUpdate)
 
 
 def test_a_record_written_with_every_field_stores_each(tenant):

@@ -34,7 +34,7 @@ class QueryView(MemoryAPIView):
     @extend_schema(
         summary="Query memory",
         parameters=[DOMAIN],
-        request=vocabulary.QueryRequestSerializer,
+        request=vocabulary.QueryBody,
         responses={200: s.QueryResponseSerializer, **errors_except()},
         examples=schema.QUERY_EXAMPLES,
     )
@@ -56,7 +56,7 @@ class ForgetView(MemoryAPIView):
     @extend_schema(
         summary="Forget memory",
         parameters=[DOMAIN, IDEMPOTENCY_KEY],
-        request=vocabulary.ForgetRequestSerializer,
+        request=vocabulary.ForgetBody,
         responses={200: s.ForgetResponseSerializer, **errors_except(), **KEY_REUSED},
         examples=schema.FORGET_EXAMPLES,
     )

@@ -94,7 +94,7 @@ class RecordsView(MemoryAPIView):
                 description="Seconds (bounded) to wait until the records are indexed.",
             ),
         ],
-        request=vocabulary.WriteRequestSerializer,
+        request=vocabulary.WriteBody,
         responses={
             200: OpenApiResponse(
                 s.WriteResponseSerializer, description="Written and indexed (?wait)."
@@ -242,7 +242,7 @@ class NamespacesView(MemoryAPIView):
     @extend_schema(
         summary="List namespaces",
         operation_id="namespaces_list",
-        parameters=[DOMAIN, vocabulary.NamespaceListSerializer],
+        parameters=[DOMAIN, *schema.query_parameters(vocabulary.NamespaceListing)],
         responses={200: NamespacePageSerializer, **errors_except(413)},
     )
     def get(self, request: Request, domain: str) -> Response:
@@ -302,7 +302,7 @@ class RecordDetailView(MemoryAPIView):
     @extend_schema(
         summary="Replace a record's content and fields",
         parameters=[DOMAIN, IDEMPOTENCY_KEY],
-        request=vocabulary.RecordUpdateSerializer,
+        request=vocabulary.RecordUpdate,
         responses={200: UPDATED, **errors_except(), **KEY_REUSED},
     )
     def put(self, request: Request, domain: str, record_id: str) -> Response:
@@ -311,7 +311,7 @@ class RecordDetailView(MemoryAPIView):
     @extend_schema(
         summary="Change some of a record's fields",
         parameters=[DOMAIN, IDEMPOTENCY_KEY],
-        request=vocabulary.RecordUpdateSerializer,
+        request=vocabulary.RecordUpdate,
         responses={200: UPDATED, **errors_except(), **KEY_REUSED},
     )
     def patch(self, request: Request, domain: str, record_id: str) -> Response:

@@ -14,7 +14,7 @@ from ... import boundary
 from ...exceptions import ValidationFailed
 from ...items import MOMENT_FIELDS
 from ...models import ImportJob
-from ..validation import validate_items
+from ...vocabulary import items_of
 
 CHUNK_SIZE = 1200
 
@@ -185,7 +185,7 @@ def iter_rows(
 def check_row(row: Row) -> list[str]:
     """What is wrong with one row, as ``field: message`` strings (empty: nothing)."""
     try:
-        validate_items([row.item])
+        items_of([row.item])
     except ValidationFailed as exc:
         return [
             f"{path.removeprefix('items[0]').lstrip('.') or 'item'}: {message}"

@@ -69,7 +69,7 @@ def _base_queryset(scope: Scope, request: QueryRequest) -> MemoryRecordQuerySet:
     records = (
         MemoryRecord.objects.live(now=Now())
         .filter(valid_q(request.as_of, as_of=True) if request.as_of is not None else valid_q(Now()))
-        .in_namespaces(list(request.namespaces))
+        .in_namespaces(list(request.namespaces or ("",)))
         .occurred_between(request.occurred_after, request.occurred_before)
     )
     if request.sources is not None:

@@ -1,6 +1,6 @@
 """Celery tasks: thin wrappers over the services, which hold every rule (what to retry,
 what the sweeper re-sends). Arguments are ids. Services send these by name
-(``services.scheduling.send``) and never import this module."""
+(``services.dispatch.send``) and never import this module."""
 
 from __future__ import annotations
 

@@ -92,7 +92,7 @@ def start(config: pytest.Config) -> None:
     cluster = Cluster(directory / "cluster", bin_dir, workers=2, durable=False)
     cluster.start()
     os.environ[CLUSTER_DIR] = str(directory / "cluster")
-    config._memoryhub_citus = cluster  # type: ignore[attr-defined]
+    config._memoryhub_citus = cluster
 
 
 def stop(config: pytest.Config) -> None:
@@ -102,7 +102,7 @@ def stop(config: pytest.Config) -> None:
         shutil.rmtree(cluster.directory.parent, ignore_errors=True)  # the session's mkdtemp
 
 
-def cluster():  # type: ignore[no-untyped-def]
+def cluster():
     import json
 
     from memoryhub.contrib.citus_cluster import Cluster

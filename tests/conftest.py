@@ -105,7 +105,7 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: N
 
 
 @pytest.fixture(scope="session")
-def django_db_setup(django_db_setup: None, django_db_blocker) -> None:  # type: ignore[no-untyped-def]
+def django_db_setup(django_db_setup: None, django_db_blocker) -> None:
     """The test database, migrated, and on a Citus cluster distributed."""
     if citus.ENABLED and citus.CLUSTER_DIR in os.environ:
         from django.core.management import call_command
@@ -138,7 +138,7 @@ class Tenant:
     domain: Domain
 
     @property
-    def org(self):  # type: ignore[no-untyped-def]
+    def org(self):
         return self.domain.org
 
     @property
@@ -167,7 +167,7 @@ def other_tenant(db: None) -> Tenant:
 
 
 @pytest.fixture
-def acme_user(tenant):  # type: ignore[no-untyped-def]
+def acme_user(tenant):
     """A staff member of acme only (the default role: an operator)."""
     from .factories import MembershipFactory
 
@@ -175,7 +175,7 @@ def acme_user(tenant):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def operator(client, acme_user):  # type: ignore[no-untyped-def]
+def operator(client, acme_user):
     """The test client, signed in as ``acme_user`` (modules may define their own)."""
     client.force_login(acme_user)
     return client
@@ -187,14 +187,14 @@ def api_client() -> APIClient:
 
 
 @pytest.fixture
-def committed(django_capture_on_commit_callbacks):  # type: ignore[no-untyped-def]
+def committed(django_capture_on_commit_callbacks):
     """Run ``fn(*args)`` and then its on-commit callbacks, as a real commit would.
 
     Tests run inside a transaction that never commits; this executes what the commit
     would have (indexing in eager mode, cache generation bumps).
     """
 
-    def run(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def run(fn, *args, **kwargs):
         with django_capture_on_commit_callbacks(execute=True):
             return fn(*args, **kwargs)
 

@@ -17,7 +17,7 @@ class SlowEmbedder(HashingEmbedder):
     """
 
     def __init__(self, marker: str, delay: float = 0.0, **options: object) -> None:
-        super().__init__(**options)  # type: ignore[arg-type]
+        super().__init__(**options)
         self.marker = Path(marker)
         self.delay = delay
 

@@ -55,7 +55,7 @@ class KnowledgeBaseFactory(factory.django.DjangoModelFactory):
     name = factory.Sequence(lambda n: f"kb-{n}")
 
     @classmethod
-    def _create(cls, model_class, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def _create(cls, model_class, *args, **kwargs):
         return model_class.unscoped.create(*args, **kwargs)
 
 
@@ -72,7 +72,7 @@ class MemoryRecordFactory(factory.django.DjangoModelFactory):
     content_hash = factory.LazyAttribute(lambda record: content_hash(record.content))
 
     @classmethod
-    def _create(cls, model_class, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def _create(cls, model_class, *args, **kwargs):
         return model_class.unscoped.create(*args, **kwargs)
 
 
@@ -84,7 +84,7 @@ def create_api_key(**kwargs: object) -> tuple[ApiKey, str]:
     return ApiKey.objects.create_key(**kwargs)
 
 
-def key_client(tenant, **permissions: object):  # type: ignore[no-untyped-def]
+def key_client(tenant, **permissions: object):
     """A DRF test client that sends a new API key of ``tenant``'s org."""
     from rest_framework.test import APIClient
 

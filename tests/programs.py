@@ -82,7 +82,7 @@ class RedisServer:
     def url(self, db: int = TEST_REDIS_DB) -> str:
         return f"redis://127.0.0.1:{self.port}/{db}"
 
-    def client(self, db: int = TEST_REDIS_DB):  # type: ignore[no-untyped-def]
+    def client(self, db: int = TEST_REDIS_DB):
         import redis
 
         return redis.Redis(host="127.0.0.1", port=self.port, db=db)
@@ -347,7 +347,7 @@ class PostgresServer:
     def url(self, database: str) -> str:
         return f"postgresql://postgres@/{database}?host={quote(self.socket_dir)}"
 
-    def connect(self, database: str = "postgres"):  # type: ignore[no-untyped-def]
+    def connect(self, database: str = "postgres"):
         import psycopg
 
         return psycopg.connect(

@@ -39,7 +39,7 @@ from ..services import imports, knowledge_bases, supersession
 from ..services import records as record_service
 from ..vocabulary import items_of
 from .base import OperatorAdmin, admin_context, deletion_summary, operator_view, principal
-from .filters import knowledge_base_label
+from .list_filters import knowledge_base_label
 
 #: What the record form edits: a record's stored fields and its namespace.
 RECORD_FIELDS = (*STORED_FIELDS, "namespace")

@@ -14,7 +14,7 @@ from django.utils.translation import gettext_lazy as _
 
 from ..models import Observation
 from .base import AuditAdmin
-from .filters import ActorFilter, CreatedWithinFilter, SourceFilter, VisibleRelatedFilter
+from .list_filters import ActorFilter, CreatedWithinFilter, SourceFilter, VisibleRelatedFilter
 
 SUMMARY_KINDS = (
     Observation.Kind.MEMORY_WRITE_REFUSED,

@@ -43,7 +43,8 @@ from ..services import write as write_service
 from ..templatetags.memoryhub_admin import when_wrapped
 from .base import OperatorAdmin, admin_context, operator_view, principal
 from .erasure import erasure_batch, show_receipt
-from .filters import (
+from .knowledge import RecordForm, item_from
+from .list_filters import (
     EmbeddingModelFilter,
     NamespaceFilter,
     ValidityFilter,
@@ -51,7 +52,6 @@ from .filters import (
     knowledge_base_label,
     shown,
 )
-from .knowledge import RecordForm, item_from
 from .playground import playground_view
 
 #: How much of a record's content its change-list row shows (the rest on hover).

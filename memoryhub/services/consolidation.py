@@ -54,7 +54,7 @@ from . import forget as forget_service
 from . import query as query_service
 from . import supersession, updates
 from . import write as write_service
-from .scheduling import send
+from .dispatch import send
 from .store.locks import int4_key
 from .store.persistence import (
     CONSOLIDATION_DONE,

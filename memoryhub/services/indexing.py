@@ -29,7 +29,7 @@ from ..embedders import EmbedderError
 from ..models import MemoryRecord, Observation, WorkerHeartbeat, adjacent_turn_sql
 from ..scope import Scope
 from . import distribution
-from .scheduling import schedule_indexing, send
+from .dispatch import schedule_indexing, send
 from .store import bulk
 from .vector_indexes import OWN_INDEX_ONLY, ensure_vector_index, fold_delta, own_index, placement
 

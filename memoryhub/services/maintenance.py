@@ -18,7 +18,7 @@ from ..conf import memoryhub_settings
 from ..models import MemoryRecord, Observation
 from ..scope import Scope
 from . import consolidation, forget, idempotency, imports, indexing, vector_indexes
-from .scheduling import queued, redelivery_after, schedule_indexing, send
+from .dispatch import queued, redelivery_after, schedule_indexing, send
 from .store.deletion import delete_records
 
 __all__ = ["lost_records", "purge_expired", "sweep"]

@@ -21,8 +21,8 @@ from ..models import KnowledgeBase, MemoryRecord, RecordVersion
 from ..scope import Scope, tenant_scope
 from ..vocabulary import RecordUpdate, WriteItem, field_names, items_of
 from . import history, supersession
+from .dispatch import schedule_indexing
 from .records import get_record
-from .scheduling import schedule_indexing
 from .store.locks import lock_domain, lock_namespaces
 from .store.refusals import refuse_record_change
 from .store.transient import run_again_when_cancelled

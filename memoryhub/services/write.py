@@ -33,8 +33,8 @@ from ..models import KnowledgeBase, MemoryRecord, Observation, RecordVersion
 from ..scope import Scope, tenant_scope
 from ..vocabulary import WriteBody, WriteItem, items_of
 from . import history, supersession
+from .dispatch import schedule_indexing
 from .knowledge_bases import resolve_sources, source_names
-from .scheduling import schedule_indexing
 from .store import persistence
 from .store.locks import lock_domain, lock_namespaces
 from .store.persistence import CONSOLIDATION_PENDING

@@ -40,7 +40,7 @@ SERVICES = "memoryhub.services"
 
 #: The services (modules and packages of ``memoryhub/services/``), lowest layer first.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("scheduling",),
+    ("dispatch",),
     ("store", "records", "record_indexes", "knowledge_bases"),
     ("filter_indexes", "word_statistics", "history", "distribution", "idempotency"),
     ("vector_indexes",),

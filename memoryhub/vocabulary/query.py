@@ -126,7 +126,6 @@ class QueryBody(Request):
             -1.0,
             1.0,
             message="must be a number from -1 to 1.",
-            nullable=True,
             help="The least score in the mode's scale (applied before any reranking).",
         ),
     ] = None

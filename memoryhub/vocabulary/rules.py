@@ -260,10 +260,9 @@ def integer(
     return Rule(check, schema, help, nullable, states_null=states_null)
 
 
-def number(
-    low: float, high: float, *, message: str, nullable: bool = False, help: str = ""
-) -> Rule:
-    """A number from ``low`` to ``high`` (a bool is not one), answered as a float."""
+def number(low: float, high: float, *, message: str, help: str = "") -> Rule:
+    """A number from ``low`` to ``high`` (a bool is not one), answered as a float; null
+    is no number."""
 
     def check(value: Any) -> float:
         if (
@@ -274,7 +273,8 @@ def number(
             raise Refused(message)
         return float(value)
 
-    return Rule(check, lambda: {"type": "number", "minimum": low, "maximum": high}, help, nullable)
+    schema = {"type": "number", "minimum": low, "maximum": high}
+    return Rule(check, lambda: dict(schema), help, nullable=True, states_null=False)
 
 
 def parse_moment(value: Any, *, dates: bool = False) -> datetime | None:

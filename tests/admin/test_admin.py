@@ -20,7 +20,7 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def operator(client, tenant):  # type: ignore[no-untyped-def]
+def operator(client, tenant):
     """A staff member of acme only, with every memoryhub/tenants permission."""
     user = MembershipFactory(org=tenant.org, user__is_staff=True).user
     user.user_permissions.set(
@@ -31,7 +31,7 @@ def operator(client, tenant):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def data(tenant, other_tenant):  # type: ignore[no-untyped-def]
+def data(tenant, other_tenant):
     knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
     write.write(
         tenant.scope,
@@ -69,7 +69,7 @@ PAGES = [
 ]
 
 
-def own_rows(tenant, data):  # type: ignore[no-untyped-def]
+def own_rows(tenant, data):
     """Per page, the markup that only acme's own rows (or its domain choice) produce."""
     acme_record = MemoryRecord.unscoped.get(content="acme handbook entry")
     acme_observation = Observation.unscoped.filter(org=tenant.org).earliest("created_at")

@@ -39,7 +39,7 @@ Rollbacks need two approvers and a ticket. Roll back first, investigate second.
 """
 
 
-def _browser_or_skip():  # type: ignore[no-untyped-def]
+def _browser_or_skip():
     missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not shutil.which(p)]
     if missing:
         message = f"missing {', '.join(missing)} (Debian packages chromium, chromium-driver)"
@@ -70,7 +70,7 @@ def _browser_or_skip():  # type: ignore[no-untyped-def]
     return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
 
 
-def csp_refusals(browser) -> list[str]:  # type: ignore[no-untyped-def]
+def csp_refusals(browser) -> list[str]:
     """What the page's Content-Security-Policy refused since the last call (the console)."""
     return [
         entry["message"]
@@ -80,7 +80,7 @@ def csp_refusals(browser) -> list[str]:  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def browser():  # type: ignore[no-untyped-def]
+def browser():
     driver = _browser_or_skip()
     driver.implicitly_wait(5)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -92,13 +92,13 @@ def browser():  # type: ignore[no-untyped-def]
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 
 
-def shot(browser, name: str) -> None:  # type: ignore[no-untyped-def]
+def shot(browser, name: str) -> None:
     browser.save_screenshot(str(ARTIFACTS / f"{name}.png"))
     if os.environ.get("MEMORYHUB_UPDATE_SCREENSHOTS") == "1":
         shutil.copyfile(ARTIFACTS / f"{name}.png", SCREENSHOTS / f"{name}.png")
 
 
-def viewport(browser, width: int, height: int = 1000) -> None:  # type: ignore[no-untyped-def]
+def viewport(browser, width: int, height: int = 1000) -> None:
     """Make the page ``width`` CSS pixels wide (the window's frame aside)."""
     browser.set_window_size(width, height)
     inner = browser.execute_script("return [window.innerWidth, window.innerHeight]")
@@ -106,7 +106,7 @@ def viewport(browser, width: int, height: int = 1000) -> None:  # type: ignore[n
     assert browser.execute_script("return window.innerWidth") == width
 
 
-def fits(browser) -> tuple[int, int]:  # type: ignore[no-untyped-def]
+def fits(browser) -> tuple[int, int]:
     """The page's width and the window's: no horizontal scrolling when the first is not
     larger."""
     return tuple(
@@ -114,7 +114,7 @@ def fits(browser) -> tuple[int, int]:  # type: ignore[no-untyped-def]
     )
 
 
-def login(browser, live_server) -> None:  # type: ignore[no-untyped-def]
+def login(browser, live_server) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
@@ -133,7 +133,7 @@ def test_operator_curates_imports_queries_and_erases(
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
-    def wait(condition):  # type: ignore[no-untyped-def]
+    def wait(condition):
         """Wait for the next page (a click returns before its request completes)."""
         return WebDriverWait(browser, 30).until(condition)
 
@@ -258,7 +258,7 @@ def test_operator_home_a_large_kb_a_live_import_and_its_undo(
     from memoryhub.scope import Scope
     from tests.programs import celery_broker, redis_server, start_worker
 
-    def wait(condition, timeout: float = 60):  # type: ignore[no-untyped-def]
+    def wait(condition, timeout: float = 60):
         return WebDriverWait(browser, timeout).until(condition)
 
     domain = DomainFactory(org=OrgFactory(slug="acme", name="Acme"), slug="support")
@@ -297,7 +297,7 @@ def test_operator_home_a_large_kb_a_live_import_and_its_undo(
         worker = start_worker(redis.url(), tmp_path / "worker.log")
         try:
 
-            def worker_seen(_):  # type: ignore[no-untyped-def]
+            def worker_seen(_):
                 browser.get(f"{live_server.url}/admin/")
                 return "Worker running" in browser.find_element(By.ID, "mh-pipeline").text
 

@@ -25,7 +25,7 @@ RECORDS = "/admin/memoryhub/memoryrecord/"
 
 
 @pytest.fixture
-def kbs(tenant, other_tenant):  # type: ignore[no-untyped-def]
+def kbs(tenant, other_tenant):
     handbook = knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook")
     write.write(tenant.scope, [{"content": "refunds take five days"}], sources=["handbook"])
     vault = knowledge_bases.ensure_knowledge_base(other_tenant.scope, "globex-vault")
@@ -66,7 +66,7 @@ def upload(name: str, text: str) -> SimpleUploadedFile:
 
 
 @pytest.fixture
-def imported(operator, kbs, tenant, committed, settings, monkeypatch):  # type: ignore[no-untyped-def]
+def imported(operator, kbs, tenant, committed, settings, monkeypatch):
     """40 lines into acme's handbook: 3 repeat a record already there, 2 repeat an
     earlier line of the file, 1 updates a record by its key."""
     from memoryhub.services import imports
@@ -370,7 +370,7 @@ def test_the_kb_list_counts_records_only_up_to_its_cap(operator, kbs, monkeypatc
     assert "globex" not in page
 
 
-def _acme(kbs):  # type: ignore[no-untyped-def]
+def _acme(kbs):
     from memoryhub.scope import Scope
 
     handbook = kbs["handbook"]

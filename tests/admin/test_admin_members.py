@@ -16,7 +16,7 @@ ADD = "/admin/tenants/membership/add/"
 
 
 @pytest.fixture
-def owner(tenant, other_tenant):  # type: ignore[no-untyped-def]
+def owner(tenant, other_tenant):
     user = MembershipFactory(org=tenant.org, role="owner", user__is_staff=True).user
     client = Client()
     client.force_login(user)

@@ -26,7 +26,7 @@ RECORDS = "/admin/memoryhub/memoryrecord/"
 
 
 @pytest.fixture
-def two_orgs(tenant, other_tenant):  # type: ignore[no-untyped-def]
+def two_orgs(tenant, other_tenant):
     """acme/support/handbook with records in three namespaces; globex/support/vault with
     a namespace and knowledge base whose names must never reach an acme user."""
     handbook = KnowledgeBaseFactory(domain=tenant.domain, name="handbook")
@@ -202,7 +202,7 @@ PLAYGROUND = RECORDS + "playground/"
 
 
 @pytest.fixture
-def indexed(tenant, other_tenant):  # type: ignore[no-untyped-def]
+def indexed(tenant, other_tenant):
     """Records written (and indexed) through the write service in both orgs."""
     from memoryhub.services import write
 
@@ -221,7 +221,7 @@ def indexed(tenant, other_tenant):  # type: ignore[no-untyped-def]
     )
 
 
-def playground(client, tenant, **params: str) -> str:  # type: ignore[no-untyped-def]
+def playground(client, tenant, **params: str) -> str:
     from urllib.parse import urlencode
 
     query = {"domain": tenant.domain.pk, "query": "refunds", "mode": "hybrid", "k": 5, **params}
@@ -271,7 +271,7 @@ def test_playground_explains_the_score(operator, tenant, indexed):
 OBSERVATIONS = "/admin/memoryhub/observation/"
 
 
-def observe(tenant, kind: str = "memory.write_refused", **fields):  # type: ignore[no-untyped-def]
+def observe(tenant, kind: str = "memory.write_refused", **fields):
     from memoryhub.models import Observation
 
     fields.setdefault("domain", tenant.domain)
@@ -367,7 +367,7 @@ KEYS = "/admin/tenants/apikey/"
 
 
 @pytest.fixture
-def keys(tenant, other_tenant):  # type: ignore[no-untyped-def]
+def keys(tenant, other_tenant):
     from datetime import timedelta
 
     from django.utils import timezone

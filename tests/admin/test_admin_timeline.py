@@ -15,7 +15,7 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def operator(client, tenant):  # type: ignore[no-untyped-def]
+def operator(client, tenant):
     user = MembershipFactory(org=tenant.org, user__is_staff=True).user
     user.user_permissions.set(
         Permission.objects.filter(content_type__app_label__in=["memoryhub", "tenants"])
@@ -29,7 +29,7 @@ def city(content: str, when: str) -> dict:
     return {**item, "valid_from": when, "supersede": True}
 
 
-def add_successor(operator, tenant, content: str, day: str):  # type: ignore[no-untyped-def]
+def add_successor(operator, tenant, content: str, day: str):
     """The admin's add form: ``content`` under bob's key "city", superseding, from ``day``."""
     kb = knowledge_bases.ensure_knowledge_base(tenant.scope, "memory")
     return operator.post(

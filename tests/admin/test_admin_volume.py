@@ -35,7 +35,7 @@ def _bulk(knowledge_base: KnowledgeBase, n: int, **fields: object) -> None:
 
 
 @pytest.fixture
-def big_kb(tenant, other_tenant) -> KnowledgeBase:  # type: ignore[no-untyped-def]
+def big_kb(tenant, other_tenant) -> KnowledgeBase:
     handbook = knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
     _bulk(handbook, RECORDS)
     # The same name in another org: none of it is counted on acme's page.
@@ -208,11 +208,11 @@ def test_the_home_counts_a_big_backlog_only_up_to_its_cap(
     _bulk(knowledge_bases.ensure_knowledge_base(other_tenant.scope, "imports"), 2, status="pending")
     _bulk(knowledge_bases.ensure_knowledge_base(other_tenant.scope, "other"), 1, status="failed")
     html = admin_client.get("/admin/").content.decode()
-    row = re.search(r'data-domain="acme/support">(.*?)</tr>', html, re.S).group(1)  # type: ignore[union-attr]
+    row = re.search(r'data-domain="acme/support">(.*?)</tr>', html, re.S).group(1)
     assert re.findall(r'<td class="num">(?:<a[^>]*>)?([\d+]+)', row)[:3] == ["8", "8", "0"]
     monkeypatch.setattr(overview, "UNINDEXED_CAP", 5)
     html = admin_client.get("/admin/").content.decode()
-    acme = re.search(r'data-domain="acme/support">(.*?)</tr>', html, re.S).group(1)  # type: ignore[union-attr]
-    globex = re.search(r'data-domain="globex/support">(.*?)</tr>', html, re.S).group(1)  # type: ignore[union-attr]
+    acme = re.search(r'data-domain="acme/support">(.*?)</tr>', html, re.S).group(1)
+    globex = re.search(r'data-domain="globex/support">(.*?)</tr>', html, re.S).group(1)
     assert re.findall(r'<td class="num">(?:<a[^>]*>)?([\d+]+)', acme)[:3] == ["8", "5+", "0"]
     assert re.findall(r'<td class="num">(?:<a[^>]*>)?([\d+]+)', globex)[:3] == ["3", "2", "1"]

@@ -30,7 +30,7 @@ def client_for(key: str) -> APIClient:
 
 
 @pytest.fixture
-def api(tenant):  # type: ignore[no-untyped-def]
+def api(tenant):
     _, key = create_api_key(org=tenant.org, can_read=True, can_write=True, can_forget=True)
     return client_for(key)
 
@@ -39,7 +39,7 @@ def url(path: str, domain: str = "support") -> str:
     return f"/api/v1/domains/{domain}/{path}"
 
 
-def post(client, path, body, domain="support", **extra):  # type: ignore[no-untyped-def]
+def post(client, path, body, domain="support", **extra):
     return client.post(url(path, domain), body, format="json", **extra)
 
 

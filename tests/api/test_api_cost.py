@@ -191,7 +191,7 @@ def test_the_latency_rows_leave_out_a_workers_first_request(tenant, other_tenant
 
     client = ColdFirstClient()
     questions = [f"refund question {n}" for n in range(QUERIES)]
-    rows = served_latency(tenant.scope, questions, client, "key")  # type: ignore[arg-type]
+    rows = served_latency(tenant.scope, questions, client, "key")
     assert rows["api vector"]["p99"] < 100
     assert len(client.bodies) == 2 * (len(questions) + 1)
     assert [body["query"] for body in client.bodies[1 : len(questions) + 1]] == questions

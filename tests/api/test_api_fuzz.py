@@ -52,7 +52,7 @@ pytestmark = [
 
 
 @pytest.fixture
-def api(tenant):  # type: ignore[no-untyped-def]
+def api(tenant):
     _, key = create_api_key(org=tenant.org, can_read=True, can_write=True, can_forget=True)
     # A crash must come back as a response to inspect, not as an exception in the test.
     client = APIClient(raise_request_exception=False)
@@ -61,7 +61,7 @@ def api(tenant):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def seeded(tenant):  # type: ignore[no-untyped-def]
+def seeded(tenant):
     """A few records, so queries have something to find and forgets something to erase."""
     write.write(
         tenant.scope,
@@ -184,7 +184,7 @@ UPDATE_BODY = st.one_of(
         {},
         optional={
             name: strategy
-            for name, strategy in ITEM.wrapped_strategy.optional.items()  # type: ignore[attr-defined]
+            for name, strategy in ITEM.wrapped_strategy.optional.items()
             if name != "id"
         }
         | {"content": field(TEXT), "namespace": ANY, "source": ANY},
@@ -282,7 +282,7 @@ def test_raw_json_text(api, seeded, path, text):
 def test_invalid_utf8_is_a_400(api, raw):
     response = api.post(url("query"), raw, content_type="application/json")
     assert response.status_code == 400
-    assert assert_contract(response)["code"] == "parse_error"  # type: ignore[index]
+    assert assert_contract(response)["code"] == "parse_error"
 
 
 @pytest.mark.parametrize(
@@ -359,7 +359,7 @@ def test_hostile_wait_parameters(api, wait):
         url("records") + f"?wait={wait}", {"items": [{"content": "x"}]}, format="json"
     )
     assert response.status_code == 400
-    assert "wait" in assert_contract(response)["errors"]  # type: ignore[call-overload]
+    assert "wait" in assert_contract(response)["errors"]
     assert record_count() == before
 
 
@@ -385,7 +385,7 @@ def test_a_body_over_the_default_limit_is_413_and_writes_nothing(api):
     assert len(body) > 4 * 1024 * 1024
     response = send_raw(api, "records", body)
     assert response.status_code == 413
-    assert assert_contract(response)["code"] == "request_too_large"  # type: ignore[index]
+    assert assert_contract(response)["code"] == "request_too_large"
     assert record_count() == 0
 
 
@@ -394,9 +394,7 @@ def test_a_body_between_djangos_limit_and_ours_is_read(api):
     items = [{"content": f"{n} " + "x" * 29_000} for n in range(100)]
     response = send(api, "records", {"items": items})
     assert response.status_code == 400  # content over 20,000 characters: a 400, not a crash
-    assert set(assert_contract(response)["errors"]) == {  # type: ignore[call-overload]
-        f"items[{n}].content" for n in range(100)
-    }
+    assert set(assert_contract(response)["errors"]) == {f"items[{n}].content" for n in range(100)}
     items = [{"content": f"{n} " + "x" * 19_000} for n in range(100)]  # 1.9 MB
     assert send(api, "records", {"items": items}).status_code == 202
     assert record_count() == 100
@@ -435,7 +433,7 @@ def test_a_chunked_body_a_server_cannot_delimit_is_411(api):
         HTTP_TRANSFER_ENCODING="chunked",
     )
     assert response.status_code == 411
-    assert assert_contract(response)["code"] == "length_required"  # type: ignore[index]
+    assert assert_contract(response)["code"] == "length_required"
     assert record_count() == 0
 
 
@@ -443,7 +441,7 @@ def test_a_chunked_body_a_server_cannot_delimit_is_411(api):
 
 
 @pytest.fixture
-def server(tmp_path, tenant) -> Iterator[tuple[str, int, str]]:  # type: ignore[no-untyped-def]
+def server(tmp_path, tenant) -> Iterator[tuple[str, int, str]]:
     """Real gunicorn on the test database (committed rows); MAX_BODY_BYTES 64 KiB."""
     _, key = create_api_key(org=tenant.org, can_read=True, can_write=True)
     process, base_url = start_gunicorn(
@@ -496,9 +494,9 @@ def decode_chunked(raw: bytes) -> bytes:
 
 def json_of(raw: bytes) -> dict[str, Any]:
     try:
-        return json.loads(raw)  # type: ignore[no-any-return]
+        return json.loads(raw)
     except ValueError:
-        return json.loads(decode_chunked(raw))  # type: ignore[no-any-return]
+        return json.loads(decode_chunked(raw))
 
 
 @pytest.mark.django_db(transaction=True)

@@ -30,7 +30,7 @@ CHECKS = [
 
 
 @pytest.fixture
-def api_schema(tenant, settings):  # type: ignore[no-untyped-def]
+def api_schema(tenant, settings):
     """The schema served by the app. Like Django's test client, keep the test's DB
     connection (and its transaction) open across the WSGI requests."""
     from django.core.signals import request_finished, request_started
@@ -47,7 +47,7 @@ def api_schema(tenant, settings):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def credentials(tenant):  # type: ignore[no-untyped-def]
+def credentials(tenant):
     knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
     [record] = write.write(tenant.scope, [{"content": "Refunds take 5 days."}]).records
     _, key = create_api_key(org=tenant.org, can_read=True, can_write=True, can_forget=True)
@@ -55,7 +55,7 @@ def credentials(tenant):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.django_db
-def test_api_conforms_to_its_schema(api_schema, credentials):  # type: ignore[no-untyped-def]
+def test_api_conforms_to_its_schema(api_schema, credentials):
     """Each operation, with hypothesis-generated requests (schemathesis' pytest plugin
     does not run on pytest 9 yet, so the operations are driven here)."""
     headers, record_id = credentials
@@ -72,7 +72,7 @@ def test_api_conforms_to_its_schema(api_schema, credentials):  # type: ignore[no
             database=None,
         )
         @given(case=operation.as_strategy())
-        def check(case):  # type: ignore[no-untyped-def]
+        def check(case):
             if "domain" in (case.path_parameters or {}):
                 case.path_parameters["domain"] = "support"
             if "record_id" in (case.path_parameters or {}):

@@ -27,7 +27,7 @@ DOMAINS = {"acme": ("support", "sales"), "globex": ("support", "legal")}
 
 
 @pytest.fixture
-def world():  # type: ignore[no-untyped-def]
+def world():
     orgs = {slug: OrgFactory(slug=slug) for slug in DOMAINS}
     domains = {
         (org_slug, slug): DomainFactory(org=orgs[org_slug], slug=slug)
@@ -76,7 +76,7 @@ def snapshot() -> list[tuple]:
     ) + sorted(KnowledgeBase.unscoped.values_list("id", "name", "refused_writes"))
 
 
-def call(client: APIClient, method: str, path: str, body: dict | None):  # type: ignore[no-untyped-def]
+def call(client: APIClient, method: str, path: str, body: dict | None):
     if body is None:
         return getattr(client, method)(path)
     return getattr(client, method)(path, body, format="json")

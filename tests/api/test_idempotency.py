@@ -22,11 +22,11 @@ RECORDS = "/api/v1/domains/support/records"
 FORGET = "/api/v1/domains/support/forget"
 
 
-def post(api, url, body, key, **extra):  # type: ignore[no-untyped-def]
+def post(api, url, body, key, **extra):
     return api.post(url, body, format="json", HTTP_IDEMPOTENCY_KEY=key, **extra)
 
 
-def stored(tenant) -> list[str]:  # type: ignore[no-untyped-def]
+def stored(tenant) -> list[str]:
     return sorted(
         MemoryRecord.unscoped.filter(org_id=tenant.org.pk).values_list("content", flat=True)
     )

@@ -28,7 +28,7 @@ def put(tenant: Any, namespace: str, key: str | None, content: str = "note", **e
 
 
 @pytest.fixture
-def filled(tenant, other_tenant):  # type: ignore[no-untyped-def]
+def filled(tenant, other_tenant):
     """acme: four namespaces, keys in directories; globex: the same names, other keys."""
     for namespace, key in [
         ("user:alice", "memories/#a"),

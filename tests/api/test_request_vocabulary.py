@@ -112,7 +112,7 @@ def test_the_write_tool_items_are_the_declared_item():
 
 
 @pytest.fixture
-def tight(settings):  # type: ignore[no-untyped-def]
+def tight(settings):
     settings.MEMORYHUB = {
         **settings.MEMORYHUB,
         "MAX_K": 7,

@@ -15,7 +15,7 @@ RECORDS = "/api/v1/domains/support/records"
 
 
 @pytest.fixture
-def api(tenant, other_tenant):  # type: ignore[no-untyped-def]
+def api(tenant, other_tenant):
     write.write(tenant.scope, [{"content": f"fact {n}"} for n in range(5)])
     write.write(other_tenant.scope, [{"content": "globex fact"}])
     return key_client(tenant, can_read=True, can_write=True)

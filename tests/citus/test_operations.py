@@ -62,7 +62,7 @@ def database_name() -> str:
 class Writer(threading.Thread):
     """An agent writing one turn at a time until told to stop."""
 
-    def __init__(self, tenant) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, tenant) -> None:
         super().__init__(daemon=True)
         self.tenant = tenant
         self.stop = threading.Event()
@@ -87,7 +87,7 @@ class Writer(threading.Thread):
             connections.close_all()
 
 
-def run_under_writes(tenant, operation):  # type: ignore[no-untyped-def]
+def run_under_writes(tenant, operation):
     """Run ``operation()`` while an agent of ``tenant`` keeps writing; return the writer
     (its turns and errors) and what the operation returned."""
     writer = Writer(tenant)
@@ -101,7 +101,7 @@ def run_under_writes(tenant, operation):  # type: ignore[no-untyped-def]
     return writer, outcome
 
 
-def assert_nothing_lost_or_doubled(tenant, writer) -> None:  # type: ignore[no-untyped-def]
+def assert_nothing_lost_or_doubled(tenant, writer) -> None:
     assert writer.errors == []
     contents = list(
         MemoryRecord.unscoped.filter(org_id=tenant.org.pk).values_list("content", flat=True)
@@ -111,20 +111,20 @@ def assert_nothing_lost_or_doubled(tenant, writer) -> None:  # type: ignore[no-u
     assert len(contents) == 50 + len(writer.written)
 
 
-def assert_no_leak(tenant, other_tenant) -> None:  # type: ignore[no-untyped-def]
+def assert_no_leak(tenant, other_tenant) -> None:
     found = query.query(other_tenant.scope, query="note during the move", mode="keyword", k=50)
     assert [item.content for item in found.items] == ["globex's own note"]
     assert query.query(tenant.scope, query="globex", mode="keyword", k=50).items == []
 
 
 @pytest.fixture
-def two_orgs(tenant, other_tenant):  # type: ignore[no-untyped-def]
+def two_orgs(tenant, other_tenant):
     write.write(tenant.scope, [{"content": f"before the move {n}"} for n in range(50)])
     write.write(other_tenant.scope, [{"content": "globex's own note"}])
     return tenant, other_tenant
 
 
-def test_a_tenant_moves_to_another_worker_online_under_writes(two_orgs) -> None:  # type: ignore[no-untyped-def]
+def test_a_tenant_moves_to_another_worker_online_under_writes(two_orgs) -> None:
     tenant, other_tenant = two_orgs
     cluster = citus.cluster()
     before = distribution.tenant_node(connection, tenant.org.pk)
@@ -145,7 +145,7 @@ def test_a_tenant_moves_to_another_worker_online_under_writes(two_orgs) -> None:
     assert node_hits(old.conninfo(database_name()), pattern) == []
 
 
-def test_a_tenant_is_isolated_on_a_shard_of_its_own_under_writes(two_orgs) -> None:  # type: ignore[no-untyped-def]
+def test_a_tenant_is_isolated_on_a_shard_of_its_own_under_writes(two_orgs) -> None:
     tenant, other_tenant = two_orgs
     writer, shard = run_under_writes(
         tenant, lambda: distribution.isolate_tenant(connection, tenant.org.pk)
@@ -162,7 +162,7 @@ def test_a_tenant_is_isolated_on_a_shard_of_its_own_under_writes(two_orgs) -> No
     assert_no_leak(tenant, other_tenant)
 
 
-def test_an_erased_subject_is_on_no_node(tenant, other_tenant) -> None:  # type: ignore[no-untyped-def]
+def test_an_erased_subject_is_on_no_node(tenant, other_tenant) -> None:
     secret = "zorblax-7731"
     for n in range(30):  # one turn at a time (row by row) and then a batch (COPY)
         write.write(
@@ -186,7 +186,7 @@ def test_an_erased_subject_is_on_no_node(tenant, other_tenant) -> None:  # type:
 
 def test_a_move_is_refused_while_commits_are_acknowledged_before_they_are_flushed(
     two_orgs,
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     tenant, _ = two_orgs
     cluster = citus.cluster()
     before = distribution.tenant_node(connection, tenant.org.pk)
@@ -207,7 +207,7 @@ def test_a_move_is_refused_while_commits_are_acknowledged_before_they_are_flushe
     assert distribution.unflushed_commit_nodes(connection) == []
 
 
-def test_a_copy_is_verified_row_by_row_against_its_old_placement(two_orgs) -> None:  # type: ignore[no-untyped-def]
+def test_a_copy_is_verified_row_by_row_against_its_old_placement(two_orgs) -> None:
     tenant, _ = two_orgs
     records = MemoryRecord._meta.db_table
     with connection.cursor() as cursor:
@@ -232,7 +232,7 @@ def test_a_copy_is_verified_row_by_row_against_its_old_placement(two_orgs) -> No
 
 def test_a_move_waits_for_a_running_index_maintenance_which_skips_while_shards_move(
     two_orgs, caplog
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     """The index maintenance task deadlocked with moves, or found a shard's relation
     gone: the two take turns on one advisory lock of the coordinator's."""
     caplog.set_level(logging.INFO, logger="memoryhub.services.distribution")

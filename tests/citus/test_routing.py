@@ -42,7 +42,7 @@ def test_every_table_is_where_memoryhub_needs_it() -> None:
     assert {places[model._meta.db_table].column for model in distribution.DISTRIBUTED} == {"org_id"}
 
 
-def test_the_orgs_are_spread_over_both_workers(tenant, other_tenant) -> None:  # type: ignore[no-untyped-def]
+def test_the_orgs_are_spread_over_both_workers(tenant, other_tenant) -> None:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT count(DISTINCT nodeport) FROM pg_dist_shard_placement p"
@@ -52,7 +52,7 @@ def test_the_orgs_are_spread_over_both_workers(tenant, other_tenant) -> None:  #
         assert cursor.fetchone()[0] == 2
 
 
-def write_some(tenant, committed, count: int = 3, **extra) -> list[str]:  # type: ignore[no-untyped-def]
+def write_some(tenant, committed, count: int = 3, **extra) -> list[str]:
     items = [
         {
             "content": f"note {n} about the launch plan",
@@ -69,7 +69,7 @@ def write_some(tenant, committed, count: int = 3, **extra) -> list[str]:  # type
 @pytest.mark.parametrize("count", [3, 60], ids=["row-by-row", "bulk-copy"])
 def test_a_tenants_write_and_indexing_stay_on_one_shard(
     tenant, committed, single_shard, count
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     ids = write_some(tenant, committed, count)
     statuses = set(
         MemoryRecord.unscoped.filter(org_id=tenant.org.pk, pk__in=ids).values_list(
@@ -79,7 +79,7 @@ def test_a_tenants_write_and_indexing_stay_on_one_shard(
     assert statuses == {"indexed"}
 
 
-def test_a_keyed_upsert_with_history_stays_on_one_shard(tenant, committed, single_shard) -> None:  # type: ignore[no-untyped-def]
+def test_a_keyed_upsert_with_history_stays_on_one_shard(tenant, committed, single_shard) -> None:
     for content in ("prefers tea", "prefers coffee"):
         result = committed(
             write.write, tenant.scope, [{"content": content, "key": "drink", "kind": "semantic"}]
@@ -94,7 +94,7 @@ def test_a_keyed_upsert_with_history_stays_on_one_shard(tenant, committed, singl
 
 
 @pytest.mark.parametrize("mode", ["vector", "keyword", "hybrid"])
-def test_a_tenants_query_stays_on_one_shard(tenant, committed, single_shard, mode) -> None:  # type: ignore[no-untyped-def]
+def test_a_tenants_query_stays_on_one_shard(tenant, committed, single_shard, mode) -> None:
     write_some(tenant, committed, 5)
     result = query.query(
         tenant.scope,
@@ -108,13 +108,13 @@ def test_a_tenants_query_stays_on_one_shard(tenant, committed, single_shard, mod
     assert result.items
 
 
-def test_a_tenants_forget_stays_on_one_shard(tenant, committed, single_shard) -> None:  # type: ignore[no-untyped-def]
+def test_a_tenants_forget_stays_on_one_shard(tenant, committed, single_shard) -> None:
     write_some(tenant, committed, 3, namespace="user:alice")
     result = committed(forget.forget, tenant.scope, ForgetRequest(namespace="user:alice"))
     assert result.deleted == 3
 
 
-def test_each_query_statement_is_planned_for_one_task(tenant, committed) -> None:  # type: ignore[no-untyped-def]
+def test_each_query_statement_is_planned_for_one_task(tenant, committed) -> None:
     write_some(tenant, committed, 5)
     with CaptureQueriesContext(connection) as captured:
         query.query(tenant.scope, query="launch plan", mode="hybrid", k=3, context_turns=1)
@@ -141,7 +141,7 @@ def test_the_system_check_is_quiet_on_a_distributed_cluster() -> None:
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("mode", ["vector", "keyword", "hybrid"])
-def test_outside_a_transaction_every_mode_answers(tenant, mode) -> None:  # type: ignore[no-untyped-def]
+def test_outside_a_transaction_every_mode_answers(tenant, mode) -> None:
     """As a web process asks (autocommit, no transaction open): the path the tests inside
     a transaction never take."""
     write.write(tenant.scope, [{"content": f"launch plan note {n}"} for n in range(5)])
@@ -150,7 +150,7 @@ def test_outside_a_transaction_every_mode_answers(tenant, mode) -> None:  # type
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_domains_own_index_is_sized_from_its_shard(tenant, other_tenant, settings) -> None:  # type: ignore[no-untyped-def]
+def test_a_domains_own_index_is_sized_from_its_shard(tenant, other_tenant, settings) -> None:
     """The coordinator's catalog counts no rows on a cluster: the own index's rows come
     from its org's shard, the table's from every shard (what the ef_search share and the
     insert-or-rebuild choice read)."""

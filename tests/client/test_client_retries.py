@@ -70,13 +70,13 @@ class AsyncDropping(httpx.AsyncHTTPTransport):
 
 
 @pytest.fixture
-def server(live_server, tenant, other_tenant):  # type: ignore[no-untyped-def]
+def server(live_server, tenant, other_tenant):
     write.write(other_tenant.scope, [{"content": "globex's own note"}])
     _, key = create_api_key(org=tenant.org, can_read=True, can_write=True, can_forget=True)
     return live_server.url, key
 
 
-def contents(tenant) -> list[str]:  # type: ignore[no-untyped-def]
+def contents(tenant) -> list[str]:
     return sorted(
         MemoryRecord.unscoped.filter(org_id=tenant.org.pk).values_list("content", flat=True)
     )

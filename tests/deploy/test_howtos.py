@@ -211,7 +211,7 @@ def test_the_how_tos_run_as_written_on_make_run(site: Site, tmp_path: Path) -> N
     for block, output in zip(blocks, outputs, strict=True):
         if block.language == "python":
             assert "ran;" in output, (str(block), output)
-            checked += int(re.search(r"ran; (\d+)", output).group(1))  # type: ignore[union-attr]
+            checked += int(re.search(r"ran; (\d+)", output).group(1))
         else:
             commands, expected = docs_blocks.shell_parts(block.body)
             checked += docs_blocks.check_answers(commands, expected, output)

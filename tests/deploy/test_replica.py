@@ -20,7 +20,7 @@ from tests.factories import create_api_key
 
 
 @pytest.fixture(scope="module")
-def replica_alias(django_db_setup) -> Iterator[str]:  # type: ignore[no-untyped-def]
+def replica_alias(django_db_setup) -> Iterator[str]:
     """A ``replica`` alias mirroring the test database, in a read-only session.
 
     Added before the test cases start, so they can declare it in ``databases``.
@@ -40,7 +40,7 @@ def replica_alias(django_db_setup) -> Iterator[str]:  # type: ignore[no-untyped-
 
 
 @pytest.fixture
-def replica(replica_alias: str, settings) -> str:  # type: ignore[no-untyped-def]
+def replica(replica_alias: str, settings) -> str:
     settings.DATABASE_ROUTERS = ["config.routers.ReplicaRouter"]
     return replica_alias
 

@@ -39,7 +39,7 @@ def test_openapi_schema_and_offline_swagger_ui(client):
     assert "cdn." not in page
 
 
-def _check_ids(settings_value, settings):  # type: ignore[no-untyped-def]
+def _check_ids(settings_value, settings):
     settings.MEMORYHUB = settings_value
     return {message.id for message in run_checks(tags=["memoryhub"])}
 

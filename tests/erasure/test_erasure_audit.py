@@ -162,7 +162,7 @@ def subjects_hit(hits: list[Hit]) -> set[int]:
 
 
 @pytest.fixture(params=["locmem", "redis"])
-def cache_backend(request, settings, tmp_path) -> Iterator[str]:  # type: ignore[no-untyped-def]
+def cache_backend(request, settings, tmp_path) -> Iterator[str]:
     """The audit runs on the development cache and on Redis, the production one."""
     if request.param == "locmem":
         yield "locmem"

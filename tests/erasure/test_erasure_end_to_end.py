@@ -46,7 +46,7 @@ PATTERN = re.compile(r"quixmarker\d{3}|person\d{3}", re.IGNORECASE)
 
 
 @pytest.fixture
-def broker(tmp_path) -> Iterator[RedisServer]:  # type: ignore[no-untyped-def]
+def broker(tmp_path) -> Iterator[RedisServer]:
     with redis_server(tmp_path) as server, celery_broker(server.url()):
         yield server
 

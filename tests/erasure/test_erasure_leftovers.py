@@ -23,7 +23,7 @@ def jsonl(*items: dict) -> str:
     return "\n".join(json.dumps(item) for item in items)
 
 
-def queue(tenant, text: str, *, namespace: str = "", kb: str = "memory", filename="x.jsonl"):  # type: ignore[no-untyped-def]
+def queue(tenant, text: str, *, namespace: str = "", kb: str = "memory", filename="x.jsonl"):
     knowledge_base = knowledge_bases.ensure_knowledge_base(tenant.scope, kb)
     return imports.create_job(
         tenant.scope,
@@ -300,10 +300,10 @@ def test_eager_erasures_each_vacuum_and_queued_ones_share_one_run(tenant, commit
     ran: list[str] = []
     sent: list[str] = []
 
-    def on_run(sender=None, **kwargs):  # type: ignore[no-untyped-def]
+    def on_run(sender=None, **kwargs):
         ran.append(sender.name)
 
-    def on_send(sender=None, **kwargs):  # type: ignore[no-untyped-def]
+    def on_send(sender=None, **kwargs):
         sent.append(sender)
 
     task_prerun.connect(on_run, weak=False)

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def erased(tenant):  # type: ignore[no-untyped-def]
+def erased(tenant):
     write.write(
         tenant.scope,
         [{"content": "Carol's IBAN DE89.", "namespace": "user:carol"}, {"content": "Shared."}],

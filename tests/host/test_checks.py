@@ -51,9 +51,7 @@ def _reports() -> list[tuple[str, set[str]]]:
     return [
         (str(call.args[0].value), {keyword.arg for keyword in call.keywords if keyword.arg})
         for _, call in _calls()
-        if call.func.id == "report"  # type: ignore[attr-defined]
-        and call.args
-        and isinstance(call.args[0], ast.Constant)
+        if call.func.id == "report" and call.args and isinstance(call.args[0], ast.Constant)
     ]
 
 
@@ -85,10 +83,9 @@ def test_every_reported_id_is_declared_and_reported_from_one_place() -> None:
 
 def test_check_messages_are_built_only_from_the_declarations() -> None:
     direct = [
-        f"{path}: {call.func.id}(id=...)"  # type: ignore[attr-defined]
+        f"{path}: {call.func.id}(id=...)"
         for path, call in _calls()
-        if call.func.id in CHECK_CLASSES  # type: ignore[attr-defined]
-        and any(keyword.arg == "id" for keyword in call.keywords)
+        if call.func.id in CHECK_CLASSES and any(keyword.arg == "id" for keyword in call.keywords)
     ]
     assert direct == []
 

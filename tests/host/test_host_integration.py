@@ -16,10 +16,10 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def received():  # type: ignore[no-untyped-def]
+def received():
     got: list[tuple[str, dict]] = []
 
-    def receiver(name: str):  # type: ignore[no-untyped-def]
+    def receiver(name: str):
         return lambda sender, **payload: got.append((name, payload))
 
     handlers = {
@@ -84,7 +84,7 @@ def test_a_rolled_back_write_sends_nothing(tenant, received, django_capture_on_c
 
 
 def test_a_receivers_failure_does_not_fail_the_write(tenant, committed):
-    def broken(sender, **payload):  # type: ignore[no-untyped-def]
+    def broken(sender, **payload):
         raise ValueError("the host's receiver is broken")
 
     signals.record_written.connect(broken, weak=False)

@@ -111,34 +111,34 @@ def make_memory(flavour: str, request: Any) -> Any:
 
 
 @pytest.fixture(params=["django", "http"])
-def memory_of(request):  # type: ignore[no-untyped-def]
+def memory_of(request):
     """The tool in process and over a live server's REST API."""
     return make_memory(request.param, request)
 
 
 @pytest.fixture(params=["django", "http", "http-blocking"])
-def every_memory_of(request):  # type: ignore[no-untyped-def]
+def every_memory_of(request):
     """And the blocking tool over the blocking HTTP store."""
     return make_memory(request.param, request)
 
 
 @pytest.fixture
-def in_process(tenant):  # type: ignore[no-untyped-def]
+def in_process(tenant):
     return make_memory("django", None)(tenant)
 
 
 @pytest.fixture
-def memory(memory_of, tenant):  # type: ignore[no-untyped-def]
+def memory(memory_of, tenant):
     return memory_of(tenant)
 
 
 def test_the_tool_is_anthropics_memory_tool():
-    tool = StoreMemoryTool(object(), scope="user:alice")  # type: ignore[arg-type]
+    tool = StoreMemoryTool(object(), scope="user:alice")
     assert tool.to_dict() == {"type": "memory_20250818", "name": "memory"}
     assert tool.name == "memory"
     assert isinstance(tool, BetaAbstractMemoryTool)
     assert isinstance(
-        AsyncStoreMemoryTool(object(), scope="user:alice"),  # type: ignore[arg-type]
+        AsyncStoreMemoryTool(object(), scope="user:alice"),
         BetaAsyncAbstractMemoryTool,
     )
 

@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(params=["services", "http"])
-def make_store(request):  # type: ignore[no-untyped-def]
+def make_store(request):
     """``make_store(tenant, **key permissions)``: a store of the tenant's domain acting
     for a new API key of its org, in this process or over HTTP to a live server."""
     made: list[HttpMemoryhubStore] = []
@@ -67,7 +67,7 @@ def make_store(request):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def store(make_store, tenant):  # type: ignore[no-untyped-def]
+def store(make_store, tenant):
     return make_store(tenant)
 
 

@@ -59,14 +59,14 @@ def run(coroutine: Coroutine[Any, Any, T]) -> T:
 
 
 @pytest.fixture(params=["django", "http"])
-def store_of(request) -> Callable[[Any], Any]:  # type: ignore[no-untyped-def]
+def store_of(request) -> Callable[[Any], Any]:
     """The store of a tenant's domain: in process, or over the REST API with a key of
     its org that may read, write and forget."""
     if request.param == "django":
         return lambda tenant: DjangoMemoryStore(tenant.scope)
     url = request.getfixturevalue("live_server").url
 
-    def over_http(tenant):  # type: ignore[no-untyped-def]
+    def over_http(tenant):
         _, key = create_api_key(org=tenant.org, can_read=True, can_write=True, can_forget=True)
         return HttpMemoryStore(url, api_key=key, domain=tenant.domain.slug)
 
@@ -74,7 +74,7 @@ def store_of(request) -> Callable[[Any], Any]:  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def store(store_of, tenant):  # type: ignore[no-untyped-def]
+def store(store_of, tenant):
     return store_of(tenant)
 
 
@@ -305,7 +305,7 @@ def test_an_item_the_store_refuses_takes_back_the_rest_of_its_call(store):
 def test_session_ids_are_non_empty_strings(store):
     for wrong in ("", None, 42):
         with pytest.raises(ValueError, match="session_id"):
-            MemoryhubSession(wrong, store)  # type: ignore[arg-type]
+            MemoryhubSession(wrong, store)
 
 
 def test_a_session_larger_than_one_read_refuses_to_pass_a_part_off_as_the_whole():
@@ -387,7 +387,7 @@ def test_the_example_keeps_its_conversation_in_memoryhub(live_server, tenant):
     assert model.messages(1)[2] == ("assistant", replies[0])
 
 
-def run_example(live_server, key: str, *argv: str, **env: str):  # type: ignore[no-untyped-def]
+def run_example(live_server, key: str, *argv: str, **env: str):
     return subprocess.run(
         [sys.executable, "examples/openai_agents_session.py", "--url", live_server.url, *argv],
         cwd=ROOT,

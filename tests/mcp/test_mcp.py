@@ -103,7 +103,7 @@ def call(
 
 
 @pytest.fixture
-def world():  # type: ignore[no-untyped-def]
+def world():
     """acme (support, sales) and globex (support, legal), a record in each, and a
     read-only handbook in each; acme's keys of every kind."""
     orgs = {slug: OrgFactory(slug=slug) for slug in ("acme", "globex")}

@@ -158,7 +158,7 @@ REFUSED = [
 
 
 @pytest.fixture
-def world(tenant, other_tenant):  # type: ignore[no-untyped-def]
+def world(tenant, other_tenant):
     """A record of user:alice in acme's and globex's support; acme's key may forget."""
     for each in (tenant, other_tenant):
         item = {"content": f"{each.org.slug} note", "namespace": "user:alice"}

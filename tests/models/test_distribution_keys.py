@@ -43,7 +43,7 @@ def test_every_table_holding_an_org_id_is_distributed_or_tenancy() -> None:
 
 
 @pytest.mark.parametrize("model", distribution.DISTRIBUTED, ids=lambda m: m._meta.db_table)
-def test_a_distributed_tables_keys_hold_the_org(model) -> None:  # type: ignore[no-untyped-def]
+def test_a_distributed_tables_keys_hold_the_org(model) -> None:
     distributed = {other._meta.db_table for other in distribution.DISTRIBUTED}
     offending = [
         (name, columns)
@@ -72,7 +72,7 @@ def test_every_key_between_tenant_tables_is_declared_and_made() -> None:
     assert made == declared
 
 
-def test_a_key_between_tenant_tables_refuses_another_orgs_row(tenant, other_tenant) -> None:  # type: ignore[no-untyped-def]
+def test_a_key_between_tenant_tables_refuses_another_orgs_row(tenant, other_tenant) -> None:
     """A record cannot point at a knowledge base of another org: the key holds the org."""
     from django.db import IntegrityError, transaction
 

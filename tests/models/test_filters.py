@@ -87,7 +87,7 @@ WITH_A = frozenset(name for name in DATASET if name.startswith("a_"))
 
 
 @pytest.fixture
-def dataset(tenant):  # type: ignore[no-untyped-def]
+def dataset(tenant):
     """The knowledge base holding ``DATASET``, and each record's name by primary key."""
     kb = KnowledgeBaseFactory(domain=tenant.domain)
     names = {
@@ -207,7 +207,7 @@ def test_and_or_and_negations_obey_set_laws(dataset, left, right, key, value, me
     any filter; the hand-written table above says what the pieces match."""
     kb, names = dataset
 
-    def matched(where):  # type: ignore[no-untyped-def]
+    def matched(where):
         rows = MemoryRecord.unscoped.filter(knowledge_base=kb).filter(compile_where(where))
         return {names[pk] for pk in rows.values_list("pk", flat=True)}
 

@@ -20,7 +20,7 @@ from memoryhub.items import (
 )
 
 
-def item(content: str, source: str = "s", score: float | None = None, **kwargs) -> MemoryItem:  # type: ignore[no-untyped-def]
+def item(content: str, source: str = "s", score: float | None = None, **kwargs) -> MemoryItem:
     return MemoryItem(content=content, source=source, score=score, **kwargs)
 
 
@@ -74,7 +74,7 @@ def test_memory_item_freezes_metadata_tags_and_stamps():
     assert made.tags == ("x", "y")
     assert made.dedupe_sources == ("a", "b")
     assert MemoryItem("c", "s").dedupe_sources is None
-    assert MemoryItem("c", "s", metadata=None).metadata == {}  # type: ignore[arg-type]
+    assert MemoryItem("c", "s", metadata=None).metadata == {}
 
 
 def test_the_hash_covers_content_source_and_score_only():
@@ -204,7 +204,7 @@ def test_dedupe_modes():
     assert dedupe_items(items, None) == (items, 0)
     assert dedupe_items(items[:1], "id") == (items[:1], 0)
     with pytest.raises(ValueError, match="dedupe must be"):
-        dedupe_items(items, "hash")  # type: ignore[arg-type]
+        dedupe_items(items, "hash")
 
 
 def test_sort_by_score_puts_none_last_and_is_stable():

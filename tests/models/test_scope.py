@@ -31,9 +31,9 @@ def test_unscoped_query_raises(model):
 
 def test_scope_requires_both_ids():
     with pytest.raises(ScopeRequired):
-        Scope(org_id=None, domain_id=1)  # type: ignore[arg-type]
+        Scope(org_id=None, domain_id=1)
     with pytest.raises(ScopeRequired):
-        Scope(org_id=1, domain_id=None)  # type: ignore[arg-type]
+        Scope(org_id=1, domain_id=None)
 
 
 @pytest.mark.parametrize("bad", [True, False, "1", 1.0, [1]])
@@ -47,9 +47,9 @@ def test_zero_is_a_valid_id():
 
 
 def test_tenant_scope_refuses_anything_but_a_scope():
-    with pytest.raises(ScopeRequired), tenant_scope(None):  # type: ignore[arg-type]
+    with pytest.raises(ScopeRequired), tenant_scope(None):
         pass
-    with pytest.raises(ScopeRequired), tenant_scope({"org": 1, "domain": 1}):  # type: ignore[arg-type]
+    with pytest.raises(ScopeRequired), tenant_scope({"org": 1, "domain": 1}):
         pass
 
 
@@ -61,7 +61,7 @@ def test_django_scopes_none_would_leak_which_is_why_scope_refuses_it(tenant, oth
     with scope(org=None, domain=None):
         assert MemoryRecord.objects.count() == 2  # every tenant: never enter scopes this way
     with pytest.raises(ScopeRequired):
-        Scope(org_id=None, domain_id=None)  # type: ignore[arg-type]
+        Scope(org_id=None, domain_id=None)
 
 
 @pytest.mark.django_db

@@ -213,7 +213,7 @@ def minilm_or_skip() -> None:
 
 
 @pytest.fixture(scope="module")
-def minilm():  # type: ignore[no-untyped-def]
+def minilm():
     minilm_or_skip()
     from memoryhub.embedders import SentenceTransformerEmbedder
 

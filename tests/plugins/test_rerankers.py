@@ -195,7 +195,7 @@ def test_checked_ranking_sorts_cuts_and_refuses_what_is_not_a_ranking():
 
 def test_options_are_checked():
     with pytest.raises(ValueError, match="api"):
-        HttpReranker(base_url="http://x", api="voyage")  # type: ignore[arg-type]
+        HttpReranker(base_url="http://x", api="voyage")
     with pytest.raises(ValueError, match="base_url"):
         HttpReranker(base_url="")
     with pytest.raises(ValueError, match="top_n"):
@@ -205,7 +205,7 @@ def test_options_are_checked():
 # --- settings --------------------------------------------------------------------------
 
 
-def ids(settings, **options) -> set[str]:  # type: ignore[no-untyped-def]
+def ids(settings, **options) -> set[str]:
     settings.MEMORYHUB = {**settings.MEMORYHUB, **options}
     return {message.id for message in run_checks(tags=["memoryhub"])}
 

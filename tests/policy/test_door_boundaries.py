@@ -49,7 +49,7 @@ def tools_call(name: Any, arguments: Any, request_id: int = 7) -> dict[str, Any]
 
 
 @pytest.fixture
-def mcp(tenant):  # type: ignore[no-untyped-def]
+def mcp(tenant):
     _, key = create_api_key(org=tenant.org, **EVERYTHING)
     client = APIClient(raise_request_exception=False)
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
@@ -239,7 +239,7 @@ def test_a_control_character_in_a_list_filter_is_named(tenant):
 
 
 @pytest.fixture
-def operator(tenant) -> Client:  # type: ignore[no-untyped-def]
+def operator(tenant) -> Client:
     user = MembershipFactory(org=tenant.org, role="operator", user__is_staff=True).user
     client = Client(raise_request_exception=False)
     client.force_login(user)

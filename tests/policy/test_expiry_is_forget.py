@@ -19,7 +19,7 @@ RECORDS = "/api/v1/domains/support/records"
 
 
 @pytest.fixture
-def alices(tenant, other_tenant):  # type: ignore[no-untyped-def]
+def alices(tenant, other_tenant):
     write.write(other_tenant.scope, [{"content": "Globex keeps this", "key": "plan"}])
     [record_id] = write.write(
         tenant.scope, [{"content": "Alice's plan", "key": "plan", "namespace": "user:alice"}]
@@ -27,11 +27,11 @@ def alices(tenant, other_tenant):  # type: ignore[no-untyped-def]
     return record_id
 
 
-def expiry(record_id: str):  # type: ignore[no-untyped-def]
+def expiry(record_id: str):
     return MemoryRecord.unscoped.values_list("expires_at", flat=True).get(pk=record_id)
 
 
-def untouched(other_tenant) -> None:  # type: ignore[no-untyped-def]
+def untouched(other_tenant) -> None:
     rows = list(
         MemoryRecord.unscoped.filter(org_id=other_tenant.org.pk).values_list(
             "content", "expires_at"

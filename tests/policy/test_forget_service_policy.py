@@ -16,7 +16,7 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def alice(tenant, other_tenant):  # type: ignore[no-untyped-def]
+def alice(tenant, other_tenant):
     write.write(tenant.scope, [{"content": "alice likes tea", "namespace": "user:alice"}])
     write.write(other_tenant.scope, [{"content": "globex alice", "namespace": "user:alice"}])
     return MemoryRecord.unscoped.count()

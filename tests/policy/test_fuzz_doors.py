@@ -50,7 +50,7 @@ HOSTILE = st.one_of(TEXT, ANY, DEEP)
 
 
 @pytest.fixture
-def world(tenant, other_tenant):  # type: ignore[no-untyped-def]
+def world(tenant, other_tenant):
     """acme's support domain (records, a read-only handbook) and globex's secret."""
     knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
     write.write(
@@ -101,7 +101,7 @@ def everything_of(org: Org) -> list[Any]:
 
 
 @pytest.fixture
-def mcp(world):  # type: ignore[no-untyped-def]
+def mcp(world):
     _, key = create_api_key(org=world["acme"].org, can_read=True, can_write=True, can_forget=True)
     client = APIClient(raise_request_exception=False)
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
@@ -347,7 +347,7 @@ def test_fuzzed_rest_routes_never_fail_the_server_nor_cross_tenants(world):
 
 
 @pytest.fixture
-def operator(world) -> Client:  # type: ignore[no-untyped-def]
+def operator(world) -> Client:
     user = MembershipFactory(org=world["acme"].org, role="owner", user__is_staff=True).user
     user.user_permissions.set(
         Permission.objects.filter(content_type__app_label__in=["memoryhub", "tenants"])

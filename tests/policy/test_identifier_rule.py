@@ -98,7 +98,7 @@ def test_an_import_line_with_an_invisible_namespace_is_its_lines_error(tenant):
     assert not MemoryRecord.unscoped.exists()
 
 
-def stored_before_the_rule(tenant, **fields: object) -> None:  # type: ignore[no-untyped-def]
+def stored_before_the_rule(tenant, **fields: object) -> None:
     """A record as an earlier release stored it, past today's validation."""
     MemoryRecord.unscoped.create(
         org_id=tenant.org.pk,

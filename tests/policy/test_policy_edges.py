@@ -28,7 +28,7 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def curated(tenant):  # type: ignore[no-untyped-def]
+def curated(tenant):
     """acme/support: a read-only handbook (one shared entry, one about Alice) and memory."""
     knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
     write.write(
@@ -55,11 +55,11 @@ def handbook_count() -> int:
 
 
 @pytest.fixture
-def agent(curated):  # type: ignore[no-untyped-def]
+def agent(curated):
     return key_client(curated, can_read=True, can_write=True, can_forget=True)
 
 
-def forget(client: APIClient, body: object):  # type: ignore[no-untyped-def]
+def forget(client: APIClient, body: object):
     return client.post("/api/v1/domains/support/forget", body, format="json")
 
 
@@ -366,7 +366,7 @@ class Clock:
 
 
 @pytest.fixture
-def clock(monkeypatch):  # type: ignore[no-untyped-def]
+def clock(monkeypatch):
     import limits.storage.memory
 
     from memoryhub.api import throttling
@@ -537,7 +537,7 @@ def test_failed_authentications_are_limited_per_address(settings, tenant):
 
 
 @pytest.fixture
-def broker_mode():  # type: ignore[no-untyped-def]
+def broker_mode():
     """Health as a site with a broker sees it (the in-memory transport answers)."""
     eager = current_app.conf.task_always_eager
     current_app.conf.task_always_eager = False
@@ -545,7 +545,7 @@ def broker_mode():  # type: ignore[no-untyped-def]
     current_app.conf.task_always_eager = eager
 
 
-def _backdate_pending(tenant, seconds: float) -> None:  # type: ignore[no-untyped-def]
+def _backdate_pending(tenant, seconds: float) -> None:
     write.write(tenant.scope, [{"content": "waiting to be embedded"}])
     MemoryRecord.unscoped.filter(status="pending").update(
         updated_at=timezone.now() - timedelta(seconds=seconds)

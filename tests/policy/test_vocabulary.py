@@ -9,7 +9,7 @@ from tenants.models import Domain
 
 
 @pytest.fixture
-def tight(settings):  # type: ignore[no-untyped-def]
+def tight(settings):
     settings.MEMORYHUB = {
         **settings.MEMORYHUB,
         "MAX_K": 7,

@@ -82,7 +82,7 @@ def test_every_service_is_placed_in_a_layer(tmp_path):
 def test_the_layers_tool_prints_the_order_and_the_contracts(capsys):
     assert layers.main([]) == 0
     out = capsys.readouterr().out
-    assert "1. scheduling" in out and "2. store, " in out
+    assert "1. dispatch" in out and "2. store, " in out
     assert "Function-level imports in memoryhub/: " in out
     assert layers.main(["--contracts"]) == 0
     assert capsys.readouterr().out == layers.contracts()
@@ -92,7 +92,7 @@ def test_the_walker_sees_relative_and_function_level_imports(tmp_path):
     services = sorted((PACKAGE / "services").glob("*.py"))
     assert services  # the tree is where this test thinks it is
     seen = imported_modules(PACKAGE / "services" / "maintenance.py")
-    assert "memoryhub.services.scheduling.send" in seen
+    assert "memoryhub.services.dispatch.send" in seen
     assert "memoryhub.conf.memoryhub_settings" in seen
 
 

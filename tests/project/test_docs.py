@@ -145,7 +145,7 @@ def test_the_erasure_pages_python_runs_as_written(tenant, other_tenant) -> None:
     [block] = python_blocks(DOCS / "how-to" / "erase.md")
     namespace: dict[str, object] = {}
     exec(compile(block, "erase.md", "exec"), namespace)
-    assert namespace["result"].deleted == 1  # type: ignore[attr-defined]
+    assert namespace["result"].deleted == 1
     assert list(MemoryRecord.unscoped.values_list("content", flat=True)) == ["globex alice"]
 
 

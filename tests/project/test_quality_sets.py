@@ -145,7 +145,7 @@ def test_bootstrap_interval_brackets_the_mean_and_is_repeatable():
 
 
 def test_weights_are_chosen_on_one_set_and_reported_on_the_other():
-    def run(name, study):  # type: ignore[no-untyped-def]
+    def run(name, study):
         return {"set": name, "embedder": "e", "fusion_study": {f: {"all": v} for f, v in study}}
 
     runs = [

@@ -262,7 +262,7 @@ def test_a_bulk_write_failing_midway_writes_nothing(tenant, committed, settings,
     metadata = MemoryRecord._meta.get_field("metadata")
     streamed = []
 
-    def failing(value, connection):  # type: ignore[no-untyped-def]
+    def failing(value, connection):
         streamed.append(value)
         if len(streamed) == 4:
             raise RuntimeError("the connection dropped")
@@ -280,7 +280,7 @@ def test_a_bulk_write_failing_midway_writes_nothing(tenant, committed, settings,
 class NaNEmbedder(HashingEmbedder):
     """Fine until the batch's last text: PostgreSQL refuses a NaN in a vector."""
 
-    def embed_documents(self, texts):  # type: ignore[no-untyped-def]
+    def embed_documents(self, texts):
         vectors = super().embed_documents(texts)
         vectors[-1] = [float("nan")] * len(vectors[-1])
         return vectors
@@ -359,7 +359,7 @@ def test_a_shared_index_built_before_bulk_stores_is_built_again_without_them(ten
     assert vector_indexes.shared._predicate(name + vector_indexes.NEXT_SUFFIX) is None
 
 
-def _own_index_with_memos(tenant, committed, settings, memos: int) -> str:  # type: ignore[no-untyped-def]
+def _own_index_with_memos(tenant, committed, settings, memos: int) -> str:
     """``tenant``'s domain with ``memos`` records stored row by row and its own index."""
     settings.MEMORYHUB = {"BULK_MIN_RECORDS": 1000, "TENANT_INDEX_MIN_RECORDS": memos}
     committed(write.write, tenant.scope, [{"content": f"Acme memo {n}."} for n in range(memos)])
@@ -416,7 +416,7 @@ def test_a_load_into_a_domain_with_its_own_index_rebuilds_it_in_bulk_as_it_doubl
     rebuilt = []
     for org in ("Initech", "Hooli", "Globex", "Umbrella", "Acme"):
         committed(write.write, tenant.scope, handbook(org))
-        rebuilt.append(vector_indexes.own_index(tenant.scope, MODEL).covered)  # type: ignore[union-attr]
+        rebuilt.append(vector_indexes.own_index(tenant.scope, MODEL).covered)
     committed(write.write, other_tenant.scope, handbook("Globex"))
     batches = [record.vector_batch for record in stored(tenant.scope)]
     assert vector_indexes.OWN_INDEX_ONLY not in batches

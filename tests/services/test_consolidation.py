@@ -30,13 +30,13 @@ TURNS = [
 ]
 
 
-def facts(tenant, namespace: str = "user:alice") -> dict[str, MemoryRecord]:  # type: ignore[no-untyped-def]
+def facts(tenant, namespace: str = "user:alice") -> dict[str, MemoryRecord]:
     with tenant_scope(tenant.scope):
         rows = MemoryRecord.objects.filter(kind="semantic", namespace=namespace)
         return {row.content: row for row in rows}
 
 
-def turn_ids(tenant) -> dict[str, list[str]]:  # type: ignore[no-untyped-def]
+def turn_ids(tenant) -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
     with tenant_scope(tenant.scope):
         for pk, content in MemoryRecord.objects.filter(kind="episodic").values_list(
@@ -46,14 +46,14 @@ def turn_ids(tenant) -> dict[str, list[str]]:  # type: ignore[no-untyped-def]
     return found
 
 
-def write_turns(client, consolidate: bool = True, namespace: str = "user:alice"):  # type: ignore[no-untyped-def]
+def write_turns(client, consolidate: bool = True, namespace: str = "user:alice"):
     items = [{"content": text, "kind": "episodic", "namespace": namespace} for text in TURNS]
     body = {"items": items, "consolidate": consolidate}
     return client.post("/api/v1/domains/support/records", body, format="json")
 
 
 @pytest.fixture
-def client(tenant):  # type: ignore[no-untyped-def]
+def client(tenant):
     return key_client(tenant, can_read=True, can_write=True, can_forget=True)
 
 
@@ -262,7 +262,7 @@ def test_one_run_per_namespace_at_a_time(tenant, committed):
 
 
 @pytest.fixture
-def chat(monkeypatch) -> Iterator[FakeChatAPI]:  # type: ignore[no-untyped-def]
+def chat(monkeypatch) -> Iterator[FakeChatAPI]:
     server = FakeChatAPI()
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
     thread.start()

@@ -85,7 +85,7 @@ def test_two_adds_of_one_key_are_refused():
 
 def test_an_unknown_op_cannot_be_built():
     with pytest.raises(ValueError, match="op must be one of"):
-        Operation("merge")  # type: ignore[arg-type]
+        Operation("merge")
 
 
 # --- the built-in extractor -------------------------------------------------------------

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def memory(tenant, other_tenant):  # type: ignore[no-untyped-def]
+def memory(tenant, other_tenant):
     knowledge_bases.ensure_knowledge_base(tenant.scope, "notes")
     write.write(
         tenant.scope,
@@ -40,7 +40,7 @@ def memory(tenant, other_tenant):  # type: ignore[no-untyped-def]
     write.write(other_tenant.scope, [{"content": "Alice at Globex.", "namespace": "user:alice"}])
 
 
-def contents(tenant):  # type: ignore[no-untyped-def]
+def contents(tenant):
     with tenant_scope(tenant.scope):
         return sorted(MemoryRecord.objects.values_list("content", flat=True))
 

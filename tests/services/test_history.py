@@ -33,17 +33,17 @@ def versions_in_db() -> int:
         return int(cursor.fetchone()[0])
 
 
-def summary(found):  # type: ignore[no-untyped-def]
+def summary(found):
     return [(v["version"], v["content"], v["cause"]) for v in found["versions"]]
 
 
 @pytest.fixture
-def client(tenant):  # type: ignore[no-untyped-def]
+def client(tenant):
     return key_client(tenant, can_read=True, can_write=True, can_forget=True)
 
 
 @pytest.fixture
-def viewer_client(client, tenant):  # type: ignore[no-untyped-def]
+def viewer_client(client, tenant):
     from django.test import Client
 
     browser = Client()
@@ -248,14 +248,14 @@ def test_a_viewer_sees_history_but_cannot_restore(tenant, viewer_client):
 def test_django_store_history(tenant):
     store = DjangoMemoryStore(tenant.scope)
 
-    async def main():  # type: ignore[no-untyped-def]
+    async def main():
         await store.put(StoredRecord(scope="user:alice", key="tz", value="Europe/Paris"))
         await store.put(StoredRecord(scope="user:alice", key="tz", value="Europe/Berlin"))
         return await store.history(scope="user:alice", key="tz"), await store.history(
             scope="user:alice", key="nope"
         )
 
-    async def closing():  # type: ignore[no-untyped-def]
+    async def closing():
         try:
             return await main()
         finally:

@@ -21,7 +21,7 @@ from tests import cluster
 pytestmark = pytest.mark.django_db
 
 
-def queue(scope: Scope, text: str, fmt: str = "jsonl"):  # type: ignore[no-untyped-def]
+def queue(scope: Scope, text: str, fmt: str = "jsonl"):
     knowledge_base = knowledge_bases.ensure_knowledge_base(scope, "handbook")
     return imports.create_job(
         scope,

@@ -24,7 +24,7 @@ def jsonl(n: int, start: int = 0, **extra: object) -> str:
     return "\n".join(json.dumps({"content": f"fact {i}", **extra}) for i in range(start, start + n))
 
 
-def queue(scope: Scope, text: str, *, kb: str = "handbook", fmt: str = "jsonl", **kwargs):  # type: ignore[no-untyped-def]
+def queue(scope: Scope, text: str, *, kb: str = "handbook", fmt: str = "jsonl", **kwargs):
     knowledge_base = knowledge_bases.ensure_knowledge_base(scope, kb)
     return imports.create_job(
         scope, knowledge_base, text=text, format=fmt, filename=f"f.{fmt}", **kwargs
@@ -160,7 +160,7 @@ def test_an_erasure_mid_import_cancels_it_and_scrubs_the_subjects_traces(tenant)
 # --- through the admin ------------------------------------------------------------------
 
 
-def _member(client, org, role):  # type: ignore[no-untyped-def]
+def _member(client, org, role):
     user = MembershipFactory(org=org, role=role, user__is_staff=True).user
     client.force_login(user)
     return client

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.django_db
 
 
 class BrokenEmbedder(HashingEmbedder):
-    def embed_documents(self, texts):  # type: ignore[no-untyped-def]
+    def embed_documents(self, texts):
         raise EmbedderError("model server is down")
 
 

@@ -32,19 +32,19 @@ NEW = HashingEmbedder(256).name
 
 
 @pytest.fixture
-def populated(tenant, committed):  # type: ignore[no-untyped-def]
+def populated(tenant, committed):
     result = committed(write.write, tenant.scope, [{"content": text} for text in PASSAGES])
     return result.record_ids
 
 
 @pytest.fixture
-def new_model(settings):  # type: ignore[no-untyped-def]
+def new_model(settings):
     """The operator switches the embedder (recorded vectors stay on the old one)."""
     settings.MEMORYHUB = {**settings.MEMORYHUB, "EMBEDDER_OPTIONS": {"dimensions": 256}}
     assert memoryhub_settings.embedder().name == NEW
 
 
-def models(tenant) -> dict[str, int]:  # type: ignore[no-untyped-def]
+def models(tenant) -> dict[str, int]:
     with tenant_scope(tenant.scope):
         rows = MemoryRecord.objects.values_list("embedding_model", "status")
         found: dict[str, int] = {}
@@ -54,7 +54,7 @@ def models(tenant) -> dict[str, int]:  # type: ignore[no-untyped-def]
         return found
 
 
-def top(tenant, text: str, mode: str = "vector") -> str:  # type: ignore[no-untyped-def]
+def top(tenant, text: str, mode: str = "vector") -> str:
     result = query.query(tenant.scope, query=text, k=3, mode=mode)
     return result.items[0].content if result.items else ""
 
@@ -141,7 +141,7 @@ def test_previous_embedders_setting_names_a_non_default_model(tenant, settings, 
             }
         ],
     }
-    assert memoryhub_settings.embedder_for(custom.name).weights == (2.0, 0.5, 0.3)  # type: ignore[union-attr]
+    assert memoryhub_settings.embedder_for(custom.name).weights == (2.0, 0.5, 0.3)
     assert top(tenant, PASSAGES[2]) == PASSAGES[2]
 
 
@@ -151,8 +151,8 @@ def test_another_tenants_old_vectors_never_answer(tenant, other_tenant, populate
 
 
 def test_hashing_names_are_recognised_and_others_are_not():
-    assert HashingEmbedder.from_name("hashing-256-c24").dimensions == 256  # type: ignore[union-attr]
-    assert HashingEmbedder.from_name("hashing-256-c24").char_ngrams == (2, 4)  # type: ignore[union-attr]
+    assert HashingEmbedder.from_name("hashing-256-c24").dimensions == 256
+    assert HashingEmbedder.from_name("hashing-256-c24").char_ngrams == (2, 4)
     assert HashingEmbedder.from_name("hashing-1-c35") is None
     assert HashingEmbedder.from_name("st-all-MiniLM-L6-v2") is None
 

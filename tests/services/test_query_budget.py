@@ -16,7 +16,7 @@ from tests.factories import key_client
 pytestmark = pytest.mark.django_db
 
 
-def item(content: str, **extra) -> MemoryItem:  # type: ignore[no-untyped-def]
+def item(content: str, **extra) -> MemoryItem:
     return MemoryItem(content=content, source="memory", score=1.0, id=content[:8], **extra)
 
 
@@ -55,7 +55,7 @@ def test_pack_adds_context_turns_nearest_first_after_every_hit():
     assert packed[1] == other and tokens(bare) < room
 
 
-def answer(client, **body):  # type: ignore[no-untyped-def]
+def answer(client, **body):
     return client.post("/api/v1/domains/support/query", body, format="json")
 
 

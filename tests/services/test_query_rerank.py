@@ -31,7 +31,7 @@ QUESTION = "what is the refund policy"
 
 
 @pytest.fixture
-def api(settings) -> Iterator[FakeRerankAPI]:  # type: ignore[no-untyped-def]
+def api(settings) -> Iterator[FakeRerankAPI]:
     """The site reranks with an HttpReranker pointed at a local scripted server."""
     with serving() as server:
         settings.MEMORYHUB = {
@@ -50,11 +50,11 @@ def api(settings) -> Iterator[FakeRerankAPI]:  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def notes(tenant, committed):  # type: ignore[no-untyped-def]
+def notes(tenant, committed):
     committed(write.write, tenant.scope, [{"content": text} for text in NOTES])
 
 
-def fused(scope, k=6):  # type: ignore[no-untyped-def]
+def fused(scope, k=6):
     """The fused order (of every note, by default), as a query without reranking
     answers it."""
     return [item.content for item in query.query(scope, query=QUESTION, k=k, rerank=False).items]
@@ -175,7 +175,7 @@ def test_a_reranker_that_raises_anything_leaves_the_fused_order(tenant, notes, s
 class Broken:
     name = "broken"
 
-    def rerank(self, query, documents, *, top_n):  # type: ignore[no-untyped-def]
+    def rerank(self, query, documents, *, top_n):
         raise KeyError("bug")
 
 

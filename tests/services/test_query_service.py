@@ -32,7 +32,7 @@ HANDBOOK = [
 
 
 @pytest.fixture
-def handbook(tenant, committed):  # type: ignore[no-untyped-def]
+def handbook(tenant, committed):
     knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
     committed(
         write.write,
@@ -234,7 +234,7 @@ def test_filters_namespaces_kinds_tags_sources_and_where(tenant, committed):
     )
     committed(write.write, tenant.scope, [{"content": "alpha note"}], sources=["notes"])
 
-    def contents(**filters):  # type: ignore[no-untyped-def]
+    def contents(**filters):
         return sorted(
             i.content for i in query.query(tenant.scope, query="alpha", k=10, **filters).items
         )
@@ -889,3 +889,28 @@ def test_keyword_leg_finds_the_words_of_dotted_names(tenant, other_tenant, commi
         items = query.query(tenant.scope, query=question, k=6, mode="keyword").items
         assert items[0].content == expected, question
         assert all(not item.content.startswith("Globex") for item in items)
+
+
+def test_a_question_asked_again_is_embedded_once_per_model(tenant, handbook, committed):
+    from memoryhub.embedders import HashingEmbedder
+    from memoryhub.services.query import _query_vector
+
+    class Counting(HashingEmbedder):
+        def __init__(self, name: str) -> None:
+            super().__init__()
+            self.name = name
+            self.embedded: list[str] = []
+
+        def embed_query(self, text: str) -> list[float]:
+            self.embedded.append(text)
+            return super().embed_query(text)
+
+    first, second = Counting("counting-a"), Counting("counting-b")
+    assert _query_vector(first, "refunds") == _query_vector(first, "refunds")
+    assert first.embedded == ["refunds"]
+    _query_vector(second, "refunds")
+    _query_vector(first, "returns")
+    assert (first.embedded, second.embedded) == (["refunds", "returns"], ["refunds"])
+    query.clear_query_vectors()
+    _query_vector(first, "refunds")
+    assert first.embedded == ["refunds", "returns", "refunds"]

@@ -22,7 +22,7 @@ JUN = datetime(2026, 6, 1, tzinfo=UTC)
 NS = "user:alice"
 
 
-def employer(content: str, when: datetime, **extra):  # type: ignore[no-untyped-def]
+def employer(content: str, when: datetime, **extra):
     return {
         "content": content,
         "key": "employer",
@@ -33,7 +33,7 @@ def employer(content: str, when: datetime, **extra):  # type: ignore[no-untyped-
     }
 
 
-def chain(committed, tenant):  # type: ignore[no-untyped-def]
+def chain(committed, tenant):
     """Alice worked at Initech from January, Acme from March, Globex from June."""
     ids = []
     for content, when in (
@@ -46,7 +46,7 @@ def chain(committed, tenant):  # type: ignore[no-untyped-def]
     return ids
 
 
-def correct_globex(committed, tenant):  # type: ignore[no-untyped-def]
+def correct_globex(committed, tenant):
     """An overwrite of the employer by key, without ``supersede``: a correction."""
     committed(
         write.write,
@@ -55,14 +55,14 @@ def correct_globex(committed, tenant):  # type: ignore[no-untyped-def]
     )
 
 
-def ask(tenant, **extra):  # type: ignore[no-untyped-def]
+def ask(tenant, **extra):
     found = query.query(
         tenant.scope, query="Where does Alice work?", namespaces=[NS], mode="keyword", **extra
     )
     return [item.content for item in found.items]
 
 
-def stored(tenant, pk):  # type: ignore[no-untyped-def]
+def stored(tenant, pk):
     with tenant_scope(tenant.scope):
         return MemoryRecord.objects.get(pk=pk)
 

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.django_db
 MARCH = datetime(2025, 3, 1, 9, 30, tzinfo=UTC)
 
 
-def client_for(tenant) -> APIClient:  # type: ignore[no-untyped-def]
+def client_for(tenant) -> APIClient:
     _, key = create_api_key(org=tenant.org, can_read=True, can_write=True, can_forget=True)
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Api-Key {key}")
@@ -279,7 +279,7 @@ def test_history_keeps_occurred_at_and_a_restore_brings_it_back(tenant):
 
 
 @pytest.fixture
-def months(tenant, other_tenant, committed):  # type: ignore[no-untyped-def]
+def months(tenant, other_tenant, committed):
     """One note per month of 2025 in each org, the same words."""
     for scope in (tenant.scope, other_tenant.scope):
         committed(
@@ -295,7 +295,7 @@ def months(tenant, other_tenant, committed):  # type: ignore[no-untyped-def]
         )
 
 
-def months_found(scope, **filters) -> list[int]:  # type: ignore[no-untyped-def]
+def months_found(scope, **filters) -> list[int]:
     items = query.query(scope, query="release note of month", k=20, **filters).items
     return sorted(item.occurred_at.month for item in items)
 
@@ -372,7 +372,7 @@ def test_a_time_filter_applies_inside_the_vector_leg_so_k_results_come_back(
 
 
 @pytest.fixture
-def old_and_new(tenant, committed):  # type: ignore[no-untyped-def]
+def old_and_new(tenant, committed):
     """The best match occurred thirty days ago; a weaker one just now; the weakest
     sixty days ago."""
     committed(
@@ -391,7 +391,7 @@ def old_and_new(tenant, committed):  # type: ignore[no-untyped-def]
     )
 
 
-def contents(scope, **raw) -> list[str]:  # type: ignore[no-untyped-def]
+def contents(scope, **raw) -> list[str]:
     return [item.content for item in query.query(scope, query="deploy freeze friday", **raw).items]
 
 
@@ -459,7 +459,7 @@ def test_a_bad_recency_half_life_is_a_400(tenant, value):
 # --- settings checks ----------------------------------------------------------------------
 
 
-def errors_of(settings, **values) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
+def errors_of(settings, **values) -> list[tuple[str, str]]:
     settings.MEMORYHUB = values
     return [(m.id, m.msg) for m in run_checks() if m.id and m.id.startswith("memoryhub.E")]
 
@@ -542,14 +542,14 @@ class _Fixed:
     def __init__(self, items: list[MemoryItem]) -> None:
         self.items = items
 
-    async def query(self, query, *, k, ctx=None, where=None):  # type: ignore[no-untyped-def]
+    async def query(self, query, *, k, ctx=None, where=None):
         return self.items
 
 
 # --- context turns ------------------------------------------------------------------------
 
 
-def turn(n: int, session: str = "chat-1", **extra) -> dict:  # type: ignore[no-untyped-def]
+def turn(n: int, session: str = "chat-1", **extra) -> dict:
     return {
         "content": extra.pop("content", f"chat one turn {n} about the weather"),
         "kind": "episodic",
@@ -561,7 +561,7 @@ def turn(n: int, session: str = "chat-1", **extra) -> dict:  # type: ignore[no-u
 
 
 @pytest.fixture
-def conversation(tenant, other_tenant, committed):  # type: ignore[no-untyped-def]
+def conversation(tenant, other_tenant, committed):
     """Seven turns of chat-1 (turn 4 mentions a parcel), written out of order; and the
     same session id elsewhere: another session, namespace, knowledge base and org."""
     turns = [turn(n) for n in (3, 1, 7, 5, 2, 6)]
@@ -574,14 +574,14 @@ def conversation(tenant, other_tenant, committed):  # type: ignore[no-untyped-de
     committed(write.write, other_tenant.scope, [turn(3, content="globex turn 3")])
 
 
-def parcel(scope, **raw):  # type: ignore[no-untyped-def]
+def parcel(scope, **raw):
     [hit] = query.query(
         scope, query="parcel never arrived", k=1, namespaces=["user:alice"], **raw
     ).items
     return hit
 
 
-def numbers(turns) -> list[int]:  # type: ignore[no-untyped-def]
+def numbers(turns) -> list[int]:
     return [t.metadata["n"] for t in turns]
 
 

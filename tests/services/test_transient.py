@@ -31,12 +31,12 @@ pytestmark = [
 RECORDS = MemoryRecord._meta.db_table
 
 
-def contents(tenant) -> list[str]:  # type: ignore[no-untyped-def]
+def contents(tenant) -> list[str]:
     with tenant_scope(tenant.scope):
         return sorted(MemoryRecord.objects.values_list("content", flat=True))
 
 
-def written_observations(tenant) -> int:  # type: ignore[no-untyped-def]
+def written_observations(tenant) -> int:
     return Observation.unscoped.filter(
         org_id=tenant.org.pk, kind=Observation.Kind.MEMORY_WRITTEN
     ).count()

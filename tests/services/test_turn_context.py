@@ -21,14 +21,14 @@ TURNS = ["Ann: did you ever go back to Lisbon?", "Bob: yes, last May.", "Ann: lo
 
 
 @pytest.fixture
-def turn_context():  # type: ignore[no-untyped-def]
+def turn_context():
     with override_settings(MEMORYHUB={**settings.MEMORYHUB, "TURN_CONTEXT": True}):
         memoryhub_settings.reload()
         yield
     memoryhub_settings.reload()
 
 
-def converse(committed, tenant) -> list[str]:  # type: ignore[no-untyped-def]
+def converse(committed, tenant) -> list[str]:
     items = [
         {
             "content": text,
@@ -42,7 +42,7 @@ def converse(committed, tenant) -> list[str]:  # type: ignore[no-untyped-def]
     return [r.id for r in committed(write.write, tenant.scope, items).records]
 
 
-def unit(vector) -> np.ndarray:  # type: ignore[no-untyped-def]
+def unit(vector) -> np.ndarray:
     array = np.asarray(vector, dtype=float)
     return array / np.linalg.norm(array)
 

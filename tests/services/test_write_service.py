@@ -18,12 +18,12 @@ from memoryhub.services import knowledge_bases, write
 pytestmark = pytest.mark.django_db
 
 
-def records(tenant):  # type: ignore[no-untyped-def]
+def records(tenant):
     with tenant_scope(tenant.scope):
         return list(MemoryRecord.objects.order_by("created_at", "content"))
 
 
-def observations(tenant, kind):  # type: ignore[no-untyped-def]
+def observations(tenant, kind):
     with tenant_scope(tenant.scope):
         return list(Observation.objects.filter(kind=kind).order_by("created_at"))
 
@@ -197,7 +197,7 @@ def test_ttl_and_expires_at_set_expiry(tenant):
 
 
 @pytest.fixture
-def registry(tenant):  # type: ignore[no-untyped-def]
+def registry(tenant):
     return knowledge_bases.ensure_knowledge_base(tenant.scope, "registry", read_only=True)
 
 

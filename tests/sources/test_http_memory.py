@@ -20,7 +20,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def remote(live_server, tenant):  # type: ignore[no-untyped-def]
+def remote(live_server, tenant):
     knowledge_bases.ensure_knowledge_base(tenant.scope, "handbook", read_only=True)
     _, key = create_api_key(org=tenant.org, can_read=True, can_write=True, can_forget=True)
     return live_server.url, key
@@ -32,7 +32,7 @@ def test_http_memory_writes_queries_and_grounds(remote, other_tenant):
     assert isinstance(memory, MemorySource)
     ctx = MemoryContext()
 
-    async def main():  # type: ignore[no-untyped-def]
+    async def main():
         outcome = await memory.write(
             [
                 MemoryItem(

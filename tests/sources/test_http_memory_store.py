@@ -44,7 +44,7 @@ def run(coroutine: Coroutine[Any, Any, T]) -> T:
 
 
 @pytest.fixture
-def curated(tenant):  # type: ignore[no-untyped-def]
+def curated(tenant):
     """A read-only ``handbook`` (refuse) and ``digest`` (ignore), each holding a record
     of user:alice keyed ``profile``."""
     for name, on_write in (("handbook", "refuse"), ("digest", "ignore")):
@@ -59,7 +59,7 @@ def curated(tenant):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(params=["django", "http"])
-def make_store(request, tenant):  # type: ignore[no-untyped-def]
+def make_store(request, tenant):
     """``make_store(source="memory", **key permissions)``: the Django store acting for a
     new API key of acme, or the HTTP store sending it."""
 
@@ -163,7 +163,7 @@ def test_the_django_store_asks_for_erase_subject_to_forget_a_namespace(tenant):
         def actions(self, org_id: int, domain_id: int | None = None) -> frozenset[Any]:
             return frozenset({policy.Action.FORGET})
 
-    store = DjangoMemoryStore(tenant.scope, principal=ForgetOnly())  # type: ignore[arg-type]
+    store = DjangoMemoryStore(tenant.scope, principal=ForgetOnly())
     run(DjangoMemoryStore(tenant.scope).put(alice()))
     with pytest.raises(PolicyDenied) as denied:
         run(store.forget(scope="user:alice"))
@@ -180,7 +180,7 @@ def test_the_shared_namespace_is_forgotten_in_one_knowledge_base_only(tenant, ma
 
 
 @pytest.fixture
-def remote(live_server, tenant):  # type: ignore[no-untyped-def]
+def remote(live_server, tenant):
     _, key = create_api_key(org=tenant.org, **EVERYTHING)
     return live_server.url, key
 

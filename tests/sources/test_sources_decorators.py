@@ -33,7 +33,7 @@ GLOBEX = Scope(org_id=2, domain_id=1)
 NOTE = [MemoryItem(content="note", source="agent")]
 
 
-def run(coroutine):  # type: ignore[no-untyped-def]
+def run(coroutine):
     return asyncio.run(coroutine)
 
 
@@ -154,7 +154,7 @@ def test_a_cached_answer_is_a_copy_the_caller_may_change(clock):
 def test_scoped_memory_accepts_an_async_policy():
     inner = FakeMemory("kb", [fact()])
 
-    async def only_acme(ctx):  # type: ignore[no-untyped-def]
+    async def only_acme(ctx):
         return ctx.scope == ACME
 
     guarded = ScopedMemory(inner, enforce=only_acme)
@@ -181,9 +181,9 @@ def test_require_scope_needs_both_ids():
     assert decorators.require_scope(context(Scope(org_id=0, domain_id=0)))
     assert not decorators.require_scope(context(None))
     half = context(None)
-    half.scope = type("Half", (), {"org_id": 1, "domain_id": None})()  # type: ignore[assignment]
+    half.scope = type("Half", (), {"org_id": 1, "domain_id": None})()
     assert not decorators.require_scope(half)
-    half.scope = type("Half", (), {"org_id": None, "domain_id": 1})()  # type: ignore[assignment]
+    half.scope = type("Half", (), {"org_id": None, "domain_id": 1})()
     assert not decorators.require_scope(half)
 
 
@@ -276,11 +276,11 @@ def test_sequential_goes_on_while_sources_come_up_short():
 
 def test_composite_write_broadcasts_and_buckets_outcomes():
     class Refusing(FakeMemory):
-        async def write(self, items, *, ctx):  # type: ignore[no-untyped-def]
+        async def write(self, items, *, ctx):
             return type("Outcome", (), {"accepted": [], "refused": [self.name]})()
 
     class Broken(FakeMemory):
-        async def write(self, items, *, ctx):  # type: ignore[no-untyped-def]
+        async def write(self, items, *, ctx):
             raise RuntimeError("down")
 
     notes = FakeMemory("notes")
@@ -309,7 +309,7 @@ def test_composite_write_broadcasts_and_buckets_outcomes():
 
 def test_composite_write_lets_a_non_exception_through():
     class Interrupted(FakeMemory):
-        async def write(self, items, *, ctx):  # type: ignore[no-untyped-def]
+        async def write(self, items, *, ctx):
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
@@ -333,7 +333,7 @@ def test_composite_query_merges_reranks_and_cuts_to_k():
 
     asked = []
 
-    def longest_first(query, items, *, k):  # type: ignore[no-untyped-def]
+    def longest_first(query, items, *, k):
         asked.append((query, k))
         return sorted(items, key=lambda item: -len(item.content))  # ignores k
 
@@ -343,14 +343,14 @@ def test_composite_query_merges_reranks_and_cuts_to_k():
     assert asked == [("q", 3)]  # the reranker sees the query and k; the cut applies anyway
     assert ctx.observations == []
     with pytest.raises(ValueError, match="dedupe"):
-        CompositeMemory([a], dedupe="hash")  # type: ignore[arg-type]
+        CompositeMemory([a], dedupe="hash")
 
 
 def test_composite_passes_query_k_and_where_to_every_source():
     seen = []
 
     class Recording(FakeMemory):
-        async def query(self, query, *, k, ctx, where=None):  # type: ignore[no-untyped-def]
+        async def query(self, query, *, k, ctx, where=None):
             seen.append((self.name, query, k, where))
             return []
 
@@ -368,15 +368,15 @@ def test_composite_passes_query_k_and_where_to_every_source():
 class Recording(FakeMemory):
     """Records every argument of every call, where and ctx included."""
 
-    def __init__(self, name: str, items=()) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, name: str, items=()) -> None:
         super().__init__(name, items)
         self.calls: list[tuple] = []
 
-    async def query(self, query, *, k, ctx, where=None):  # type: ignore[no-untyped-def]
+    async def query(self, query, *, k, ctx, where=None):
         self.calls.append(("query", query, k, ctx, where))
         return await super().query(query, k=k, ctx=ctx, where=where)
 
-    async def write(self, items, *, ctx):  # type: ignore[no-untyped-def]
+    async def write(self, items, *, ctx):
         self.calls.append(("write", list(items), ctx))
         return "outcome"
 
@@ -420,16 +420,16 @@ def test_a_write_reaches_the_source_with_its_context_and_returns_its_outcome(wra
 
 def test_a_context_with_no_scope_attribute_is_the_unscoped_bucket(clock):
     class Bare:
-        async def observe(self, kind, payload):  # type: ignore[no-untyped-def]
+        async def observe(self, kind, payload):
             pass
 
     slow = FakeMemory("handbook", [fact()])
     cached = CachedMemory(slow)
-    run(cached.query("q", k=1, ctx=Bare()))  # type: ignore[arg-type]
+    run(cached.query("q", k=1, ctx=Bare()))
     run(cached.query("q", k=1, ctx=context(None)))
     assert len(slow.queries) == 1
     with pytest.raises(PermissionError):
-        run(CachedMemory(slow, strict_scope=True).query("q", k=1, ctx=Bare()))  # type: ignore[arg-type]
+        run(CachedMemory(slow, strict_scope=True).query("q", k=1, ctx=Bare()))
 
 
 def test_a_filter_value_json_cannot_spell_still_keys_the_cache(clock):

@@ -51,13 +51,13 @@ from tests.fakes import FakeMemory
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def run(coroutine):  # type: ignore[no-untyped-def]
+def run(coroutine):
     """Run a coroutine, then close the DB connection its ORM calls opened in the
     sync_to_async worker thread (else the test database cannot be dropped)."""
     from asgiref.sync import sync_to_async
     from django.db import connections
 
-    async def main():  # type: ignore[no-untyped-def]
+    async def main():
         try:
             return await coroutine
         finally:
@@ -73,7 +73,7 @@ def test_smallest_thing_that_works(tenant):
     mem = DjangoMemory(mode="keyword")
     ctx = MemoryContext(tenant.scope)
 
-    async def main():  # type: ignore[no-untyped-def]
+    async def main():
         await mem.write(
             [
                 MemoryItem(content="Refunds are issued within 5 business days.", source="policy"),
@@ -93,7 +93,7 @@ def test_wiring_to_an_agent_renders_the_grounding_block(tenant):
     memory = DjangoMemory()
     ctx = MemoryContext(tenant.scope)
 
-    async def main():  # type: ignore[no-untyped-def]
+    async def main():
         await memory.write(
             [MemoryItem(content="Refunds are issued within 5 business days.", source="policy")],
             ctx=ctx,
@@ -112,7 +112,7 @@ def test_custom_grounder_with_where_and_format(tenant):
     memory = DjangoMemory()
     ctx = MemoryContext(tenant.scope)
 
-    async def main():  # type: ignore[no-untyped-def]
+    async def main():
         await memory.write(
             [
                 MemoryItem(
@@ -160,7 +160,7 @@ def test_memory_item_is_deeply_frozen_and_hashable():
         "Refunds take 5 days. | handbook | None | {'path': '/a'}"
     )
     with pytest.raises(TypeError) as raised:
-        item.metadata["path"] = "/b"  # type: ignore[index]
+        item.metadata["path"] = "/b"
     assert f"frozen: {raised.value}" == (
         "frozen: this payload belongs to a frozen value and cannot be mutated in place. "
         "Build a new one instead: dataclasses.replace(obj, field={**obj.field, ...})"
@@ -171,12 +171,12 @@ def test_memory_item_is_deeply_frozen_and_hashable():
     )
     nested = MemoryItem(content="c", source="s", metadata={"a": {"b": [1, {"c": 2}]}})
     with pytest.raises(TypeError):
-        nested.metadata["a"]["b"] = 1  # type: ignore[index]
+        nested.metadata["a"]["b"] = 1
     assert annotated != item  # __eq__ still compares metadata
     with pytest.raises(dataclasses.FrozenInstanceError):
-        item.content = "x"  # type: ignore[misc]
+        item.content = "x"
     with pytest.raises(TypeError):
-        MemoryItem("c", "s", None, {}, "positional id")  # type: ignore[misc]
+        MemoryItem("c", "s", None, {}, "positional id")
 
 
 # --- compositions ---
@@ -190,7 +190,7 @@ def test_composite_and_sequential(tenant):
     empty_cache = FakeMemory("cache")
     ctx = MemoryContext(tenant.scope)
 
-    async def main():  # type: ignore[no-untyped-def]
+    async def main():
         await vector.write(
             [MemoryItem(content="Refunds are issued within 5 business days.", source="x")], ctx=ctx
         )
@@ -207,7 +207,7 @@ def test_composite_and_sequential(tenant):
 
 
 class BrokenMemory(FakeMemory):
-    async def write(self, items, *, ctx):  # type: ignore[no-untyped-def]
+    async def write(self, items, *, ctx):
         raise RuntimeError("index is read-only")
 
 
@@ -247,7 +247,7 @@ def test_dedupe_modes_and_accumulated_stamps():
 
 def test_reranker_protocol_and_none_scores_last():
     class Reverse:
-        async def rerank(self, query, items, *, k):  # type: ignore[no-untyped-def]
+        async def rerank(self, query, items, *, k):
             return sorted(items, key=lambda item: item.content, reverse=True)[:k]
 
     sources = [
@@ -316,7 +316,7 @@ def test_read_only_details():
     assert raised.value.n == 0
     assert not isinstance(raised.value, PermissionError)
     with pytest.raises(TypeError):
-        ReadOnlyMemory(FakeMemory("x"), accepts_writes=True)  # type: ignore[call-arg]
+        ReadOnlyMemory(FakeMemory("x"), accepts_writes=True)
 
 
 def test_accepts_writes_survives_nesting():
@@ -365,7 +365,7 @@ def test_scoped_memory_seed_example(tenant, other_tenant):
     knowledge_bases.ensure_knowledge_base(other_tenant.scope, "handbook")
     mine = MemoryContext(tenant.scope, actor="agent")
 
-    async def main():  # type: ignore[no-untyped-def]
+    async def main():
         await guarded.write([MemoryItem(content="Tenant 1 policy.", source="x")], ctx=mine)
         in_tenant = [i.content for i in await guarded.query("policy", k=1, ctx=mine)]
         other = await guarded.query("policy", k=1, ctx=MemoryContext(other_tenant.scope))
@@ -391,13 +391,13 @@ def test_scoped_memory_seed_example(tenant, other_tenant):
 def test_scoped_memory_refuses_half_scopes_and_custom_policies(tenant):
     inner = FakeMemory("kb")
     half = MemoryContext()
-    half.scope = type("HalfScope", (), {"org_id": 0, "domain_id": None})()  # type: ignore[assignment]
+    half.scope = type("HalfScope", (), {"org_id": 0, "domain_id": None})()
     with pytest.raises(PermissionError):
         run(ScopedMemory(inner).query("q", k=1, ctx=half))
     zero = MemoryContext(Scope(org_id=0, domain_id=0))
     assert run(ScopedMemory(inner).query("q", k=1, ctx=zero)) == []
 
-    def explode(ctx):  # type: ignore[no-untyped-def]
+    def explode(ctx):
         raise RuntimeError("policy engine down")
 
     with pytest.raises(PermissionError):
@@ -467,7 +467,7 @@ def test_tool_memory_seed_example():
 
 
 def test_tool_memory_result_shapes():
-    def tool_returning(value):  # type: ignore[no-untyped-def]
+    def tool_returning(value):
         return ToolMemory(lambda **kwargs: value, name="t")
 
     ctx = MemoryContext()
@@ -512,7 +512,7 @@ def test_seed_003_working_code(tenant, other_tenant):
     memory = DjangoMemory(sources=["handbook"], write_to="handbook")
     ctx = MemoryContext(tenant.scope)
 
-    async def main():  # type: ignore[no-untyped-def]
+    async def main():
         await memory.write(handbook, ctx=ctx)
         await memory.write(handbook, ctx=ctx)  # the same ids replace, never duplicate
         items = await memory.query("How long do refunds take?", k=2, ctx=ctx)
@@ -538,7 +538,7 @@ def test_seed_004_memory_store(tenant, other_tenant):
     store = DjangoMemoryStore(tenant.scope)
     other_store = DjangoMemoryStore(other_tenant.scope)
 
-    async def main():  # type: ignore[no-untyped-def]
+    async def main():
         await store.put(
             StoredRecord(
                 scope="user:alice", key="currency", value="EUR", tags=("preference", "locale")

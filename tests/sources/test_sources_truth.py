@@ -57,7 +57,7 @@ class Broken:
 
 
 @pytest.fixture
-def kbs(tenant):  # type: ignore[no-untyped-def]
+def kbs(tenant):
     knowledge_bases.ensure_knowledge_base(tenant.scope, "registry", read_only=True)
     knowledge_bases.ensure_knowledge_base(
         tenant.scope, "lenient", read_only=True, on_write=KnowledgeBase.OnWrite.IGNORE
@@ -66,7 +66,7 @@ def kbs(tenant):  # type: ignore[no-untyped-def]
     return tenant
 
 
-def written(tenant) -> list[tuple[str, int]]:  # type: ignore[no-untyped-def]
+def written(tenant) -> list[tuple[str, int]]:
     with tenant_scope(tenant.scope):
         rows = Observation.objects.filter(kind=Observation.Kind.MEMORY_WRITTEN).order_by("pk")
         return [(row.source, row.count) for row in rows]
@@ -115,7 +115,7 @@ def test_a_lenient_kb_inside_a_fan_out_is_refused_not_accepted(kbs):
 
 
 @pytest.fixture
-def remote(live_server, kbs):  # type: ignore[no-untyped-def]
+def remote(live_server, kbs):
     _, key = create_api_key(org=kbs.org, can_read=True, can_write=True)
     return live_server.url, key
 

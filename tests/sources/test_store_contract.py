@@ -43,7 +43,7 @@ def run(coroutine: Coroutine[Any, Any, T]) -> T:
 
 
 @pytest.fixture(params=["django", "http", "in_memory"])
-def stores(request, tenant):  # type: ignore[no-untyped-def]
+def stores(request, tenant):
     """(a store of ``memory``, a store of ``notes``) of one domain."""
     if request.param == "in_memory":
         memory = InMemoryMemoryStore()
@@ -60,7 +60,7 @@ def stores(request, tenant):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def store(stores):  # type: ignore[no-untyped-def]
+def store(stores):
     return stores[0]
 
 

@@ -28,7 +28,7 @@ QUERY = "/api/v1/domains/support/query"
 
 
 @pytest.fixture
-def redis_cache(tmp_path: Path, settings, monkeypatch) -> Iterator[RedisServer]:  # type: ignore[no-untyped-def]
+def redis_cache(tmp_path: Path, settings, monkeypatch) -> Iterator[RedisServer]:
     """The site's cache on a private Redis with short timeouts (as config/ sets them),
     asked again at every call after a failure (the site leaves it alone for a while)."""
     monkeypatch.setattr(cache, "RETRY_AFTER_SECONDS", 0.0)
@@ -49,12 +49,12 @@ def redis_cache(tmp_path: Path, settings, monkeypatch) -> Iterator[RedisServer]:
         server.stop()
 
 
-def contents(response) -> list[str]:  # type: ignore[no-untyped-def]
+def contents(response) -> list[str]:
     assert response.status_code == 200, response.content
     return sorted(item["content"] for item in response.json()["items"])
 
 
-def ask(api: APIClient, text: str):  # type: ignore[no-untyped-def]
+def ask(api: APIClient, text: str):
     return api.post(QUERY, {"query": text, "mode": "keyword", "k": 10}, format="json")
 
 

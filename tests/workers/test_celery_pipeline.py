@@ -22,7 +22,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def redis(tmp_path) -> Iterator[RedisServer]:  # type: ignore[no-untyped-def]
+def redis(tmp_path) -> Iterator[RedisServer]:
     with redis_server(tmp_path) as server:
         yield server
 

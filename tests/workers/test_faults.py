@@ -26,7 +26,7 @@ from rest_framework.test import APIClient
 
 from memoryhub.embedders import HashingEmbedder
 from memoryhub.models import MemoryRecord
-from memoryhub.services import indexing, knowledge_bases, maintenance, scheduling, write
+from memoryhub.services import dispatch, indexing, knowledge_bases, maintenance, write
 from memoryhub.tasks import sweep
 from tests.factories import create_api_key
 from tests.programs import (
@@ -348,7 +348,7 @@ def test_worker_killed_mid_batch_loses_nothing_and_indexes_once(
         }
         workers.append(start_worker(private_redis.url(), tmp_path / "second.log", memoryhub=fast))
         # One sweeper pass re-enqueues what the dead worker held.
-        scheduling.schedule_indexing(indexing.pending_for_sweep(older_than=timedelta(0)))
+        dispatch.schedule_indexing(indexing.pending_for_sweep(older_than=timedelta(0)))
         wait_for(lambda: statuses() == {"indexed": 50}, timeout=60, what="all 50 records indexed")
 
     assert_indexed_once_with_the_right_vectors(ids, transitions)
@@ -410,7 +410,7 @@ def test_a_dead_workers_batches_are_sent_again_at_the_next_sweep_and_a_live_ones
         # The same worker name again (a restart): its first beat holds nothing.
         workers.append(start_worker(private_redis.url(), tmp_path / "second.log"))
         assert indexing.held_by_workers() == set()
-        assert scheduling.queued("index_records") == 0
+        assert dispatch.queued("index_records") == 0
         swept = maintenance.sweep()
 
         assert swept["requeued"] == 20, swept

@@ -14,7 +14,7 @@ import pytest
 from celery import current_app
 
 from memoryhub.models import MemoryRecord
-from memoryhub.services import indexing, maintenance, scheduling, write
+from memoryhub.services import dispatch, indexing, maintenance, write
 from tests.programs import RedisServer, celery_broker, start_private_redis, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -44,7 +44,7 @@ def test_records_whose_messages_still_wait_are_not_sent_again(
     settings.MEMORYHUB = {"SWEEP_PENDING_AFTER": 1}
     ids = write.write(tenant.scope, [{"content": f"fact {n}"} for n in range(5)]).record_ids
     ids += write.write(other_tenant.scope, [{"content": "globex fact"}]).record_ids
-    sent = scheduling.queued("index_records")
+    sent = dispatch.queued("index_records")
     assert sent == 2  # one message per write, waiting for a worker
     due(ids)
 
@@ -55,11 +55,11 @@ def test_records_whose_messages_still_wait_are_not_sent_again(
 
     # The broker loses its messages (a restart without persistence): now they are sent.
     current_app.control.purge()
-    assert scheduling.queued("index_records") == 0
+    assert dispatch.queued("index_records") == 0
     swept = maintenance.sweep()
 
     assert swept["requeued"] == 6
-    assert (scheduling.queued("index_records") or 0) >= 1
+    assert (dispatch.queued("index_records") or 0) >= 1
     assert set(MemoryRecord.unscoped.filter(pk__in=ids).values_list("status", flat=True)) == {
         MemoryRecord.Status.PENDING
     }

@@ -23,7 +23,7 @@ pytestmark = [
 RECORDS = MemoryRecord._meta.db_table
 
 
-def pending(tenant, other_tenant) -> list[str]:  # type: ignore[no-untyped-def]
+def pending(tenant, other_tenant) -> list[str]:
     """Records of two orgs written and then left pending, as a lost message leaves them."""
     ids = write.write(tenant.scope, [{"content": f"fact {n}"} for n in range(3)]).record_ids
     ids += write.write(other_tenant.scope, [{"content": "globex fact"}]).record_ids

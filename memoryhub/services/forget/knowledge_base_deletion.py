@@ -16,8 +16,8 @@ from ...models import (
     KnowledgeBase,
 )
 from ...scope import Scope
+from ..dispatch import send
 from ..distribution import org_of
-from ..scheduling import send
 from .erasure import forget
 from .request import ForgetRequest, ForgetResult
 

@@ -17,7 +17,7 @@ from ...models import (
 )
 from ...scope import Scope
 from .. import imports
-from ..scheduling import send
+from ..dispatch import send
 from .erasure import forget
 from .request import ForgetRequest
 

@@ -19,8 +19,8 @@ from ...models import (
     MemoryRecord,
     RecordVersion,
 )
+from ..dispatch import send
 from ..distribution import distributed_tables, is_citus
-from ..scheduling import send
 
 logger = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from ...exceptions import ValidationFailed
 from ...models import ImportChunk, ImportJob, KnowledgeBase, MemoryRecord, Observation
 from ...scope import Scope
 from .. import write
-from ..scheduling import send
+from ..dispatch import send
 from .formats import MAX_ERRORS, ImportFailed, Row, check_row, iter_rows
 
 logger = logging.getLogger("memoryhub.imports")

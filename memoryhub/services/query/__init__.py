@@ -33,10 +33,10 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
+from cachetools import LRUCache, cached
 from django.utils import timezone
 from pgvector import Vector
 
@@ -66,9 +66,9 @@ __all__ = [
 #: Query vectors by (model, text), in this process: an agent asks the same question
 #: again, and a real model's embedding of it costs more than the search itself.
 #: Bounded, least recently used out.
-_VECTORS: OrderedDict[tuple[str, str], str] = OrderedDict()
-_VECTORS_LOCK = threading.Lock()
 VECTORS_KEPT = 1024
+_VECTORS: LRUCache[tuple[str, str], str] = LRUCache(maxsize=VECTORS_KEPT)
+_VECTORS_LOCK = threading.Lock()
 
 
 def clear_query_vectors() -> None:
@@ -78,20 +78,10 @@ def clear_query_vectors() -> None:
         _VECTORS.clear()
 
 
+@cached(_VECTORS, key=lambda embedder, text: (embedder.name, text), lock=_VECTORS_LOCK)
 def _query_vector(embedder: Any, text: str) -> str:
     """``text``'s query vector under ``embedder``, as pgvector text."""
-    key = (embedder.name, text)
-    with _VECTORS_LOCK:
-        found = _VECTORS.get(key)
-        if found is not None:
-            _VECTORS.move_to_end(key)
-            return found
-    vector = Vector(embedder.embed_query(text)).to_text()
-    with _VECTORS_LOCK:
-        _VECTORS[key] = vector
-        while len(_VECTORS) > VECTORS_KEPT:
-            _VECTORS.popitem(last=False)
-    return vector
+    return Vector(embedder.embed_query(text)).to_text()
 
 
 def conversation_weights() -> tuple[float, float, float, float]:

@@ -6,11 +6,11 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from cachetools import TTLCache
 from django.contrib.postgres.search import SearchQuery, SearchRank
 from django.core.exceptions import EmptyResultSet
 from django.db.models import BooleanField, CharField, F, FloatField, Q, QuerySet
@@ -370,10 +370,10 @@ def _keyword_legs(
 #: Compiled plans by request shape, settings and domain generation, in this process:
 #: building and compiling the querysets costs about as much as a small tenant's
 #: statement. Kept at most ``PLAN_SECONDS``.
-_PLANS: OrderedDict[str, tuple[float, Plan]] = OrderedDict()
-_PLANS_LOCK = threading.Lock()
 PLANS_KEPT = 512
 PLAN_SECONDS = 60.0
+_PLANS: TTLCache[str, Plan] = TTLCache(maxsize=PLANS_KEPT, ttl=PLAN_SECONDS, timer=time.monotonic)
+_PLANS_LOCK = threading.Lock()
 
 
 def clear_plans() -> None:
@@ -410,14 +410,13 @@ def plan_for(
         "indexed": sorted(settings.INDEXED_METADATA_KEYS or ()),
     }
     key = cache.plan_key(scope, "statements|" + cache.canonical_json(shape), gen)
-    now = time.monotonic()
-    with _PLANS_LOCK:
-        # No key (the cache did not answer: the domain's generation is not known): no
-        # plan of this process can be known to be current.
-        found = _PLANS.get(key) if key is not None else None
-        if key is not None and found is not None and now - found[0] < PLAN_SECONDS:
-            _PLANS.move_to_end(key)
-            return found[1]
+    # No key (the cache did not answer: the domain's generation is not known): no plan
+    # of this process can be known to be current.
+    if key is not None:
+        with _PLANS_LOCK:
+            found = _PLANS.get(key)
+        if found is not None:
+            return found
     with tenant_scope(scope):
         records = _base_queryset(scope, request)
         depth = max(request.k * 4, 40) if request.mode == "hybrid" else request.k * 2 + 10
@@ -450,7 +449,5 @@ def plan_for(
     if key is None:
         return plan
     with _PLANS_LOCK:
-        _PLANS[key] = (now, plan)
-        while len(_PLANS) > PLANS_KEPT:
-            _PLANS.popitem(last=False)
+        _PLANS[key] = plan
     return plan

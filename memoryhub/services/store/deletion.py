@@ -12,7 +12,7 @@ from django.db.models import Q, QuerySet, TextField
 from django.db.models.functions import Cast
 
 from ...models import MemoryRecord, RecordVersion, adjacent_turn_sql
-from ..scheduling import schedule_indexing
+from ..dispatch import schedule_indexing
 from .persistence import UNEMBEDDED
 
 __all__ = ["delete_records", "detach_sources", "predecessors"]

@@ -1,4 +1,5 @@
-"""URLs of the runnable site: admin, the API, its schema and Swagger UI, the MCP endpoint."""
+"""URLs of the runnable site: admin, the probes, the API, its schema and Swagger UI, the MCP
+endpoint."""
 
 from django.contrib import admin
 from django.urls import include, path
@@ -8,6 +9,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 urlpatterns = [
     path("", RedirectView.as_view(url="/admin/", permanent=False)),
     path("admin/", admin.site.urls),
+    path("", include("memoryhub.probes")),
     path("api/v1/", include("memoryhub.api.urls")),
     path("mcp/", include("memoryhub.mcp.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -1,9 +1,11 @@
-"""Health: what a load balancer and an operator ask of a node (``GET /api/v1/health``).
+"""Health: what a load balancer and an operator ask of a node (``GET /api/v1/health``),
+and the probes of an orchestrator (``/livez``, ``/readyz``: :func:`readiness`).
 
-503 when the database, broker or embedder fails (this node cannot serve); ``degraded``
-(200) when only indexing is stuck (no worker seen while records wait): queries still
-work, and pulling every web node out of a load balancer because a worker died would
-turn a backlog into an outage.
+Health is 503 when the database, broker or embedder fails (this node cannot serve);
+``degraded`` (200) when only indexing is stuck (no worker seen while records wait):
+queries still work, and pulling every web node out of a load balancer because a worker
+died would turn a backlog into an outage. Readiness is stricter, and says which check
+failed: the deployment is ready when it can take writes and see them indexed.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from ..conf import memoryhub_settings
 from ..embedders.base import is_lexical, is_warm, warm_in_background
 from . import indexing
 
-__all__ = ["report"]
+__all__ = ["readiness", "report"]
 
 
 def report() -> tuple[dict[str, Any], bool]:
@@ -84,3 +86,55 @@ def _indexing_status() -> dict[str, Any]:
         return indexing.pipeline_status(eager=bool(current_app.conf.task_always_eager))
     except Exception as exc:
         return {"ok": False, "error": type(exc).__name__}
+
+
+def readiness() -> tuple[dict[str, Any], bool]:
+    """Whether this deployment is ready, and each check by name: the database answers
+    with pgvector, every migration is applied, the broker answers, a worker has been
+    seen within ``WORKER_STALE_AFTER`` (or tasks run in the web process), and the
+    embedder is loaded."""
+    checks = {"database": _database_status(), "broker": _broker_status()}
+    if checks["database"]["ok"]:
+        checks["migrations"] = _migrations_status()
+        checks["worker"] = _worker_status()
+    else:
+        checks["migrations"] = checks["worker"] = {"ok": False, "error": "no database"}
+    embedder = _embedder_status()
+    checks["embedder"] = {**embedder, "ok": embedder["ok"] and embedder.get("warm", False)}
+    ready = all(check["ok"] for check in checks.values())
+    return {"status": "ready" if ready else "unready", "checks": checks}, ready
+
+
+#: Set once this process has found every migration applied (they are not unapplied
+#: under a running site).
+_migrated = False
+
+
+def _migrations_status() -> dict[str, Any]:
+    global _migrated
+    if not _migrated:
+        from django.db.migrations.executor import MigrationExecutor
+
+        try:
+            executor = MigrationExecutor(connection)
+            unapplied = executor.migration_plan(executor.loader.graph.leaf_nodes())
+        except Exception as exc:
+            return {"ok": False, "error": type(exc).__name__}
+        if unapplied:
+            return {"ok": False, "unapplied": len(unapplied)}
+        _migrated = True
+    return {"ok": True}
+
+
+def _worker_status() -> dict[str, Any]:
+    if current_app.conf.task_always_eager:
+        return {"ok": True, "mode": "eager"}
+    try:
+        seen = indexing.worker_seen_seconds_ago()
+    except Exception as exc:
+        return {"ok": False, "error": type(exc).__name__}
+    stale_after = memoryhub_settings.WORKER_STALE_AFTER
+    return {
+        "ok": seen is not None and seen <= stale_after,
+        "seen_seconds_ago": None if seen is None else round(seen, 1),
+    }

@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -403,7 +403,7 @@ def pipeline_status(*, eager: bool) -> dict[str, Any]:
     if eager:
         return {"ok": not lagging, **status}
     stale_after = memoryhub_settings.WORKER_STALE_AFTER
-    seen = WorkerHeartbeat.objects.order_by("-seen_at").values_list("seen_at", flat=True).first()
+    seen = _newest_heartbeat()
     seen_age = (now - seen).total_seconds() if seen is not None else None
     worker_missing = seen_age is None or seen_age > stale_after
     stuck = oldest_age is not None and oldest_age > stale_after
@@ -413,6 +413,17 @@ def pipeline_status(*, eager: bool) -> dict[str, Any]:
         "worker_seen_at": seen.isoformat() if seen is not None else None,
         "worker_seen_seconds_ago": round(seen_age, 1) if seen_age is not None else None,
     }
+
+
+def _newest_heartbeat() -> datetime | None:
+    heartbeats = WorkerHeartbeat.objects.order_by("-seen_at")
+    return heartbeats.values_list("seen_at", flat=True).first()
+
+
+def worker_seen_seconds_ago() -> float | None:
+    """How long ago a worker last wrote its heartbeat (None: never)."""
+    seen = _newest_heartbeat()
+    return None if seen is None else (timezone.now() - seen).total_seconds()
 
 
 # --- vector indexes -------------------------------------------------------------------

@@ -102,6 +102,7 @@ FRONT_DOORS = (
     "memoryhub.mcp",
     "memoryhub.sources",
     "memoryhub.integrations",
+    "memoryhub.probes",
 )
 
 

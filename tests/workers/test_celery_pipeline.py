@@ -184,3 +184,40 @@ def test_turns_are_consolidated_by_a_real_worker_and_erased_with_their_namespace
     assert erased["deleted"] == 15
     assert client.post("/api/v1/domains/support/query", query, format="json").json()["items"] == []
     assert not MemoryRecord.unscoped.filter(namespace="user:alice").exists()
+
+
+def test_readyz_follows_the_broker_and_the_workers_going_and_coming_back(
+    tenant, broker, workers, tmp_path, settings
+):
+    from django.test import Client
+
+    settings.MEMORYHUB = {**settings.MEMORYHUB, "WORKER_STALE_AFTER": 3}
+
+    def checks() -> tuple[int, dict]:
+        response = Client().get("/readyz")
+        return response.status_code, response.json()["checks"]
+
+    status, found = checks()
+    assert status == 503 and found["worker"] == {"ok": False, "seen_seconds_ago": None}
+    assert found["broker"]["ok"] is True
+    worker = start_worker(
+        broker.url(), tmp_path / "worker.log", memoryhub={"WORKER_HEARTBEAT_INTERVAL": 1}
+    )
+    workers.append(worker)
+    wait_for(lambda: checks()[0] == 200, timeout=30, what="ready with a worker")
+
+    broker.kill()
+    status, found = checks()
+    assert status == 503 and found["broker"]["ok"] is False
+    broker.start_again(tmp_path)
+    wait_for(lambda: checks()[0] == 200, timeout=30, what="ready with the broker back")
+
+    worker.stop()
+    wait_for(lambda: checks()[0] == 503, timeout=30, what="unready without a worker")
+    assert checks()[1]["worker"]["ok"] is False
+    workers.append(
+        start_worker(
+            broker.url(), tmp_path / "worker-2.log", memoryhub={"WORKER_HEARTBEAT_INTERVAL": 1}
+        )
+    )
+    wait_for(lambda: checks()[0] == 200, timeout=30, what="ready with a worker again")

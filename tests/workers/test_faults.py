@@ -544,6 +544,10 @@ def test_database_restarted_under_a_running_api(postgres, tmp_path):
         assert health.json()["status"] == "degraded"
         assert health.json()["database"]["ok"] is False
         assert max(down + [health_seconds]) < 2.0, down
+        ready = httpx.get(server.url("/readyz"))
+        assert ready.status_code == 503 and int(ready.headers["Retry-After"]) > 0
+        assert ready.json()["checks"]["database"]["ok"] is False
+        assert httpx.get(server.url("/livez")).status_code == 200
 
         postgres.start()
         restarted = time.monotonic()
@@ -557,6 +561,11 @@ def test_database_restarted_under_a_running_api(postgres, tmp_path):
         records = client.get("/api/v1/domains/support/records").json()
         assert [record["content"] for record in records["results"]] == ["Refunds take five days."]
         assert httpx.get(server.url("/api/v1/health")).status_code == 200
+        wait_for(
+            lambda: httpx.get(server.url("/readyz")).status_code == 200,
+            timeout=30,
+            what="/readyz to answer 200 again",
+        )
         assert server.process.poll() is None
         assert (server.process.pid, server.worker_pids()) == (master, worker_pids)
     finally:

@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import random
+import signal
 import statistics
 import subprocess
 import sys
@@ -323,6 +324,9 @@ def main(argv: list[str]) -> int:
 
     from memoryhub.contrib.citus_cluster import Cluster, build
     from tests.cluster import source
+
+    # A run stopped with SIGTERM (kill, a CI timeout) still stops and removes its cluster.
+    signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))
 
     tarball = options.source or source()
     if tarball is None:

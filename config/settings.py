@@ -80,7 +80,7 @@ if _proxy_header:
     SECURE_PROXY_SSL_HEADER = ("HTTP_" + _proxy_header.upper().replace("-", "_"), "https")
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", default=not DEBUG)
 # Health probes of load balancers and container engines speak plain HTTP to the pod.
-SECURE_REDIRECT_EXEMPT = [r"^api/v1/health$", r"^livez$", r"^readyz$"]
+SECURE_REDIRECT_EXEMPT = [r"^api/v1/health$", r"^livez$", r"^readyz$", r"^metrics$"]
 # One year, the preload list's minimum; start lower (e.g. 300) on a first rollout.
 SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0 if DEBUG else 31_536_000)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=not DEBUG)
@@ -310,6 +310,8 @@ EMBEDDERS = {
 }
 _embedder = os.environ.get("MEMORYHUB_EMBEDDER") or "hashing"
 MEMORYHUB["EMBEDDER"] = EMBEDDERS.get(_embedder, _embedder)
+if os.environ.get("MEMORYHUB_METRICS_TOKEN"):
+    MEMORYHUB["METRICS_TOKEN"] = os.environ["MEMORYHUB_METRICS_TOKEN"]
 if os.environ.get("MEMORYHUB_ERASURE_RECEIPT_KEY"):
     MEMORYHUB["ERASURE_RECEIPT_KEY"] = os.environ["MEMORYHUB_ERASURE_RECEIPT_KEY"]
 # Queries are reranked only with MEMORYHUB_RERANK_BASE_URL: a /rerank endpoint of the

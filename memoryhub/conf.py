@@ -285,8 +285,15 @@ SETTINGS: dict[str, Setting] = {
     "WORKER_STALE_AFTER": Setting(
         60,
         "Health reports degraded when records have waited longer than this many seconds"
-        " and no worker has sent a heartbeat for as long (broker mode only).",
+        " and no worker has sent a heartbeat for as long (broker mode only); /readyz is"
+        " unready when no worker has sent one for as long.",
         minimum=1,
+    ),
+    "METRICS_TOKEN": Setting(
+        None,
+        "The bearer token GET /metrics requires (Authorization: Bearer <token>); unset,"
+        " /metrics answers loopback addresses only. The standalone site reads it from"
+        " MEMORYHUB_METRICS_TOKEN.",
     ),
     "IDEMPOTENCY_TTL": Setting(
         86_400,

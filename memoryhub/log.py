@@ -42,6 +42,8 @@ from typing import Any
 from celery._state import get_current_task
 from django.http import HttpRequest, HttpResponse
 
+from . import metrics
+
 __all__ = [
     "REQUEST_ID_HEADER",
     "TASK_REQUEST_ID_HEADER",
@@ -219,7 +221,9 @@ class RequestLogMiddleware:
             request.request_id = context.request_id  # type: ignore[attr-defined]
             response = self.get_response(request)
             response[REQUEST_ID_HEADER] = context.request_id
-            duration_ms = round((time.perf_counter() - started) * 1000, 2)
+            seconds = time.perf_counter() - started
+            metrics.observe_request(request, response.status_code, seconds)
+            duration_ms = round(seconds * 1000, 2)
             access_logger.info(
                 "%s %s %s %.2fms",
                 request.method,

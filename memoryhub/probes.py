@@ -1,23 +1,31 @@
-"""An orchestrator's probes, for a site to include at its root::
+"""What a platform team's tools ask of a site, for the site to include at its root::
 
     path("", include("memoryhub.probes")),
 
 ``GET /livez``: the process answers (200, nothing asked of anything else). ``GET
-/readyz``: 200 when the deployment is ready, else 503 with ``Retry-After``; both with
-each check by name (``services.health.readiness``). Neither needs a key, counts against
-the API's throttle, nor says more than a check's name, state and the error's class.
+/readyz``: 200 when the deployment is ready, else 503 with ``Retry-After``, with each
+check by name (``services.health.readiness``). ``GET /metrics``: Prometheus's text format
+(``memoryhub.metrics``), for the bearer token ``METRICS_TOKEN`` or, unset, for loopback
+addresses only. None needs an API key or counts against the API's throttle.
 """
 
 from __future__ import annotations
 
-from django.http import HttpRequest, JsonResponse
+import hmac
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import path
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
+from . import metrics as metrics_module
+from .conf import memoryhub_settings
 from .services import health
 
-__all__ = ["livez", "readyz", "urlpatterns"]
+__all__ = ["livez", "metrics", "readyz", "urlpatterns"]
+
+#: The addresses that may scrape /metrics when no token is set.
+LOOPBACK = frozenset({"127.0.0.1", "::1"})
 
 #: What a 503 asks a prober to wait before it asks again, in seconds.
 RETRY_AFTER = 5
@@ -39,7 +47,34 @@ def readyz(request: HttpRequest) -> JsonResponse:
     return response
 
 
+def _refusal(request: HttpRequest) -> HttpResponse | None:
+    token = memoryhub_settings.METRICS_TOKEN
+    if not token:
+        if request.META.get("REMOTE_ADDR") in LOOPBACK:
+            return None
+        return JsonResponse(
+            {"detail": "Set METRICS_TOKEN to scrape from another address."}, status=403
+        )
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and hmac.compare_digest(given.encode(), str(token).encode()):
+        return None
+    refused = JsonResponse({"detail": "A bearer token is needed."}, status=401)
+    refused["WWW-Authenticate"] = 'Bearer realm="metrics"'
+    return refused
+
+
+@never_cache
+@require_safe
+def metrics(request: HttpRequest) -> HttpResponse:
+    refused = _refusal(request)
+    if refused is not None:
+        return refused
+    body = metrics_module.exposition(metrics_module.Deployment(health.state))
+    return HttpResponse(body, content_type=metrics_module.CONTENT_TYPE)
+
+
 urlpatterns = [
     path("livez", livez, name="memoryhub-livez"),
     path("readyz", readyz, name="memoryhub-readyz"),
+    path("metrics", metrics, name="memoryhub-metrics"),
 ]

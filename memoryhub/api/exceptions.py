@@ -22,6 +22,7 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from .. import metrics
 from ..exceptions import (
     PolicyDenied,
     RecordNotFound,
@@ -67,6 +68,23 @@ def _flatten(detail: Any, prefix: str = "") -> dict[str, list[str]]:
 
 def _body(code: str, detail: str, **extra: Any) -> dict[str, Any]:
     return {"code": code, "detail": detail, **extra}
+
+
+#: The refusals before any work that metrics count, by reason.
+REFUSAL_REASONS: tuple[tuple[type[exceptions.APIException], str], ...] = (
+    (exceptions.NotAuthenticated, "authentication"),
+    (exceptions.AuthenticationFailed, "authentication"),
+    (exceptions.Throttled, "throttled"),
+    (exceptions.PermissionDenied, "permission"),
+)
+
+
+def _count_refusal(exc: Exception, context: dict[str, Any]) -> None:
+    request = context.get("request")
+    for kind, reason in REFUSAL_REASONS:
+        if isinstance(exc, kind) and request is not None:
+            metrics.observe_refusal(request, reason)
+            return
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:  # noqa: C901
@@ -116,6 +134,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
             status=status.HTTP_503_SERVICE_UNAVAILABLE,
             headers={"Retry-After": "5"},
         )
+    _count_refusal(exc, context)
     response = drf_exception_handler(exc, context)
     if response is None:
         logger.exception("unhandled error in the API", exc_info=exc)

@@ -14,12 +14,15 @@ from typing import Any
 
 from celery import current_app
 from django.db import connection
+from django.db.models import Count
 
 from ..conf import memoryhub_settings
 from ..embedders.base import is_lexical, is_warm, warm_in_background
+from ..models import ImportJob
 from . import indexing
+from .dispatch import queued
 
-__all__ = ["readiness", "report"]
+__all__ = ["readiness", "report", "state"]
 
 
 def report() -> tuple[dict[str, Any], bool]:
@@ -137,4 +140,23 @@ def _worker_status() -> dict[str, Any]:
     return {
         "ok": seen is not None and seen <= stale_after,
         "seen_seconds_ago": None if seen is None else round(seen, 1),
+    }
+
+
+def state() -> dict[str, Any]:
+    """The deployment's state as metrics report it: records pending (capped) and the
+    oldest one's age in seconds, the indexing messages queued (None: the broker cannot
+    tell), import jobs by status."""
+    pipeline = indexing.pipeline_status(eager=True)
+    counts = dict(
+        ImportJob.unscoped.order_by()
+        .values_list("status")
+        .annotate(n=Count("pk"))
+        .values_list("status", "n")
+    )
+    return {
+        "pending": pipeline["pending"],
+        "oldest_pending_seconds": pipeline["oldest_pending_seconds"] or 0.0,
+        "queued": queued("index_records"),
+        "imports": {status: counts.get(status, 0) for status in ImportJob.Status.values},
     }

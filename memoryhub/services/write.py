@@ -24,7 +24,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from .. import observe, policy, signals
+from .. import metrics, observe, policy, signals
 from ..cache import bump_generation_on_commit
 from ..conf import memoryhub_settings
 from ..exceptions import WriteRefused
@@ -428,9 +428,23 @@ def write(
             consolidate=consolidate,
         )
     )
+    _count(result, len(validated), refused_all=refusal is not None and len(knowledge_bases) == 1)
     if refusal is not None and len(knowledge_bases) == 1:
         raise refusal
     return result
+
+
+def _count(result: WriteResult, items: int, *, refused_all: bool) -> None:
+    """The write's items by outcome, for the metrics."""
+    merged = sum(record.deduplicated for record in result.records)
+    metrics.observe_writes(
+        {
+            "accepted": len(result.records) - merged,
+            "deduplicated": merged,
+            "refused": items * (1 if refused_all else len(result.refused)),
+            "failed": items * len(result.failed),
+        }
+    )
 
 
 def _write_validated(

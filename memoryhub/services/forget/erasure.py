@@ -5,6 +5,7 @@ transaction."""
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Sequence
 from functools import partial
@@ -15,7 +16,7 @@ from django.db.models import Count, QuerySet
 
 from tenants.models import Domain
 
-from ... import policy, signals
+from ... import metrics, policy, signals
 from ...exceptions import UnknownSource, WriteRefused
 from ...models import (
     KnowledgeBase,
@@ -85,12 +86,25 @@ def forget(
     policy.require(principal, policy.Action.FORGET, scope)
     if request.is_subject_erasure:
         policy.require(principal, policy.Action.ERASE_SUBJECT, scope)
+    started = time.perf_counter()
     result, refusal = run_again_when_cancelled(
         partial(_forget_once, scope, request, principal=principal, batch=batch)
     )
+    metrics.observe_erasure(_kind(request), time.perf_counter() - started)
     if refusal is not None:
         raise refusal
     return result
+
+
+def _kind(request: ForgetRequest) -> str:
+    """What an erasure erased, as metrics label it."""
+    if request.import_job is not None:
+        return "import"
+    if request.all:
+        return "domain"
+    if request.key is not None:
+        return "key"
+    return "subject" if request.is_subject_erasure else "source"
 
 
 def _forget_once(

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,7 +41,7 @@ from cachetools import LRUCache, cached
 from django.utils import timezone
 from pgvector import Vector
 
-from ... import cache, observe
+from ... import cache, metrics, observe
 from ...conf import memoryhub_settings
 from ...items import MemoryItem, Turns, dedupe_items, grounding_lines, sort_by_score
 from ...models import Observation
@@ -220,6 +221,14 @@ def query(scope: Scope, request: QueryRequest | None = None, /, **raw: Any) -> Q
         raise TypeError("query() needs a Scope.")
     if request is None:
         request = QueryRequest.build(**raw)
+    started = time.perf_counter()
+    result = _answer(scope, request)
+    seconds = time.perf_counter() - started
+    metrics.observe_query(request.mode, result.strategy, cached=result.cached, seconds=seconds)
+    return result
+
+
+def _answer(scope: Scope, request: QueryRequest) -> QueryResult:
     reranker = rerank.reranker_for(request)
     limit = rerank.candidates(request, reranker)
     # The models are part of the key: after a change of embedder or reranker, old

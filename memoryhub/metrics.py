@@ -31,7 +31,9 @@ from prometheus_client.registry import Collector
 __all__ = [
     "Deployment",
     "exposition",
+    "observe_consolidation",
     "observe_erasure",
+    "observe_indexing",
     "observe_query",
     "observe_request",
     "observe_writes",
@@ -91,9 +93,28 @@ ERASURE_SECONDS = Histogram(
 )
 
 
+INDEXED = Counter(
+    "memoryhub_records_indexed", "Records embedded and stored (searchable by vector)."
+)
+INDEXING_ERRORS = Counter(
+    "memoryhub_indexing_errors",
+    "Records in a batch the embedder failed (each attempt; they are tried again).",
+)
+INDEXING_FAILED = Counter(
+    "memoryhub_records_failed",
+    "Records marked failed: the embedder failed them INDEX_MAX_ATTEMPTS times.",
+)
+CONSOLIDATIONS = Counter(
+    "memoryhub_consolidation_runs",
+    "Consolidation runs of a namespace's turns, by outcome (done, busy: another run held "
+    "the namespace, unavailable: the extractor could not be reached, failed).",
+    ["outcome"],
+)
+
 #: Every metric this process keeps.
 METRICS: tuple[Collector, ...] = (REQUESTS, REQUEST_SECONDS, QUERIES, QUERY_SECONDS, WRITES)
-METRICS += (REFUSALS, ERASURES, ERASURE_SECONDS)
+METRICS += (REFUSALS, ERASURES, ERASURE_SECONDS, INDEXED, INDEXING_ERRORS, INDEXING_FAILED)
+METRICS += (CONSOLIDATIONS,)
 
 
 def _door(route: str) -> str:
@@ -149,6 +170,16 @@ def observe_writes(outcomes: dict[str, int]) -> None:
     for outcome, count in outcomes.items():
         if count:
             WRITES.labels(outcome).inc(count)
+
+
+def observe_indexing(*, indexed: int = 0, errors: int = 0, failed: int = 0) -> None:
+    INDEXED.inc(indexed)
+    INDEXING_ERRORS.inc(errors)
+    INDEXING_FAILED.inc(failed)
+
+
+def observe_consolidation(outcome: str) -> None:
+    CONSOLIDATIONS.labels(outcome).inc()
 
 
 def observe_erasure(kind: str, seconds: float) -> None:

@@ -46,7 +46,8 @@ class RequestScheme(OpenApiSerializerExtension):
         return getattr(auto_schema, "method", "").upper() == "PATCH"
 
     def get_name(self, auto_schema: Any, direction: str) -> str:
-        return self.target.schema_name
+        name: str = self.target.schema_name
+        return f"Patched{name}" if self._partial(auto_schema) else name
 
     def map_serializer(self, auto_schema: Any, direction: str) -> dict[str, Any]:
         schema, nested = vocabulary.openapi_schema(self.target, partial=self._partial(auto_schema))

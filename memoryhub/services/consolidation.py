@@ -34,7 +34,7 @@ from typing import Any, cast
 from django.db import connection, transaction
 from django.utils.module_loading import import_string
 
-from .. import observe, policy
+from .. import metrics, observe, policy
 from ..conf import memoryhub_settings
 from ..consolidation import (
     Episode,
@@ -145,27 +145,40 @@ def consolidate(knowledge_base_id: int, namespace: str) -> dict[str, int] | None
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", list(key))
         if not cursor.fetchone()[0]:
+            metrics.observe_consolidation("busy")
             return None
-    totals: dict[str, int] = {"episodes": 0, **dict.fromkeys(OPERATIONS, 0)}
+    outcome = "failed"
     try:
-        while True:
-            batch = list(
-                MemoryRecord.unscoped.filter(
-                    knowledge_base_id=knowledge_base_id,
-                    namespace=namespace,
-                    consolidation=CONSOLIDATION_PENDING,
-                )
-                .exclude(status=MemoryRecord.Status.PENDING)
-                .order_by("created_at")[: memoryhub_settings.CONSOLIDATION_BATCH]
-            )
-            if not batch:
-                return totals
-            counts = _run_batch(knowledge_base, namespace, batch)
-            for name, count in counts.items():
-                totals[name] = totals.get(name, 0) + count
+        totals = _consolidate_locked(knowledge_base, namespace)
+        outcome = "done"
+        return totals
+    except ExtractorUnavailable:
+        outcome = "unavailable"
+        raise
     finally:
+        metrics.observe_consolidation(outcome)
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", list(key))
+
+
+def _consolidate_locked(knowledge_base: KnowledgeBase, namespace: str) -> dict[str, int]:
+    """The run of :func:`consolidate` once it holds the namespace."""
+    totals: dict[str, int] = {"episodes": 0, **dict.fromkeys(OPERATIONS, 0)}
+    while True:
+        batch = list(
+            MemoryRecord.unscoped.filter(
+                knowledge_base_id=knowledge_base.pk,
+                namespace=namespace,
+                consolidation=CONSOLIDATION_PENDING,
+            )
+            .exclude(status=MemoryRecord.Status.PENDING)
+            .order_by("created_at")[: memoryhub_settings.CONSOLIDATION_BATCH]
+        )
+        if not batch:
+            return totals
+        counts = _run_batch(knowledge_base, namespace, batch)
+        for name, count in counts.items():
+            totals[name] = totals.get(name, 0) + count
 
 
 def _similar_facts(

@@ -22,7 +22,7 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models import Case, F, QuerySet, Value, When
 from django.utils import timezone
 
-from .. import observe
+from .. import metrics, observe
 from ..cache import bump_generation_on_commit
 from ..conf import memoryhub_settings
 from ..embedders import EmbedderError
@@ -119,7 +119,9 @@ def index_records(
                 bump_generation_on_commit(Scope(org_id=org_id, domain_id=domain_id))
     if failure is not None:
         result.failed = _record_failure([row[0] for row in rows], failure, org_id)
+        metrics.observe_indexing(errors=len(rows), failed=len(result.failed))
         raise EmbedderError(str(failure)) from failure
+    metrics.observe_indexing(indexed=len(result.indexed))
     return result
 
 

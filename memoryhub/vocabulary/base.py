@@ -38,6 +38,13 @@ class _Checked(ModelMetaclass):
     as a door's request is (Pydantic's own validation of nested requests never calls
     the class, so it is not refused twice)."""
 
+    def __setattr__(cls, name: str, value: Any) -> None:
+        # drf-spectacular marks a PATCH's request ``partial`` on what it is given, here
+        # the class itself, for every later document of the process: the OpenAPI
+        # extension (``memoryhub.api.schema``) names a PATCH's request instead.
+        if name != "partial":
+            super().__setattr__(name, value)
+
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         try:
             with fixed():

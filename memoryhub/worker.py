@@ -157,3 +157,11 @@ def warm_in_pool_child(**kwargs: Any) -> None:
     """``worker_process_init`` receiver: a prefork pool child loads the local model as
     it starts, not at its first batch."""
     warm_configured_in_background()
+
+
+def configure_tracing_in_child(**_: Any) -> None:
+    """``worker_process_init`` receiver: a prefork pool child exports its own spans (the
+    parent's exporter thread does not survive the fork)."""
+    from . import tracing
+
+    tracing.configure()

@@ -22,7 +22,7 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models import Case, F, QuerySet, Value, When
 from django.utils import timezone
 
-from .. import metrics, observe
+from .. import metrics, observe, tracing
 from ..cache import bump_generation_on_commit
 from ..conf import memoryhub_settings
 from ..embedders import EmbedderError
@@ -80,6 +80,14 @@ def index_records(
     """
     if org_id is None:
         return _index_by_org(record_ids, force=force)
+    with tracing.span("memoryhub.index", **{"memoryhub.batch.size": len(record_ids)}) as current:
+        result = _index_org(record_ids, force=force, org_id=org_id)
+        if current is not None:
+            current.set_attribute("gen_ai.memory.record.count", len(result.indexed))
+    return result
+
+
+def _index_org(record_ids: Sequence[str], *, force: bool, org_id: int) -> IndexResult:
     embedder = memoryhub_settings.embedder()
     result = IndexResult()
     failure: Exception | None = None

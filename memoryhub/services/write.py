@@ -24,7 +24,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from .. import metrics, observe, policy, signals
+from .. import metrics, observe, policy, signals, tracing
 from ..cache import bump_generation_on_commit
 from ..conf import memoryhub_settings
 from ..exceptions import WriteRefused
@@ -416,18 +416,21 @@ def write(
     names = source_names(sources)
     validated = items_of(items)
     knowledge_bases = resolve_sources(scope, names)
-    result, refusal = run_again_when_cancelled(
-        functools.partial(
-            _write_validated,
-            scope,
-            knowledge_bases,
-            validated,
-            principal=principal,
-            import_job=import_job,
-            cause=cause,
-            consolidate=consolidate,
+    with tracing.span("update_memory", store=scope.domain_id) as current:
+        result, refusal = run_again_when_cancelled(
+            functools.partial(
+                _write_validated,
+                scope,
+                knowledge_bases,
+                validated,
+                principal=principal,
+                import_job=import_job,
+                cause=cause,
+                consolidate=consolidate,
+            )
         )
-    )
+        if current is not None:
+            current.set_attribute("gen_ai.memory.record.count", len(result.records))
     _count(result, len(validated), refused_all=refusal is not None and len(knowledge_bases) == 1)
     if refusal is not None and len(knowledge_bases) == 1:
         raise refusal

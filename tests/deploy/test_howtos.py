@@ -60,6 +60,10 @@ NOT_RUN: dict[tuple[str, str], str] = {
     ("production.md", "export DATABASE_URL"): (
         "needs a PostgreSQL and a Redis of one's own: the make run tests start those servers"
     ),
+    ("production.md", "export OTEL_EXPORTER_OTLP_ENDPOINT"): (
+        "names a collector this machine does not run: tests/workers/test_tracing.py exports"
+        " to a receiver of its own"
+    ),
     ("workers.md", "CELERY_BROKER_URL=redis://127.0.0.1:"): (
         "names the default Redis port, which no test may touch: tests/deploy/"
         "test_make_worker.py runs the worker that joins make run"

@@ -16,7 +16,7 @@ from django.db.models import Count, QuerySet
 
 from tenants.models import Domain
 
-from ... import metrics, policy, signals
+from ... import metrics, policy, signals, tracing
 from ...exceptions import UnknownSource, WriteRefused
 from ...models import (
     KnowledgeBase,
@@ -87,10 +87,16 @@ def forget(
     if request.is_subject_erasure:
         policy.require(principal, policy.Action.ERASE_SUBJECT, scope)
     started = time.perf_counter()
-    result, refusal = run_again_when_cancelled(
-        partial(_forget_once, scope, request, principal=principal, batch=batch)
-    )
-    metrics.observe_erasure(_kind(request), time.perf_counter() - started)
+    kind = _kind(request)
+    with tracing.span(
+        "delete_memory", store=scope.domain_id, **{"memoryhub.erasure": kind}
+    ) as current:
+        result, refusal = run_again_when_cancelled(
+            partial(_forget_once, scope, request, principal=principal, batch=batch)
+        )
+        if current is not None:
+            current.set_attribute("gen_ai.memory.record.count", result.deleted)
+    metrics.observe_erasure(kind, time.perf_counter() - started)
     if refusal is not None:
         raise refusal
     return result

@@ -41,7 +41,7 @@ from cachetools import LRUCache, cached
 from django.utils import timezone
 from pgvector import Vector
 
-from ... import cache, metrics, observe
+from ... import cache, metrics, observe, tracing
 from ...conf import memoryhub_settings
 from ...items import MemoryItem, Turns, dedupe_items, grounding_lines, sort_by_score
 from ...models import Observation
@@ -222,7 +222,13 @@ def query(scope: Scope, request: QueryRequest | None = None, /, **raw: Any) -> Q
     if request is None:
         request = QueryRequest.build(**raw)
     started = time.perf_counter()
-    result = _answer(scope, request)
+    asked = {"memoryhub.query.mode": request.mode, "gen_ai.retrieval.top_k": request.k}
+    with tracing.span("search_memory", store=scope.domain_id, **asked) as current:
+        result = _answer(scope, request)
+        plan = metrics.plan_of(result.strategy, cached=result.cached)
+        if current is not None:
+            current.set_attribute("gen_ai.memory.record.count", len(result.items))
+            current.set_attribute("memoryhub.query.plan", plan)
     seconds = time.perf_counter() - started
     metrics.observe_query(request.mode, result.strategy, cached=result.cached, seconds=seconds)
     return result

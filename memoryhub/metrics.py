@@ -82,8 +82,10 @@ REFUSALS = Counter(
 )
 ERASURES = Counter(
     "memoryhub_erasures",
-    "Erasures run, by what they erased (subject, key, source, domain, import).",
-    ["kind"],
+    "Erasures run, by what they erased (subject, key, source, domain, import) and outcome "
+    "(done; refused: a read-only knowledge base refused it; failed: an error, nothing "
+    "erased).",
+    ["kind", "outcome"],
 )
 ERASURE_SECONDS = Histogram(
     "memoryhub_erasure_duration_seconds",
@@ -182,8 +184,8 @@ def observe_consolidation(outcome: str) -> None:
     CONSOLIDATIONS.labels(outcome).inc()
 
 
-def observe_erasure(kind: str, seconds: float) -> None:
-    ERASURES.labels(kind).inc()
+def observe_erasure(kind: str, outcome: str, seconds: float) -> None:
+    ERASURES.labels(kind, outcome).inc()
     ERASURE_SECONDS.labels(kind).observe(seconds)
 
 

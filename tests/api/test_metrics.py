@@ -70,7 +70,7 @@ def test_each_door_moves_its_metric_and_no_label_names_a_tenant(tenant, other_te
     assert moved[("memoryhub_write_items_total", (("outcome", "deduplicated"),))] == 1
     assert moved[("memoryhub_write_items_total", (("outcome", "refused"),))] == 1
     assert sum(v for (n, _), v in moved.items() if n == "memoryhub_queries_total") == 1
-    assert moved[("memoryhub_erasures_total", (("kind", "key"),))] == 1
+    assert moved[("memoryhub_erasures_total", (("kind", "key"), ("outcome", "done")))] == 1
     assert (
         moved[
             ("memoryhub_refused_requests_total", (("door", "rest"), ("reason", "authentication")))

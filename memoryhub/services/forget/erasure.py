@@ -88,15 +88,19 @@ def forget(
         policy.require(principal, policy.Action.ERASE_SUBJECT, scope)
     started = time.perf_counter()
     kind = _kind(request)
-    with tracing.span(
-        "delete_memory", store=scope.domain_id, **{"memoryhub.erasure": kind}
-    ) as current:
-        result, refusal = run_again_when_cancelled(
-            partial(_forget_once, scope, request, principal=principal, batch=batch)
-        )
-        if current is not None:
-            current.set_attribute("gen_ai.memory.record.count", result.deleted)
-    metrics.observe_erasure(kind, time.perf_counter() - started)
+    outcome = "failed"
+    try:
+        with tracing.span(
+            "delete_memory", store=scope.domain_id, **{"memoryhub.erasure": kind}
+        ) as current:
+            result, refusal = run_again_when_cancelled(
+                partial(_forget_once, scope, request, principal=principal, batch=batch)
+            )
+            if current is not None:
+                current.set_attribute("gen_ai.memory.record.count", result.deleted)
+        outcome = "done" if refusal is None else "refused"
+    finally:
+        metrics.observe_erasure(kind, outcome, time.perf_counter() - started)
     if refusal is not None:
         raise refusal
     return result

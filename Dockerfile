@@ -20,4 +20,4 @@ RUN useradd --create-home --uid 1000 memoryhub \
 USER memoryhub
 
 EXPOSE 8000
-CMD ["gunicorn", "config.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3", "--preload"]
+CMD ["gunicorn", "config.wsgi:application", "--config", "python:config.gunicorn", "--bind", "0.0.0.0:8000", "--workers", "3", "--preload"]

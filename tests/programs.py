@@ -19,7 +19,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -450,13 +450,15 @@ def _http_answers(port: int) -> bool:
         return False
 
 
-def start_gunicorn(env: dict[str, str], log: Path, *, workers: int = 2) -> Gunicorn:
+def start_gunicorn(
+    env: dict[str, str], log: Path, *, workers: int = 2, options: Sequence[str] = ()
+) -> Gunicorn:
     """Serve ``config.wsgi`` with gunicorn (the production server) on a free port."""
     port = free_port()
     handle = log.open("wb")
     process = subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "config.wsgi", "--bind", f"127.0.0.1:{port}"]
-        + ["--workers", str(workers), "--timeout", "30", "--graceful-timeout", "5"],
+        + ["--workers", str(workers), "--timeout", "30", "--graceful-timeout", "5", *options],
         cwd=ROOT,
         env=env,
         stdout=handle,

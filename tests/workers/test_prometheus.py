@@ -117,7 +117,9 @@ def test_prometheus_sees_each_metric_move_across_web_processes_and_the_worker(
 
         def client(name: str) -> httpx.Client:
             return httpx.Client(
-                base_url=site.url(""), headers={"Authorization": f"Api-Key {keys[name]}"}
+                base_url=site.url(""),
+                headers={"Authorization": f"Api-Key {keys[name]}"},
+                timeout=30,
             )
 
         records = "/api/v1/domains/support/records"
@@ -139,7 +141,9 @@ def test_prometheus_sees_each_metric_move_across_web_processes_and_the_worker(
             "/api/v1/domains/support/forget", json={"key": "prefs/currency"}
         )
         assert erased.status_code == 200
-        stranger = httpx.post(site.url(records), headers={"Authorization": "Api-Key nope"})
+        stranger = httpx.post(
+            site.url(records), headers={"Authorization": "Api-Key nope"}, timeout=30
+        )
         assert stranger.status_code in (401, 403)
 
         expected = {

@@ -104,8 +104,13 @@ def redis(tmp_path) -> Iterator[RedisServer]:
         yield server
 
 
+@pytest.mark.parametrize(
+    "options",
+    [(), ("--preload", "--config", "python:config.gunicorn")],
+    ids=["gunicorn", "preloaded as docker-compose runs it"],
+)
 def test_one_trace_runs_from_an_api_write_through_the_indexing_task(
-    tenant, receiver, redis, workers, tmp_path
+    tenant, receiver, redis, workers, tmp_path, options
 ):
     otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_BSP_SCHEDULE_DELAY": "100"}
     workers.append(
@@ -124,10 +129,12 @@ def test_one_trace_runs_from_an_api_write_through_the_indexing_task(
         "SECURE_SSL_REDIRECT": "0",
         "SECRET_KEY": "tracing-test-secret-key-not-for-production-use-0123456789",
     }
-    site = start_gunicorn(site_env, tmp_path / "gunicorn.log", workers=1)
+    site = start_gunicorn(site_env, tmp_path / "gunicorn.log", workers=1, options=options)
     try:
         _, key = create_api_key(org=tenant.org, can_read=True, can_write=True)
-        client = httpx.Client(base_url=site.url(""), headers={"Authorization": f"Api-Key {key}"})
+        client = httpx.Client(
+            base_url=site.url(""), headers={"Authorization": f"Api-Key {key}"}, timeout=30
+        )
         secret = {
             "content": "Alice keeps her savings in Zurich.",
             "key": "finance/bank",

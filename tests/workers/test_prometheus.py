@@ -1,7 +1,7 @@
 """A real Prometheus scrapes a real site (gunicorn, two processes) and its Celery worker,
 all writing their counters to one ``PROMETHEUS_MULTIPROC_DIR``: PromQL through
-Prometheus's HTTP API sees each metric move as two orgs write, query, are refused and
-erase, and as the worker indexes what they wrote."""
+Prometheus's HTTP API sees each metric move as two orgs write, query, are refused, erase
+and import, and as the worker indexes what they wrote."""
 
 from __future__ import annotations
 
@@ -13,10 +13,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from memoryhub.services import knowledge_bases
+from memoryhub.services import imports, knowledge_bases
 from tests.factories import create_api_key
 from tests.programs import (
     RedisServer,
+    celery_broker,
     database_url,
     free_port,
     redis_server,
@@ -141,19 +142,29 @@ def test_prometheus_sees_each_metric_move_across_web_processes_and_the_worker(
             "/api/v1/domains/support/forget", json={"key": "prefs/currency"}
         )
         assert erased.status_code == 200
+        memory = knowledge_bases.ensure_knowledge_base(other_tenant.scope, "memory")
+        with celery_broker(redis.url()):
+            imports.create_job(
+                other_tenant.scope,
+                memory,
+                format="jsonl",
+                filename="notes.jsonl",
+                text='{"content": "Imported one."}\n{"content": "Imported two."}\n',
+            )
         stranger = httpx.post(
             site.url(records), headers={"Authorization": "Api-Key nope"}, timeout=30
         )
         assert stranger.status_code in (401, 403)
 
         expected = {
-            'sum(memoryhub_write_items_total{outcome="accepted"})': 6,
+            'sum(memoryhub_write_items_total{outcome="accepted"})': 8,
             'sum(memoryhub_write_items_total{outcome="refused"})': 1,
             "sum(memoryhub_queries_total)": 1,
             'sum(memoryhub_erasures_total{kind="key"})': 1,
             'sum(memoryhub_refused_requests_total{reason="authentication"})': 1,
             'sum(memoryhub_requests_total{door="rest",status="202"})': 6,
-            "sum(memoryhub_records_indexed_total)": 6,
+            "sum(memoryhub_records_indexed_total)": 8,
+            'memoryhub_import_jobs{status="done"}': 1,
             "memoryhub_records_pending": 0,
         }
 

@@ -9,8 +9,9 @@ the same questions for every layer and the settings the benchmark's gunicorn run
 * measured directly, in process: the service; authentication (the failed-authentication
   check, the key's one lookup statement with its domain, the SHA-512 check); the
   throttle's sliding window (and the same call with throttling off); the access log
-  middleware around a response that costs nothing; the body's JSON parse; the response
-  (items, grounding, JSON render);
+  middleware around a response that costs nothing (and, of it and the service, the
+  Prometheus metrics a request counts); the body's JSON parse; the response (items,
+  grounding, JSON render);
 * measured as wholes: the request through Django's ``WSGIHandler`` in process, once as
   served and once with the service answered from memory (the fixed cost in process),
   and the request through gunicorn over one keep-alive connection;
@@ -310,8 +311,21 @@ def _parts(
     parts["authentication: key hash check"] = _timed(lambda _: api_key.is_valid(key), requests)
     parts.update(_throttle(requests))
     parts["access log"] = _access_log(requests)
+    parts["metrics: a request's and a query's"] = _metrics(requests)
     parts.update(_json(bodies, [answers[body["query"]] for body in bodies]))
     return parts
+
+
+def _metrics(requests: list[Any]) -> dict[str, float]:
+    """What a query request counts for ``/metrics``: its request (in the access log
+    middleware, so part of that figure too) and its query (in the service)."""
+    from memoryhub import metrics
+
+    def count(request: Any) -> None:
+        metrics.observe_request(request._request, 200, 0.005)
+        metrics.observe_query("hybrid", "hybrid+hnsw", cached=False, seconds=0.005)
+
+    return _timed(count, requests)
 
 
 def _throttle(requests: list[Any]) -> dict[str, dict[str, float]]:

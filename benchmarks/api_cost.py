@@ -13,7 +13,8 @@ the same questions for every layer and the settings the benchmark's gunicorn run
   Prometheus metrics a request counts); the body's JSON parse; the response (items,
   grounding, JSON render);
 * measured as wholes: the request through Django's ``WSGIHandler`` in process, once as
-  served and once with the service answered from memory (the fixed cost in process),
+  served, once counting no metrics and once with the service answered from memory (the
+  fixed cost in process),
   and the request through gunicorn over one keep-alive connection;
 * by difference: Django's own share (the fixed cost in process less the parts above) and
   gunicorn + HTTP (through gunicorn less through ``WSGIHandler``).
@@ -87,6 +88,10 @@ def measure(
         answers = _answers(scope, asked, mode)
         handler = _wsgi_handler()
         layers["WSGI in process"] = _timed(lambda body: _call(handler, path, key, body), bodies)
+        with _metrics_off():
+            layers["WSGI in process, metrics off"] = _timed(
+                lambda body: _call(handler, path, key, body), bodies
+            )
         with _service_from_memory(answers):
             layers["WSGI in process, service from memory"] = _timed(
                 lambda body: _call(handler, path, key, body), bodies
@@ -314,6 +319,21 @@ def _parts(
     parts["metrics: a request's and a query's"] = _metrics(requests)
     parts.update(_json(bodies, [answers[body["query"]] for body in bodies]))
     return parts
+
+
+@contextmanager
+def _metrics_off() -> Iterator[None]:
+    """Nothing counted for ``/metrics``: the request as it would cost without them."""
+    from memoryhub import metrics
+
+    def nothing(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    names = ("observe_request", "observe_query", "observe_writes", "observe_refusal")
+    with ExitStack() as stack:
+        for name in names:
+            stack.enter_context(mock.patch.object(metrics, name, nothing))
+        yield
 
 
 def _metrics(requests: list[Any]) -> dict[str, float]:

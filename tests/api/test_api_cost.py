@@ -49,6 +49,7 @@ def test_the_fixed_cost_is_itemised_and_adds_up_to_the_gap(tmp_path):
     assert list(cost["layers"]) == [
         "service",
         "WSGI in process",
+        "WSGI in process, metrics off",
         "WSGI in process, service from memory",
         "API (gunicorn)",
     ]

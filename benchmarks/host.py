@@ -37,6 +37,23 @@ SERVER_NUMBERS = 1_000_000
 
 FIGURES = tuple(REPEAT)
 
+#: The one-minute load average above which a run refuses to start unless told to.
+BUSY_LOAD = 1.0
+
+
+def busy() -> str | None:
+    """Why this machine is too busy to measure on (its load average), or None: another
+    process sharing the CPUs slows every figure, most of all ingest."""
+    import os
+
+    load = os.getloadavg()[0]
+    if load <= BUSY_LOAD:
+        return None
+    return (
+        f"the machine is busy (load average {load:.1f} > {BUSY_LOAD}): its figures would be"
+        " slow; stop the other work, or pass --busy to measure anyway"
+    )
+
 
 def _median_ms(work: Callable[[], Any], times: int) -> float:
     from benchmarks.run import timed

@@ -119,3 +119,14 @@ def test_the_host_section_reads_the_numpy_row_of_a_tenant_of_the_reference_size(
     assert 'large (30%) tenant\'s "numpy exact" row' in text and "4.839 ms" in text
     # A tenant of another size is not the same computation.
     assert "1% tenant" not in text and "0.086" not in text
+
+
+def test_a_benchmark_refuses_a_busy_machine(monkeypatch, capsys):
+    from benchmarks import citus, host
+
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.5, 1.0, 1.0))
+    assert "load average 1.5" in host.busy()
+    assert citus.main(["--records", "10"]) == 2
+    assert "--busy" in capsys.readouterr().err
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.2, 0.2, 0.2))
+    assert host.busy() is None

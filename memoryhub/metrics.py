@@ -13,9 +13,11 @@ mode, a plan, an outcome. Never an org, a domain, a namespace, a key or content.
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -38,6 +40,28 @@ __all__ = [
     "observe_request",
     "observe_writes",
 ]
+
+logger = logging.getLogger(__name__)
+
+#: The methods a request's label names; any other is ``other`` (a client chooses it).
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+Observe = TypeVar("Observe", bound=Callable[..., None])
+
+
+def never_raises(observe: Observe) -> Observe:
+    """Counting never fails the work it counts (a full disk under
+    ``PROMETHEUS_MULTIPROC_DIR``, say): it is logged instead."""
+
+    @functools.wraps(observe)
+    def counted(*args: Any, **kwargs: Any) -> None:
+        try:
+            observe(*args, **kwargs)
+        except Exception:
+            logger.exception("could not count %s", observe.__name__)
+
+    return counted  # type: ignore[return-value]
+
 
 #: The media type of :func:`exposition`'s answer.
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -83,8 +107,8 @@ REFUSALS = Counter(
 ERASURES = Counter(
     "memoryhub_erasures",
     "Erasures run, by what they erased (subject, key, source, domain, import) and outcome "
-    "(done; refused: a read-only knowledge base refused it; failed: an error, nothing "
-    "erased).",
+    "(done; refused: a read-only knowledge base refused it; invalid: the request named a "
+    "knowledge base the domain lacks; failed: an error, nothing erased).",
     ["kind", "outcome"],
 )
 ERASURE_SECONDS = Histogram(
@@ -138,10 +162,12 @@ def route_of(request: Any) -> str:
     return getattr(match, "route", None) or "unmatched"
 
 
+@never_raises
 def observe_request(request: Any, status: int, seconds: float) -> None:
     route = route_of(request)
     door = _door(route)
-    REQUESTS.labels(door, route, request.method, str(status)).inc()
+    method = request.method if request.method in METHODS else "other"
+    REQUESTS.labels(door, route, method, str(status)).inc()
     REQUEST_SECONDS.labels(door, route).observe(seconds)
 
 
@@ -149,6 +175,7 @@ def door_of(request: Any) -> str:
     return _door(route_of(request))
 
 
+@never_raises
 def observe_refusal(request: Any, reason: str) -> None:
     REFUSALS.labels(door_of(request), reason).inc()
 
@@ -162,28 +189,33 @@ def plan_of(strategy: str, *, cached: bool) -> str:
     return plan if plan in ("exact", "hnsw", "hnsw-tenant", "keyword") else "other"
 
 
+@never_raises
 def observe_query(mode: str, strategy: str, *, cached: bool, seconds: float) -> None:
     plan = plan_of(strategy, cached=cached)
     QUERIES.labels(mode, plan).inc()
     QUERY_SECONDS.labels(mode, plan).observe(seconds)
 
 
+@never_raises
 def observe_writes(outcomes: dict[str, int]) -> None:
     for outcome, count in outcomes.items():
         if count:
             WRITES.labels(outcome).inc(count)
 
 
+@never_raises
 def observe_indexing(*, indexed: int = 0, errors: int = 0, failed: int = 0) -> None:
     INDEXED.inc(indexed)
     INDEXING_ERRORS.inc(errors)
     INDEXING_FAILED.inc(failed)
 
 
+@never_raises
 def observe_consolidation(outcome: str) -> None:
     CONSOLIDATIONS.labels(outcome).inc()
 
 
+@never_raises
 def observe_erasure(kind: str, outcome: str, seconds: float) -> None:
     ERASURES.labels(kind, outcome).inc()
     ERASURE_SECONDS.labels(kind).observe(seconds)
@@ -197,7 +229,17 @@ class Deployment(Collector):
         self.state = state
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        state = self.state()
+        try:
+            state = self.state()
+        except Exception as exc:  # the database or the broker away: the counters still
+            logger.warning("could not read the deployment's state: %s", type(exc).__name__)
+            yield GaugeMetricFamily(
+                "memoryhub_state_up", "Whether the deployment's state could be read.", value=0
+            )
+            return
+        yield GaugeMetricFamily(
+            "memoryhub_state_up", "Whether the deployment's state could be read.", value=1
+        )
         yield GaugeMetricFamily(
             "memoryhub_records_pending",
             "Records waiting to be indexed (counted up to PENDING_COUNT_CAP).",

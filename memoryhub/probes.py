@@ -50,7 +50,9 @@ def readyz(request: HttpRequest) -> JsonResponse:
 def _refusal(request: HttpRequest) -> HttpResponse | None:
     token = memoryhub_settings.METRICS_TOKEN
     if not token:
-        if request.META.get("REMOTE_ADDR") in LOOPBACK:
+        # A proxy on the same host makes every client loopback: what it forwarded is not.
+        forwarded = "HTTP_X_FORWARDED_FOR" in request.META or "HTTP_FORWARDED" in request.META
+        if request.META.get("REMOTE_ADDR") in LOOPBACK and not forwarded:
             return None
         return JsonResponse(
             {"detail": "Set METRICS_TOKEN to scrape from another address."}, status=403

@@ -70,17 +70,42 @@ def configure() -> bool:
             exc.name,
         )
         return False
+    from opentelemetry import trace
+
+    if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        # The host set OpenTelemetry up itself: memoryhub's spans join its provider, and
+        # its instrumentations are its own.
+        _tracer = trace.get_tracer("memoryhub")
+        return True
     resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME") or "memoryhub"})
     provider = TracerProvider(resource=resource)
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     # The provider is passed, not made global (which is set once per process): a forked
     # child instruments again with a provider of its own.
-    for instrumentor in (DjangoInstrumentor(), CeleryInstrumentor(), PsycopgInstrumentor()):
+    for instrumentor, options in (
+        (DjangoInstrumentor(), {"request_hook": _without_query}),
+        (CeleryInstrumentor(), {}),
+        (PsycopgInstrumentor(), {}),
+    ):
         if instrumentor.is_instrumented_by_opentelemetry:
             instrumentor.uninstrument()
-        instrumentor.instrument(tracer_provider=provider)
+        instrumentor.instrument(tracer_provider=provider, **options)
     _tracer = provider.get_tracer("memoryhub")
     return True
+
+
+#: The attributes of a server span that carry a request's query string (which can name a
+#: namespace or a key), by the conventions' old and new names.
+QUERY_ATTRIBUTES = ("http.target", "http.url", "url.full", "url.query")
+
+
+def _without_query(current: Any, request: Any) -> None:
+    """Django's server span holds the path, never the query string."""
+    if not current.is_recording():
+        return
+    path = request.path
+    for name in QUERY_ATTRIBUTES:
+        current.set_attribute(name, "" if name == "url.query" else path)
 
 
 @contextmanager
@@ -97,5 +122,7 @@ def span(operation: str, *, store: int | None = None, **attributes: Any) -> Iter
         named["gen_ai.memory.store.id"] = str(store)
     named.update({key: value for key, value in attributes.items() if value is not None})
     title = operation if store is None else f"{operation} {store}"
-    with _tracer.start_as_current_span(title, attributes=named) as current:
+    # An exception's message may quote a value (a database error names a key): the
+    # span's status says it failed, its events do not say with what.
+    with _tracer.start_as_current_span(title, attributes=named, record_exception=False) as current:
         yield current

@@ -156,9 +156,9 @@ def consolidate(knowledge_base_id: int, namespace: str) -> dict[str, int] | None
         outcome = "unavailable"
         raise
     finally:
-        metrics.observe_consolidation(outcome)
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", list(key))
+        metrics.observe_consolidation(outcome)
 
 
 def _consolidate_locked(knowledge_base: KnowledgeBase, namespace: str) -> dict[str, int]:

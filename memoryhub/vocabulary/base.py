@@ -55,9 +55,10 @@ class _Checked(ModelMetaclass):
 
 
 class Request(BaseModel, metaclass=_Checked):
-    """A request as a door receives it, checked as a whole: every field's rule, then the
-    rules across fields (``model_validator``), every refusal collected before one
-    :attr:`refusal` is raised. Constructing one from Python is checked the same way."""
+    """A request as a door receives it, checked as a whole: every field's rule, each
+    refusal collected, then, when the fields are valid, the rules across them
+    (``model_validator``); one :attr:`refusal` says them all. Constructing one from
+    Python is checked the same way."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 

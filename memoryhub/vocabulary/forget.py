@@ -89,7 +89,7 @@ class ForgetBody(Request):
 
     @model_validator(mode="after")
     def _something_named(self) -> Self:
-        if self.sources is not None and self.source is not None:
+        if {"source", "sources"} <= self.model_fields_set:
             raise Refused({".sources": ["give source or sources, not both."]}).pydantic()
         if self.source is not None:
             self.__dict__["sources"] = (self.source,)

@@ -242,7 +242,7 @@ def _delimiter(value: Any) -> str:
 
 
 def _page_size(value: Any) -> int:
-    if isinstance(value, str) and value.isdigit():  # a query parameter
+    if isinstance(value, str) and value.isascii() and value.isdigit():  # a query parameter
         value = int(value)
     if not rules.is_integer(value) or not 1 <= value <= MAX_NAMESPACE_PAGE:
         raise Refused(f"must be an integer from 1 to {MAX_NAMESPACE_PAGE}.")

@@ -117,3 +117,53 @@ def test_metrics_is_not_the_apis_throttled_door(settings):
     settings.MEMORYHUB = {**settings.MEMORYHUB, "THROTTLE_RATE": "1/minute"}
     for _ in range(3):
         assert Client().get("/metrics").status_code == 200
+
+
+def test_metrics_answers_without_the_state_when_the_database_is_away(monkeypatch):
+    from django.db import OperationalError
+
+    from memoryhub.services import health
+
+    def away() -> dict:
+        raise OperationalError("the database is away")
+
+    monkeypatch.setattr(health, "state", away)
+    samples = scrape()
+    assert value(samples, "memoryhub_state_up") == 0
+    assert ("memoryhub_records_pending", ()) not in samples
+    assert any(name == "memoryhub_requests_total" for name, _ in samples)
+
+
+def test_a_method_a_client_makes_up_is_no_label_of_its_own():
+    Client().generic("FROBNICATE", "/livez")
+    samples = scrape()
+    methods = {
+        dict(labels).get("method") for name, labels in samples if name == "memoryhub_requests_total"
+    }
+    assert "FROBNICATE" not in methods and "other" in methods
+
+
+def test_a_misnamed_knowledge_base_is_an_invalid_erasure_not_a_failed_one(tenant):
+    acme = key_client(tenant, can_read=True, can_write=True, can_forget=True)
+    before = scrape()
+    forget = {"key": "k", "sources": ["no-such-base"]}
+    assert acme.post("/api/v1/domains/support/forget", forget, format="json").status_code == 400
+    after = scrape()
+    for outcome, moved in (("invalid", 1), ("failed", 0)):
+        labels = {"kind": "key", "outcome": outcome}
+        assert (
+            value(after, "memoryhub_erasures_total", **labels)
+            - value(before, "memoryhub_erasures_total", **labels)
+            == moved
+        ), outcome
+
+
+def test_a_proxy_on_the_same_host_does_not_make_its_clients_loopback():
+    proxied = Client(REMOTE_ADDR="127.0.0.1", HTTP_X_FORWARDED_FOR="203.0.113.9")
+    assert proxied.get("/metrics").status_code == 403
+    assert (
+        Client(REMOTE_ADDR="127.0.0.1", HTTP_FORWARDED="for=203.0.113.9")
+        .get("/metrics")
+        .status_code
+        == 403
+    )

@@ -163,3 +163,21 @@ def test_every_document_of_a_process_names_a_put_and_a_patch_apart():
         assert set(components["RecordUpdate"]["properties"]) == set(
             components["PatchedRecordUpdate"]["properties"]
         )
+
+
+def test_a_valid_forget_stays_valid_when_checked_again():
+    from pydantic import BaseModel
+
+    class Carried(BaseModel):
+        forget: forget.ForgetRequest
+
+    asked = forget.ForgetRequest(source="handbook")
+    assert Carried(forget=asked).forget.sources == ("handbook",)
+    again = forget.ForgetRequest(**asked.model_dump(exclude_unset=True), import_job=None)
+    assert again.sources == ("handbook",)
+
+
+def test_a_page_size_in_another_script_is_refused_by_name():
+    with pytest.raises(ValidationFailed) as refused:
+        vocabulary.NamespaceListing.parse({"limit": "²"})
+    assert refused.value.errors == {"limit": ["must be an integer from 1 to 1000."]}

@@ -142,6 +142,11 @@ def test_one_trace_runs_from_an_api_write_through_the_indexing_task(
         }
         written = client.post("/api/v1/domains/support/records", json={"items": [secret]})
         assert written.status_code == 202, written.text
+        listed = client.get(
+            "/api/v1/domains/support/records",
+            params={"namespace": "user:alice", "key_prefix": "finance/"},
+        )
+        assert listed.status_code == 200, listed.text
         asked = client.post(
             "/api/v1/domains/support/query",
             json={"query": "where are the savings", "namespaces": ["user:alice"]},
@@ -177,7 +182,9 @@ def test_one_trace_runs_from_an_api_write_through_the_indexing_task(
     assert search["attributes"]["memoryhub.query.mode"] == "hybrid"
     assert search["attributes"]["gen_ai.memory.record.count"] == 1
     everything = b"".join(receiver.bodies)
-    for private in (b"Alice", b"Zurich", b"user:alice", b"finance/bank", b"savings"):
+    private_values = (b"Alice", b"Zurich", b"user:alice", b"finance/bank", b"savings")
+    quoted = (b"user%3Aalice", b"finance%2F", b"finance/")  # as a query string has them
+    for private in private_values + quoted:
         assert private not in everything, private
 
 

@@ -17,7 +17,7 @@ from django.db.models import Count, QuerySet
 from tenants.models import Domain
 
 from ... import metrics, policy, signals, tracing
-from ...exceptions import UnknownSource, WriteRefused
+from ...exceptions import UnknownSource, ValidationFailed, WriteRefused
 from ...models import (
     KnowledgeBase,
     MemoryRecord,
@@ -99,6 +99,9 @@ def forget(
             if current is not None:
                 current.set_attribute("gen_ai.memory.record.count", result.deleted)
         outcome = "done" if refusal is None else "refused"
+    except (UnknownSource, ValidationFailed):
+        outcome = "invalid"  # the request's mistake, answered 400: nothing went wrong
+        raise
     finally:
         metrics.observe_erasure(kind, outcome, time.perf_counter() - started)
     if refusal is not None:

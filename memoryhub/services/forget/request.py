@@ -53,7 +53,9 @@ class ForgetRequest(ForgetBody):
     refusal: ClassVar[type[ValidationFailed]] = NothingToForget
 
     #: The records an import job created (undoing the import); no door's field.
-    import_job: Annotated[int | None, Rule(_import_job, lambda: {"type": "integer"})] = None
+    import_job: Annotated[
+        int | None, Rule(_import_job, lambda: {"type": "integer"}, nullable=True)
+    ] = None
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> ForgetRequest:

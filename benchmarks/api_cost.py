@@ -343,7 +343,7 @@ def _metrics(requests: list[Any]) -> dict[str, float]:
 
     def count(request: Any) -> None:
         metrics.observe_request(request._request, 200, 0.005)
-        metrics.observe_query("hybrid", "hybrid+hnsw", cached=False, seconds=0.005)
+        metrics.observe_query("hybrid", metrics.plan_of("hybrid+hnsw", cached=False), 0.005)
 
     return _timed(count, requests)
 

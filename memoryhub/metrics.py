@@ -190,8 +190,8 @@ def plan_of(strategy: str, *, cached: bool) -> str:
 
 
 @never_raises
-def observe_query(mode: str, strategy: str, *, cached: bool, seconds: float) -> None:
-    plan = plan_of(strategy, cached=cached)
+def observe_query(mode: str, plan: str, seconds: float) -> None:
+    """A query answered in ``mode`` by ``plan`` (:func:`plan_of`)."""
     QUERIES.labels(mode, plan).inc()
     QUERY_SECONDS.labels(mode, plan).observe(seconds)
 

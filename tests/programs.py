@@ -450,6 +450,41 @@ def _http_answers(port: int) -> bool:
         return False
 
 
+def site_environment(database_url: str) -> dict[str, str]:
+    """The site as production runs it: DATABASE_URL (persistent connections), DEBUG off."""
+    environment = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in {"CELERY_BROKER_URL", "REDIS_URL", "MEMORYHUB_DATA_DIR"}
+    }
+    environment.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "config.settings",
+            "DATABASE_URL": database_url,
+            "DEBUG": "0",
+            "SECURE_SSL_REDIRECT": "0",
+            "SECRET_KEY": "site-test-secret-key-not-for-production-use-0123456789",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    return environment
+
+
+@contextmanager
+def serving(server: Any) -> Iterator[Any]:
+    """``server`` (a ``socketserver`` server) answering in a thread of this process until
+    the block ends."""
+    import threading
+
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def start_gunicorn(
     env: dict[str, str], log: Path, *, workers: int = 2, options: Sequence[str] = ()
 ) -> Gunicorn:

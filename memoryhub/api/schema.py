@@ -17,6 +17,7 @@ from drf_spectacular.settings import spectacular_settings
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter
 
 from .. import vocabulary
+from ..vocabulary.base import reshape
 from ..vocabulary.rules import X_CHOICES
 
 
@@ -61,20 +62,20 @@ class RequestScheme(OpenApiSerializerExtension):
         return schema
 
 
-def _choice_sets(schema: Any) -> Any:
+def _choice_set(schema: dict[str, Any]) -> dict[str, Any]:
     """An enum's labelled values (``x-choices``) as drf-spectacular names a choice set,
     so that a request's ``kind`` is the ``RecordKindEnum`` a record's is."""
-    if isinstance(schema, list):
-        return [_choice_sets(value) for value in schema]
-    if not isinstance(schema, dict):
+    if X_CHOICES not in schema:
         return schema
-    shaped = {key: _choice_sets(value) for key, value in schema.items() if key != X_CHOICES}
-    if X_CHOICES in schema:
-        labels = [tuple(pair) for pair in schema[X_CHOICES]]
-        shaped["x-spec-enum-id"] = list_hash(labels)
-        if spectacular_settings.ENUM_GENERATE_CHOICE_DESCRIPTION:
-            shaped["description"] = build_choice_description_list(labels)
-    return shaped
+    labels = [tuple(pair) for pair in schema.pop(X_CHOICES)]
+    schema["x-spec-enum-id"] = list_hash(labels)
+    if spectacular_settings.ENUM_GENERATE_CHOICE_DESCRIPTION:
+        schema["description"] = build_choice_description_list(labels)
+    return schema
+
+
+def _choice_sets(schema: Any) -> Any:
+    return reshape(schema, _choice_set)
 
 
 def query_parameters(request: type[vocabulary.Request]) -> list[OpenApiParameter]:

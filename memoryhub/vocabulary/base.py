@@ -5,6 +5,7 @@ and stated as JSON Schema for the MCP tools and the OpenAPI document."""
 from __future__ import annotations
 
 import typing
+from collections.abc import Callable
 from functools import cache
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
@@ -15,7 +16,7 @@ from ..exceptions import ValidationFailed
 from .bounds import fixed
 from .rules import REFUSED, X_CHOICES
 
-__all__ = ["Request", "field_names", "json_schema", "openapi_schema"]
+__all__ = ["Request", "field_names", "json_schema", "openapi_schema", "reshape"]
 
 if TYPE_CHECKING:
     from pydantic._internal._model_construction import ModelMetaclass
@@ -160,7 +161,8 @@ def json_schema(request: type[Request], *, without: frozenset[str] = frozenset()
     """``request`` as a JSON Schema (2020-12) object, nested requests inline: its fields
     but ``without``, the bounds the settings give now, none other allowed."""
     stated = request.model_json_schema(schema_generator=_Schema, mode="validation")
-    stated = _without_choices(_inline(stated, stated.pop("$defs", {})))
+    stated = reshape(stated, _inlined(stated.pop("$defs", {})))
+    stated = reshape(stated, _without_choices)
     properties = {
         name: schema for name, schema in stated["properties"].items() if name not in without
     }
@@ -172,24 +174,29 @@ def json_schema(request: type[Request], *, without: frozenset[str] = frozenset()
     return shaped
 
 
-def _without_choices(schema: Any) -> Any:
-    if isinstance(schema, dict):
-        return {key: _without_choices(value) for key, value in schema.items() if key != X_CHOICES}
+def reshape(schema: Any, node: Callable[[dict[str, Any]], Any]) -> Any:
+    """``schema`` rebuilt from the leaves up, each object (its members reshaped first)
+    replaced by what ``node`` makes of it."""
     if isinstance(schema, list):
-        return [_without_choices(value) for value in schema]
+        return [reshape(value, node) for value in schema]
+    if isinstance(schema, dict):
+        return node({key: reshape(value, node) for key, value in schema.items()})
     return schema
 
 
-def _inline(schema: Any, definitions: dict[str, Any]) -> Any:
-    if isinstance(schema, dict):
-        if "$ref" in schema:
-            inner = dict(definitions[schema["$ref"].rsplit("/", 1)[-1]])
-            inner.pop("description", None)
-            return _inline(inner, definitions)
-        return {key: _inline(value, definitions) for key, value in schema.items()}
-    if isinstance(schema, list):
-        return [_inline(value, definitions) for value in schema]
-    return schema
+def _without_choices(schema: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in schema.items() if key != X_CHOICES}
+
+
+def _inlined(definitions: dict[str, Any]) -> Callable[[dict[str, Any]], Any]:
+    def node(schema: dict[str, Any]) -> Any:
+        if "$ref" not in schema:
+            return schema
+        inner = dict(definitions[schema["$ref"].rsplit("/", 1)[-1]])
+        inner.pop("description", None)
+        return reshape(inner, node)
+
+    return node
 
 
 def openapi_schema(
@@ -204,7 +211,7 @@ def openapi_schema(
         mode="validation",
         ref_template="#/components/schemas/{model}",
     )
-    stated = _openapi(stated, names)
+    stated = reshape(stated, _said_by_openapi(names))
     components = {names.get(name, name): schema for name, schema in stated.pop("$defs", {}).items()}
     if partial:
         stated.pop("required", None)
@@ -218,21 +225,22 @@ def _requests(model: type[Request]) -> list[type[Request]]:
     return found
 
 
-def _openapi(schema: Any, names: dict[str, str]) -> Any:
-    if isinstance(schema, list):
-        return [_openapi(value, names) for value in schema]
-    if not isinstance(schema, dict):
+def _said_by_openapi(names: dict[str, str]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """A null type said the OpenAPI 3.0 way (``nullable``), a nested request by its
+    component's name."""
+
+    def node(schema: dict[str, Any]) -> dict[str, Any]:
+        kind = schema.get("type")
+        if isinstance(kind, list) and "null" in kind:
+            [schema["type"]] = [each for each in kind if each != "null"]
+            schema["nullable"] = True
+        reference = schema.get("$ref")
+        if isinstance(reference, str):
+            base, _, name = reference.rpartition("/")
+            schema["$ref"] = f"{base}/{names.get(name, name)}"
         return schema
-    shaped = {key: _openapi(value, names) for key, value in schema.items()}
-    kind = shaped.get("type")
-    if isinstance(kind, list) and "null" in kind:
-        [shaped["type"]] = [each for each in kind if each != "null"]
-        shaped["nullable"] = True
-    reference = shaped.get("$ref")
-    if isinstance(reference, str):
-        base, _, name = reference.rpartition("/")
-        shaped["$ref"] = f"{base}/{names.get(name, name)}"
-    return shaped
+
+    return node
 
 
 @cache

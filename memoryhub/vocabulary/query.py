@@ -83,10 +83,6 @@ def _filter(help: str = "", *, each: Rule | None = None) -> Rule:
     return rules.texts(each, most=MAX_FILTER_VALUES, help=help)
 
 
-def _moment_filter(help: str) -> Rule:
-    return rules.moment(help=help)
-
-
 class QueryBody(Request):
     """A query: the text, how many items, the search mode, filters, and what to return."""
 
@@ -131,22 +127,22 @@ class QueryBody(Request):
     ] = None
     occurred_after: Annotated[
         datetime | None,
-        _moment_filter(
-            "Only records that occurred at this moment or later (occurred_at, else "
+        rules.moment(
+            help="Only records that occurred at this moment or later (occurred_at, else "
             "created_at). ISO 8601 with a time zone, or a date alone: its start in UTC."
         ),
     ] = None
     occurred_before: Annotated[
         datetime | None,
-        _moment_filter(
-            "Only records that occurred before this moment (exclusive); as "
+        rules.moment(
+            help="Only records that occurred before this moment (exclusive); as "
             "occurred_after. 2025-03-01 to 2025-03-02 selects 1 March (UTC)."
         ),
     ] = None
     as_of: Annotated[
         datetime | None,
-        _moment_filter(
-            "Read memory as it was at this moment: records valid then (valid_from, else "
+        rules.moment(
+            help="Read memory as it was at this moment: records valid then (valid_from, else "
             "when they occurred, at or before it; valid_until after it). Absent or null: "
             "what is valid now. ISO 8601 with a time zone, or a date alone: its start in UTC."
         ),

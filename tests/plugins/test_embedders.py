@@ -19,6 +19,7 @@ from memoryhub.embedders import (
     HashingEmbedder,
     OpenAICompatibleEmbedder,
 )
+from tests.programs import serving
 
 
 def cosine(a: list[float], b: list[float]) -> float:
@@ -111,12 +112,8 @@ class EmbeddingsHandler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def api() -> Iterator[FakeEmbeddingsAPI]:
-    server = FakeEmbeddingsAPI()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    with serving(FakeEmbeddingsAPI()) as server:
+        yield server
 
 
 def make(api: FakeEmbeddingsAPI, **options: object) -> OpenAICompatibleEmbedder:
@@ -270,7 +267,6 @@ def test_a_local_model_loads_at_start_and_health_says_when_it_is_ready(settings,
         wait_for(lambda: is_warm(fresh), timeout=120, what="the worker's model to load")
     finally:
         stop_heartbeat()
-    import threading
 
     # Stopped means stopped: no beat can follow stop_heartbeat().
     assert "memoryhub-heartbeat" not in {thread.name for thread in threading.enumerate()}
@@ -287,7 +283,6 @@ def test_an_embedder_with_nothing_to_load_is_warm():
 def test_a_process_forked_while_the_model_loads_loads_it_itself():
     """gunicorn --preload forks while the application's import loads the model in a
     thread: the child inherited a held lock, and its first query waited forever."""
-    import threading
 
     from memoryhub.embedders.base import is_warm, warm_in_background
 

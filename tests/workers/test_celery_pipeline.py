@@ -16,15 +16,9 @@ from memoryhub.embedders import HashingEmbedder
 from memoryhub.models import MemoryRecord
 from memoryhub.services import write
 from memoryhub.services.forget import ForgetRequest, forget
-from tests.programs import RedisServer, celery_broker, redis_server, start_worker, wait_for
+from tests.programs import RedisServer, celery_broker, start_worker, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def redis(tmp_path) -> Iterator[RedisServer]:
-    with redis_server(tmp_path) as server:
-        yield server
 
 
 @pytest.fixture

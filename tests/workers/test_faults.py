@@ -10,7 +10,6 @@ exactly once (a trigger counts each record's transitions to ``indexed``).
 from __future__ import annotations
 
 import logging
-import os
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,7 @@ from tests.programs import (
     celery_broker,
     indexed_transitions,
     redis_server,
+    site_environment,
     start_gunicorn,
     start_postgres,
     start_private_redis,
@@ -449,26 +449,6 @@ def postgres() -> Iterator[PostgresServer]:
             yield server
         finally:
             server.shut_down()
-
-
-def site_environment(database_url: str) -> dict[str, str]:
-    """The site as production runs it: DATABASE_URL (persistent connections), DEBUG off."""
-    environment = {
-        key: value
-        for key, value in os.environ.items()
-        if key not in {"CELERY_BROKER_URL", "REDIS_URL", "MEMORYHUB_DATA_DIR"}
-    }
-    environment.update(
-        {
-            "DJANGO_SETTINGS_MODULE": "config.settings",
-            "DATABASE_URL": database_url,
-            "DEBUG": "0",
-            "SECURE_SSL_REDIRECT": "0",
-            "SECRET_KEY": "fault-injection-test-secret-key-not-for-production-use",
-            "PYTHONUNBUFFERED": "1",
-        }
-    )
-    return environment
 
 
 def timed(send: Callable[[], httpx.Response]) -> tuple[httpx.Response, float]:

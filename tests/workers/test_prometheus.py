@@ -5,9 +5,7 @@ and import, and as the worker indexes what they wrote."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -16,12 +14,11 @@ import pytest
 from memoryhub.services import imports, knowledge_bases
 from tests.factories import create_api_key
 from tests.programs import (
-    RedisServer,
     celery_broker,
     database_url,
     free_port,
-    redis_server,
     require_program,
+    site_environment,
     start_gunicorn,
     start_worker,
     stop_process,
@@ -31,12 +28,6 @@ from tests.programs import (
 pytestmark = pytest.mark.django_db(transaction=True)
 
 TOKEN = "scrape-token-for-the-test"
-
-
-@pytest.fixture
-def redis(tmp_path) -> Iterator[RedisServer]:
-    with redis_server(tmp_path) as server:
-        yield server
 
 
 @pytest.fixture
@@ -97,14 +88,9 @@ def test_prometheus_sees_each_metric_move_across_web_processes_and_the_worker(
         )
     )
     site_env = {
-        **{k: v for k, v in os.environ.items() if k not in {"REDIS_URL", "MEMORYHUB_DATA_DIR"}},
+        **site_environment(database_url()),
         **environment,
-        "DJANGO_SETTINGS_MODULE": "config.settings",
-        "DATABASE_URL": database_url(),
         "CELERY_BROKER_URL": redis.url(),
-        "DEBUG": "0",
-        "SECURE_SSL_REDIRECT": "0",
-        "SECRET_KEY": "metrics-test-secret-key-not-for-production-use-0123456789",
     }
     site = start_gunicorn(site_env, tmp_path / "gunicorn.log", workers=2)
     prometheus, base = start_prometheus(prometheus_binary, site.port, tmp_path)

@@ -4,7 +4,6 @@ conventions' attributes, and no content, key or data subject's namespace anywher
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -15,9 +14,9 @@ import pytest
 from memoryhub import tracing
 from tests.factories import create_api_key
 from tests.programs import (
-    RedisServer,
     database_url,
-    redis_server,
+    serving,
+    site_environment,
     start_gunicorn,
     start_worker,
     wait_for,
@@ -90,17 +89,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
-    server = Receiver()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-
-
-@pytest.fixture
-def redis(tmp_path) -> Iterator[RedisServer]:
-    with redis_server(tmp_path) as server:
+    with serving(Receiver()) as server:
         yield server
 
 
@@ -119,15 +108,10 @@ def test_one_trace_runs_from_an_api_write_through_the_indexing_task(
         )
     )
     site_env = {
-        **{k: v for k, v in os.environ.items() if k not in {"REDIS_URL", "MEMORYHUB_DATA_DIR"}},
+        **site_environment(database_url()),
         **otel,
         "OTEL_SERVICE_NAME": "web",
-        "DJANGO_SETTINGS_MODULE": "config.settings",
-        "DATABASE_URL": database_url(),
         "CELERY_BROKER_URL": redis.url(),
-        "DEBUG": "0",
-        "SECURE_SSL_REDIRECT": "0",
-        "SECRET_KEY": "tracing-test-secret-key-not-for-production-use-0123456789",
     }
     site = start_gunicorn(site_env, tmp_path / "gunicorn.log", workers=1, options=options)
     try:

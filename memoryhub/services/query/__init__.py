@@ -230,7 +230,7 @@ def query(scope: Scope, request: QueryRequest | None = None, /, **raw: Any) -> Q
             current.set_attribute("gen_ai.memory.record.count", len(result.items))
             current.set_attribute("memoryhub.query.plan", plan)
     seconds = time.perf_counter() - started
-    metrics.observe_query(request.mode, result.strategy, cached=result.cached, seconds=seconds)
+    metrics.observe_query(request.mode, plan, seconds)
     return result
 
 

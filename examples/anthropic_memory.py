@@ -137,8 +137,8 @@ if __name__ == "__main__":
         if options.offline:
             from offline_model import serving
 
-            with serving(turns=offline_turns(options.user)) as model_url:
-                main(options, anthropic.Anthropic(base_url=model_url, api_key="offline"))
+            with serving(turns=offline_turns(options.user)) as model:
+                main(options, anthropic.Anthropic(base_url=model.url, api_key="offline"))
         else:
             main(options, anthropic.Anthropic())
     except Exception as exc:  # one line, not a traceback

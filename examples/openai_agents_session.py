@@ -95,8 +95,8 @@ if __name__ == "__main__":
         if options.offline:
             from offline_model import serving
 
-            with serving(replies=OFFLINE_REPLIES) as model_url:
-                run(AsyncOpenAI(base_url=f"{model_url}/v1", api_key="offline", max_retries=0))
+            with serving(replies=OFFLINE_REPLIES) as model:
+                run(AsyncOpenAI(base_url=model.base_url, api_key="offline", max_retries=0))
         else:
             run(AsyncOpenAI())
     except Exception as exc:  # one line, not a traceback

@@ -11,15 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 import os
 import subprocess
 import sys
-import threading
-from collections.abc import Coroutine, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Coroutine
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -29,6 +25,7 @@ from anthropic.lib.tools import BetaAbstractMemoryTool, BetaAsyncAbstractMemoryT
 from asgiref.sync import sync_to_async
 from django.db import connections
 
+from examples.offline_model import serving
 from memoryhub.client import HttpMemoryStore, MemoryKind, StoredRecord, SyncHttpMemoryStore
 from memoryhub.integrations.anthropic import (
     MAX_FILE_BYTES,
@@ -549,75 +546,6 @@ def test_the_blocking_tool_waits_for_an_async_store_with_or_without_a_running_lo
 # --- the SDK's tool runner against a scripted Messages API ---------------------------------------
 
 
-@dataclass
-class ScriptedMessagesAPI:
-    """A local Messages API: each POST to /v1/messages is answered with the next
-    assistant turn of ``turns`` (a list of content blocks); the requests are kept."""
-
-    turns: list[list[dict[str, Any]]]
-    requests: list[dict[str, Any]] = field(default_factory=list)
-    url: str = ""
-
-    def reply(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        self.requests.append(body)
-        if len(self.requests) > len(self.turns):
-            error = {"type": "invalid_request_error", "message": "the script has ended"}
-            return 400, {"type": "error", "error": error}
-        content = self.turns[len(self.requests) - 1]
-        uses_tools = any(block["type"] == "tool_use" for block in content)
-        return 200, {
-            "id": f"msg_{len(self.requests)}",
-            "type": "message",
-            "role": "assistant",
-            "model": body["model"],
-            "content": content,
-            "stop_reason": "tool_use" if uses_tools else "end_turn",
-            "stop_sequence": None,
-            "usage": {"input_tokens": 10, "output_tokens": 10},
-        }
-
-    def tool_results(self) -> list[dict[str, Any]]:
-        """Every tool_result block the runner sent, in order."""
-        return [
-            block
-            for body in self.requests
-            for message in body["messages"]
-            if message["role"] == "user" and isinstance(message["content"], list)
-            for block in message["content"]
-            if block.get("type") == "tool_result"
-        ]
-
-
-@contextmanager
-def scripted_messages_api(turns: list[list[dict[str, Any]]]) -> Iterator[ScriptedMessagesAPI]:
-    api = ScriptedMessagesAPI(turns)
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            length = int(self.headers["Content-Length"])
-            status, answer = api.reply(json.loads(self.rfile.read(length)))
-            payload = json.dumps(answer).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    api.url = f"http://127.0.0.1:{server.server_port}"
-    try:
-        yield api
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
-
-
 def memory_use(number: int, **command: Any) -> dict[str, Any]:
     return {"type": "tool_use", "id": f"toolu_{number}", "name": "memory", "input": command}
 
@@ -653,7 +581,7 @@ def test_the_sdks_tool_runner_keeps_claudes_memory_in_memoryhub(live_server, ten
         )
         return await runner.until_done()
 
-    with scripted_messages_api(CONVERSATION) as api:
+    with serving(turns=CONVERSATION) as api:
         final = asyncio.run(converse(api.url))
 
     assert final.content[0].text == "Noted: Alice now prefers USD."
@@ -688,7 +616,7 @@ def test_the_example_runs_against_the_site_and_a_scripted_api(live_server, tenan
     _, other_key = create_api_key(org=other_tenant.org, can_read=True, can_write=True)
     globex = SyncHttpMemoryStore(live_server.url, api_key=other_key, domain="support")
     globex.put(theirs)
-    with scripted_messages_api(CONVERSATION) as api:
+    with serving(turns=CONVERSATION) as api:
         completed = subprocess.run(
             [sys.executable, "examples/anthropic_memory.py", "--url", live_server.url],
             cwd=ROOT,
@@ -759,7 +687,7 @@ def test_the_example_runs_offline_and_a_failed_run_leaves_nothing(
     assert not MemoryRecord.unscoped.filter(org=tenant.org).exists()
 
     # The script ends after the file is made: the run fails, in one line, and forgets it.
-    with scripted_messages_api(CONVERSATION[:2]) as api:
+    with serving(turns=CONVERSATION[:2]) as api:
         failed = example(ANTHROPIC_API_KEY="test-key", ANTHROPIC_BASE_URL=api.url)
     assert failed.returncode == 1, failed.stdout
     assert failed.stderr.strip().startswith("the run failed: ")

@@ -24,6 +24,7 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 from openai import AsyncOpenAI
 
+from examples.offline_model import serving
 from memoryhub import policy
 from memoryhub.client import HttpMemoryStore, MemoryKind, StoredRecord
 from memoryhub.exceptions import ValidationFailed
@@ -36,8 +37,6 @@ from memoryhub.integrations.openai_agents import (
 from memoryhub.sources import DjangoMemoryStore
 from memoryhub.testing import InMemoryMemoryStore
 from tests.factories import create_api_key
-
-from .model_server import scripted_model
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -330,7 +329,7 @@ def test_a_session_larger_than_one_read_refuses_to_pass_a_part_off_as_the_whole(
 
 def test_a_runner_given_the_session_sends_the_first_runs_turns_in_the_second(store):
     question, follow_up = "What is the capital of France?", "How many people live there?"
-    with scripted_model(["Paris.", "About two million."]) as model:
+    with serving(replies=["Paris.", "About two million."]) as model:
 
         async def two_runs() -> tuple[Any, Any]:
             client = AsyncOpenAI(base_url=model.base_url, api_key="sk-test", max_retries=0)
@@ -362,7 +361,7 @@ def test_a_runner_given_the_session_sends_the_first_runs_turns_in_the_second(sto
 def test_the_example_keeps_its_conversation_in_memoryhub(live_server, tenant):
     _, key = create_api_key(org=tenant.org, can_read=True, can_write=True, can_forget=True)
     replies = ["The Golden Gate Bridge is in San Francisco.", "California."]
-    with scripted_model(replies) as model:
+    with serving(replies=replies) as model:
         completed = subprocess.run(
             [sys.executable, "examples/openai_agents_session.py", "--url", live_server.url],
             cwd=ROOT,

@@ -156,8 +156,16 @@ class PlaygroundForm(forms.Form):
     #: The filters most queries leave alone: shown folded unless one is set or wrong.
     MORE = ("other_namespaces", "where", "occurred_after", "occurred_before", "context_turns")
 
+    #: What a link that names only the domain and the query searches with: the empty
+    #: form's choices.
+    DEFAULTS = {"mode": "hybrid", "k": "5"}
+
     def __init__(self, *args: Any, domains: QuerySet[Domain], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        if self.is_bound and any(name not in self.data for name in self.DEFAULTS):
+            self.data = self.data.copy()
+            for name, value in self.DEFAULTS.items():
+                self.data.setdefault(name, value)
         # The bounds the query service enforces, as the operator set them.
         limits = vocabulary.bounds()
         self.fields["k"] = forms.IntegerField(min_value=1, max_value=limits.MAX_K, initial=5)

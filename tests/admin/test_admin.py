@@ -539,6 +539,20 @@ def test_playground_shows_items_grounding_and_filter_errors(operator, data, tena
     assert '<details id="playground-more" open>' in late
 
 
+def test_a_playground_link_naming_only_the_query_takes_the_forms_defaults(
+    operator, data, tenant
+):
+    """``?domain=…&query=…`` (a link an operator shares) searches as the empty form
+    would, hybrid and 5 results, instead of answering that mode and k are required."""
+    page = operator.get(
+        f"/admin/memoryhub/memoryrecord/playground/?domain={tenant.domain.pk}"
+        "&query=handbook+entry"
+    ).content.decode()
+    assert "This field is required" not in page
+    assert "acme handbook entry" in page
+    assert '<option value="hybrid" selected>' in page
+
+
 def test_playground_refuses_a_foreign_domain(operator, data, other_tenant):
     page = operator.get(
         f"/admin/memoryhub/memoryrecord/playground/?domain={other_tenant.domain.pk}&query=secret&mode=hybrid&k=5"

@@ -570,3 +570,130 @@ def test_the_admin_and_swagger_ui_work_under_the_content_security_policy(
     )
     assert len(browser.find_elements(By.CSS_SELECTOR, "#swagger-ui .opblock")) > 5
     assert csp_refusals(browser) == []
+
+
+def test_every_admin_page_fits_1280_and_1920_px(browser, live_server, django_user_model):
+    """Every page an operator can open (each model's list, add and change pages, the
+    history pages, and memoryhub's own: the playground, erase, import, receipts) opens
+    without an error and never scrolls sideways at 1280 or 1920 px; nothing in it runs
+    past the right edge. A shot of each is kept under test-artifacts/admin/pages/."""
+    from django.contrib import admin
+    from django.urls import reverse
+
+    from memoryhub.models import ImportJob, Observation
+    from memoryhub.scope import Scope
+    from memoryhub.services import write
+    from memoryhub.services.forget import ForgetRequest, forget
+    from memoryhub.services.imports import jobs
+    from tests.factories import create_api_key
+
+    org = OrgFactory(slug="acme", name="Acme")
+    domain = DomainFactory(org=org, slug="customer-support")
+    scope = Scope.for_domain(domain)
+    handbook = knowledge_bases.ensure_knowledge_base(scope, "customer-support-handbook")
+    write.write(
+        scope,
+        [
+            {
+                "content": f"Refunds for orders placed online are issued within {n} business"
+                " days of the return being received at the warehouse.",
+                "key": f"refund-policy-{n}",
+                "namespace": "team:customer-support-escalations",
+                "tags": ["billing", "refunds"],
+                "metadata": {"owner": "billing-team", "reviewed": True},
+            }
+            for n in range(5)
+        ],
+        sources=["customer-support-handbook"],
+    )
+    record = MemoryRecord.unscoped.get(key="refund-policy-0")
+    updates.update_record(
+        scope, record.pk, {"content": "Refunds take ten business days."}, partial=True
+    )
+    knowledge_bases.ensure_knowledge_base(scope, "incident-runbooks", read_only=True)
+    job = jobs.create_job(scope, handbook, format="markdown", filename="runbook.md", text=RUNBOOK)
+    write.write(scope, [{"content": "to erase", "namespace": "user:alice"}])
+    forget(
+        scope,
+        ForgetRequest(namespace="user:alice"),
+        principal=policy.SystemPrincipal(label="admin:operator"),
+    )
+    receipt = ErasureReceipt.unscoped.get()
+    create_api_key(org=org, domain=domain, name="support-bot-production")
+    operator = django_user_model.objects.create_superuser(
+        "operator", "op@example.com", "s3cret-pass"
+    )
+    Membership.objects.create(user=operator, org=org, role=Membership.Role.OWNER)
+    Observation.unscoped.create(
+        org_id=org.pk,
+        domain_id=domain.pk,
+        kind=Observation.Kind.MEMORY_WRITTEN,
+        source="customer-support-handbook",
+        count=5,
+        actor="api-key:h2HHk3Lm",
+    )
+
+    pages = ["/admin/", "/admin/memoryhub/", "/admin/tenants/"]
+    for model, model_admin in admin.site._registry.items():
+        if model._meta.app_label not in ("memoryhub", "tenants"):
+            continue
+        name = f"admin:{model._meta.app_label}_{model._meta.model_name}"
+        pages.append(reverse(f"{name}_changelist"))
+        if model_admin.has_add_permission(_request_of(operator)):
+            pages.append(reverse(f"{name}_add"))
+        first = (
+            model._default_manager.model.unscoped.first()
+            if hasattr(model, "unscoped")
+            else model._default_manager.first()
+        )
+        if first is not None:
+            pages.append(reverse(f"{name}_change", args=[first.pk]))
+            pages.append(reverse(f"{name}_history", args=[first.pk]))
+    kb_pages = "/admin/memoryhub/knowledgebase"
+    pages += [
+        "/admin/memoryhub/memoryrecord/playground/",
+        f"/admin/memoryhub/memoryrecord/playground/?domain={domain.pk}&query=refund",
+        "/admin/memoryhub/memoryrecord/erase-subject/",
+        f"{kb_pages}/import/",
+        f"{kb_pages}/{handbook.pk}/import/",
+        "/admin/memoryhub/erasurereceipt/lookup/",
+        f"/admin/memoryhub/erasurereceipt/batch/{receipt.batch}/",
+        f"/admin/memoryhub/memoryrecord/{record.pk}/change/#mh-history",
+    ]
+    assert ImportJob.unscoped.get(pk=job.pk).status == "done"
+
+    login(browser, live_server)
+    pages_dir = ARTIFACTS / "pages"
+    pages_dir.mkdir(exist_ok=True)
+    problems = []
+    for width in (1280, 1920):
+        viewport(browser, width)
+        for page in pages:
+            browser.get(live_server.url + page)
+            title = browser.title
+            if "Server Error" in title or "Page not found" in title or "Forbidden" in title:
+                problems.append(f"{page}: {title}")
+                continue
+            page_width, window = fits(browser)
+            if page_width > window:
+                problems.append(f"{page} at {width} px is {page_width} px wide")
+            past_edge = browser.execute_script(
+                "return [...document.querySelectorAll('#content *')]"
+                ".filter(el => el.getClientRects().length"
+                " && el.getBoundingClientRect().right > window.innerWidth + 1)"
+                ".map(el => el.tagName + '.' + el.className).slice(0, 3)"
+            )
+            if past_edge:
+                problems.append(f"{page} at {width} px: past the edge: {past_edge}")
+            slug = page.strip("/").replace("/", "-").replace("?", "-").replace("&", "-")
+            shot_path = pages_dir / f"{slug[:120] or 'index'}-{width}.png"
+            browser.save_screenshot(str(shot_path))
+    assert not problems, "\n".join(problems)
+
+
+def _request_of(user):
+    from django.test import RequestFactory
+
+    request = RequestFactory().get("/admin/")
+    request.user = user
+    return request

@@ -539,14 +539,11 @@ def test_playground_shows_items_grounding_and_filter_errors(operator, data, tena
     assert '<details id="playground-more" open>' in late
 
 
-def test_a_playground_link_naming_only_the_query_takes_the_forms_defaults(
-    operator, data, tenant
-):
+def test_a_playground_link_naming_only_the_query_takes_the_forms_defaults(operator, data, tenant):
     """``?domain=…&query=…`` (a link an operator shares) searches as the empty form
     would, hybrid and 5 results, instead of answering that mode and k are required."""
     page = operator.get(
-        f"/admin/memoryhub/memoryrecord/playground/?domain={tenant.domain.pk}"
-        "&query=handbook+entry"
+        f"/admin/memoryhub/memoryrecord/playground/?domain={tenant.domain.pk}&query=handbook+entry"
     ).content.decode()
     assert "This field is required" not in page
     assert "acme handbook entry" in page

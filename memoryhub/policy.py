@@ -94,8 +94,10 @@ class Action(StrEnum):
     ERASE_SUBJECT = "erase_subject"
     #: Curate knowledge bases in the admin (read-only ones included) and their records.
     CURATE = "curate"
-    #: Import a file into a knowledge base.
+    #: Import a file into a knowledge base, or an org's archive.
     IMPORT = "import"
+    #: Export memory whole: an org's (or a domain's) archive.
+    EXPORT = "export"
     #: Send records back to be embedded again.
     REEMBED = "reembed"
     #: Create, change and revoke the org's API keys.
@@ -127,6 +129,7 @@ _OPERATOR = _VIEWER | {
     Action.ERASE_SUBJECT,
     Action.CURATE,
     Action.IMPORT,
+    Action.EXPORT,
     Action.REEMBED,
     Action.MANAGE_KEYS,
 }

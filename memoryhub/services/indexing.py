@@ -115,10 +115,7 @@ def _index_org(record_ids: Sequence[str], *, force: bool, org_id: int) -> IndexR
         except Exception as exc:
             failure = exc
         else:
-            if len(rows) >= memoryhub_settings.BULK_MIN_RECORDS:
-                _store_in_bulk(rows, vectors, embedder.name)
-            else:
-                _store_vectors(rows, vectors, embedder.name)
+            store(rows, vectors, embedder.name)
             _mark_context(org_id, rows, windows)
             result.indexed = [str(row[0]) for row in rows]
             # The records are found now: a cached answer from while they were pending
@@ -199,6 +196,18 @@ def _mark_context(
     MemoryRecord.unscoped.filter(org_id=org_id, pk__in=[str(row[0]) for row in rows]).update(
         context_embedded=Case(When(pk__in=list(windows), then=Value(True)), default=Value(False))
     )
+
+
+def store(
+    rows: Sequence[tuple[Any, str, int, int]], vectors: Sequence[Sequence[float]], model: str
+) -> None:
+    """Store ``vectors`` (of ``model``) for ``rows`` (id, content, org, domain; one org's
+    records, locked or new in this transaction): in bulk from ``BULK_MIN_RECORDS``
+    rows, else row by row into the HNSW indexes."""
+    if len(rows) >= memoryhub_settings.BULK_MIN_RECORDS:
+        _store_in_bulk(rows, vectors, model)
+    else:
+        _store_vectors(rows, vectors, model)
 
 
 def _store_in_bulk(

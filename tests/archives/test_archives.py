@@ -85,9 +85,7 @@ def populate(committed, tenant) -> None:
     fact = committed(
         write.write, scope, [{"content": "Bob likes tea", "namespace": "user:bob"}]
     ).record_ids[0]
-    MemoryRecord.unscoped.filter(pk=fact).update(
-        derived_from=turns.record_ids, consolidation=""
-    )
+    MemoryRecord.unscoped.filter(pk=fact).update(derived_from=turns.record_ids, consolidation="")
     committed(write.write, scope, [{"content": "Carol's secret", "namespace": "user:carol"}])
     committed(
         forget,

@@ -7,7 +7,7 @@ from typing import Any
 from django import forms
 from django.core.validators import MaxLengthValidator, MaxValueValidator
 from django.db.models import Count, QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, QueryDict
 from django.template.response import TemplateResponse
 from django.utils.translation import gettext_lazy as _
 
@@ -163,9 +163,11 @@ class PlaygroundForm(forms.Form):
     def __init__(self, *args: Any, domains: QuerySet[Domain], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if self.is_bound and any(name not in self.data for name in self.DEFAULTS):
-            self.data = self.data.copy()
+            data = QueryDict(mutable=True)
+            data.update(self.data)
             for name, value in self.DEFAULTS.items():
-                self.data.setdefault(name, value)
+                data.setdefault(name, value)
+            self.data = data
         # The bounds the query service enforces, as the operator set them.
         limits = vocabulary.bounds()
         self.fields["k"] = forms.IntegerField(min_value=1, max_value=limits.MAX_K, initial=5)

@@ -39,7 +39,7 @@ test: $(TEST_STAMP)
 # The core suites again on a Citus cluster (a coordinator and two workers the session
 # builds from the vendored Citus source and starts; tests/cluster.py), with the cluster's
 # own tests (tests/citus).
-CITUS_SUITES := tests/citus tests/models tests/services tests/erasure tests/api tests/mcp tests/policy
+CITUS_SUITES := tests/citus tests/models tests/services tests/erasure tests/archives tests/api tests/mcp tests/policy
 test-citus: $(TEST_STAMP)
 	MEMORYHUB_TEST_CITUS=1 $(PY) -m pytest -n $(TEST_JOBS) --dist loadgroup $(CITUS_SUITES)
 

@@ -96,7 +96,7 @@ class Action(StrEnum):
     CURATE = "curate"
     #: Import a file into a knowledge base, or an org's archive.
     IMPORT = "import"
-    #: Export memory whole: an org's (or a domain's) archive.
+    #: Export memory whole: a data subject's access export, an org's archive.
     EXPORT = "export"
     #: Send records back to be embedded again.
     REEMBED = "reembed"
@@ -119,6 +119,7 @@ KEY_ACTIONS: dict[str, frozenset[Action]] = {
     "read": frozenset({Action.READ}),
     "write": frozenset({Action.WRITE, Action.UPDATE}),
     "forget": frozenset({Action.FORGET, Action.ERASE_SUBJECT}),
+    "export": frozenset({Action.EXPORT}),
 }
 
 _VIEWER = frozenset({Action.READ})

@@ -210,7 +210,12 @@ def create_memory_scope(org: str | None = None, domain: str = "support") -> Scop
 
 
 def create_api_key(
-    scope: Scope, *, read: bool = True, write: bool = True, forget: bool = False
+    scope: Scope,
+    *,
+    read: bool = True,
+    write: bool = True,
+    forget: bool = False,
+    export: bool = False,
 ) -> str:
     """A new API key of the scope's org, bound to its domain; its plaintext."""
     from tenants.models import ApiKey
@@ -222,6 +227,7 @@ def create_api_key(
         can_read=read,
         can_write=write,
         can_forget=forget,
+        can_export=export,
     )
     return str(key)
 

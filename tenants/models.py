@@ -214,6 +214,7 @@ class ApiKey(AbstractAPIKey):
         READ = "read", _("read")
         WRITE = "write", _("write")
         FORGET = "forget", _("forget")
+        EXPORT = "export", _("export")
 
     org = models.ForeignKey(
         Org, on_delete=models.CASCADE, related_name="api_keys", verbose_name=_("org")
@@ -230,6 +231,8 @@ class ApiKey(AbstractAPIKey):
     can_read = models.BooleanField(_("can read"), default=True)
     can_write = models.BooleanField(_("can write"), default=False)
     can_forget = models.BooleanField(_("can forget"), default=False)
+    #: A data subject's access export (GDPR Art. 15 and 20): everything held about them.
+    can_export = models.BooleanField(_("can export"), default=False, db_default=False)
     last_used_at = models.DateTimeField(_("last used"), null=True, blank=True, editable=False)
 
     objects = ApiKeyManager()
@@ -260,6 +263,7 @@ class ApiKey(AbstractAPIKey):
             self.Permission.READ: self.can_read,
             self.Permission.WRITE: self.can_write,
             self.Permission.FORGET: self.can_forget,
+            self.Permission.EXPORT: self.can_export,
         }
         return [str(permission) for permission, allowed in granted.items() if allowed]
 

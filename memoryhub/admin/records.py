@@ -17,6 +17,7 @@ from django.http import (
     HttpResponse,
     HttpResponseNotAllowed,
     HttpResponseRedirect,
+    StreamingHttpResponse,
 )
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -38,7 +39,7 @@ from ..services import consolidation as consolidation_service
 from ..services import forget as forget_service
 from ..services import history as history_service
 from ..services import indexing as indexing_service
-from ..services import supersession, updates
+from ..services import subjects, supersession, updates
 from ..services import write as write_service
 from ..templatetags.memoryhub_admin import when_wrapped
 from .base import OperatorAdmin, admin_context, operator_view, principal
@@ -353,6 +354,9 @@ class MemoryRecordAdmin(OperatorAdmin):
         custom = [
             path("erase-subject/", wrap(self.erase_subject_view), name="memoryhub_erase_subject"),
             path(
+                "export-subject/", wrap(self.export_subject_view), name="memoryhub_export_subject"
+            ),
+            path(
                 "<path:object_id>/restore/<int:version>/",
                 wrap(self.restore_view),
                 name="memoryhub_memoryrecord_restore",
@@ -368,7 +372,7 @@ class MemoryRecordAdmin(OperatorAdmin):
     def erase_subject_view(self, request: HttpRequest) -> HttpResponse:
         """Erase a data subject: form, then counts per KB, then erase, then the receipt."""
         self.require(request, Action.ERASE_SUBJECT)
-        form = EraseSubjectForm(
+        form = SubjectForm(
             request.POST or None, domains=self.domains_for(request, Action.ERASE_SUBJECT)
         )
         context = admin_context(self, request, title=_("Erase a data subject"), form=form)
@@ -402,8 +406,30 @@ class MemoryRecordAdmin(OperatorAdmin):
             return show_receipt(self, request, receipt)
         return TemplateResponse(request, "admin/memoryhub/erase_subject.html", context)
 
+    def export_subject_view(self, request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
+        """A data subject's access export: the form, then the JSON document as a
+        download (logged by the service)."""
+        self.require(request, Action.EXPORT)
+        form = SubjectForm(request.POST or None, domains=self.domains_for(request, Action.EXPORT))
+        context = admin_context(self, request, title=_("Export a data subject"), form=form)
+        if request.method == "POST" and form.is_valid():
+            namespace = form.cleaned_data["namespace"]
+            if namespace is None:  # no such user: said as for a user with no memory
+                context.update(nothing=True, by_user=form.cleaned_data.get("by_user"))
+            else:
+                domains = list(form.selected_domains())
+                pieces = subjects.access_export(domains, namespace, principal=principal(request))
+                response = StreamingHttpResponse(pieces, content_type="application/json")
+                name = f"subject-export-{domains[0].org.slug}.json" if domains else "export.json"
+                response["Content-Disposition"] = f'attachment; filename="{name}"'
+                return response
+        return TemplateResponse(request, "admin/memoryhub/export_subject.html", context)
+
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
-        extra_context = {"can_erase_subject": self.allows(request, Action.ERASE_SUBJECT)}
+        extra_context = {
+            "can_erase_subject": self.allows(request, Action.ERASE_SUBJECT),
+            "can_export_subject": self.allows(request, Action.EXPORT),
+        }
         return super().changelist_view(request, extra_context)
 
 
@@ -414,7 +440,10 @@ def _user_namespace(username: str) -> str | None:
     return for_user(user) if user is not None else None
 
 
-class EraseSubjectForm(forms.Form):
+class SubjectForm(forms.Form):
+    """Whose memory (a namespace, or a user of the site) in which org and domains: the
+    erase and export pages'."""
+
     org: forms.ModelChoiceField = forms.ModelChoiceField(
         queryset=Org.objects.none(), help_text=_("The org the person's memory is in.")
     )

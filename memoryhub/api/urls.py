@@ -27,6 +27,7 @@ urlpatterns = [
     ),
     path("domains/<slug:domain>/query", views.QueryView.as_view(), name="query"),
     path("domains/<slug:domain>/forget", views.ForgetView.as_view(), name="forget"),
+    path("domains/<slug:domain>/export", views.SubjectExportView.as_view(), name="export"),
     path("domains/<slug:domain>/namespaces", views.NamespacesView.as_view(), name="namespaces"),
     path("domains/<slug:domain>/sources", views.SourcesView.as_view(), name="sources"),
     path(

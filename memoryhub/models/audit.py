@@ -26,6 +26,7 @@ class Observation(TenantScopedModel):
         MEMORY_CONSOLIDATED = "memory.consolidated", _("memory consolidated")
         CONSOLIDATION_FAILED = "consolidation.failed", _("consolidation failed")
         RERANK_FAILED = "rerank.failed", _("rerank failed")
+        SUBJECT_EXPORTED = "subject.exported", _("data subject exported")
 
     domain = domain_key(null=True, blank=True)
     kind = models.CharField(_("kind"), max_length=32, choices=Kind)

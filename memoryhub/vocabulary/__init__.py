@@ -31,6 +31,7 @@ from .query import (
     QueryBody,
 )
 from .rules import EXPIRY_RANGE, OCCURRED_RANGE, Refused, Rule, parse_moment
+from .subjects import SubjectExportBody
 from .write import (
     MAX_TTL_SECONDS,
     OCCURRED_HELP,
@@ -62,6 +63,7 @@ __all__ = [
     "Refused",
     "Request",
     "Rule",
+    "SubjectExportBody",
     "WriteBody",
     "WriteItem",
     "bounds",

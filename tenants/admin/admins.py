@@ -205,6 +205,7 @@ class ApiKeyAdmin(ExtensibleAdmin, OrgRestrictedAdmin):
         "can_read",
         "can_write",
         "can_forget",
+        "can_export",
         ("org", admin.RelatedOnlyFieldListFilter),
     )
     list_select_related = ("org", "domain")
@@ -213,7 +214,7 @@ class ApiKeyAdmin(ExtensibleAdmin, OrgRestrictedAdmin):
         "name",
         "org",
         "domain",
-        ("can_read", "can_write", "can_forget"),
+        ("can_read", "can_write", "can_forget", "can_export"),
         "expiry_date",
         "revoked",
         "prefix",

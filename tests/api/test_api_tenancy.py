@@ -43,7 +43,7 @@ def world():
             scope, [{"content": content, "key": "shared-key", "namespace": "user:alice"}]
         ).records
         records[(org_slug, slug)] = record.id
-    everything = {"can_read": True, "can_write": True, "can_forget": True}
+    everything = {"can_read": True, "can_write": True, "can_forget": True, "can_export": True}
     keys = {
         "acme-unbound": create_api_key(org=orgs["acme"], **everything)[1],
         "acme-support": create_api_key(
@@ -61,6 +61,7 @@ def requests(domain: str, record_id: str) -> list[tuple[str, str, dict | None]]:
         ("post", f"{base}/records", {"items": [item]}),
         ("post", f"{base}/query", {"query": "secret", "namespaces": ["user:alice"]}),
         ("post", f"{base}/forget", {"all": True}),
+        ("post", f"{base}/export", {"namespace": "user:alice"}),
         ("get", f"{base}/sources", None),
         ("get", f"{base}/namespaces", {"delimiter": "/"}),
         ("get", f"{base}/records/{record_id}", None),
@@ -101,7 +102,7 @@ def test_no_probe_of_another_tenant_leaks_or_changes_anything(world):
                 assert response.status_code == 404, (key_name, method, path, response.status_code)
                 assert response.json()["code"] == "domain_not_found"
                 assert "globex-secret" not in response.content.decode()
-    assert probes == 10 * 2 + 10 * 4
+    assert probes == 11 * 2 + 11 * 4
     assert snapshot() == before
 
 

@@ -96,6 +96,7 @@ store = SyncHttpMemoryStore(URL, api_key=KEY, domain="support")
 PRELUDES: dict[tuple[str, str], str] = {
     ("anthropic-memory-tool.md", "[version.value"): _HTTP_STORE,
     ("anthropic-memory-tool.md", "store.forget"): _HTTP_STORE,
+    ("access.md", "from memoryhub.services.subjects"): _DJANGO,
     ("archives.md", "import tempfile"): _DJANGO,
     ("erase.md", "from memoryhub import policy"): _DJANGO,
     ("langgraph-store.md", "from memoryhub.integrations.langgraph.django"): _DOMAIN,

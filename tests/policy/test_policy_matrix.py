@@ -245,6 +245,18 @@ def erase_subject(client: Client, data: OrgData) -> bool:
     return not MemoryRecord.unscoped.filter(pk=data.alice_record.pk).exists()
 
 
+def export_subject(client: Client, data: OrgData) -> bool:
+    response = client.post(
+        "/admin/memoryhub/memoryrecord/export-subject/",
+        {"org": data.org.pk, "namespace": "user:alice"},
+    )
+    assert response.status_code in (200, 403)
+    if not response.streaming:
+        return False
+    document = json.loads(b"".join(response.streaming_content))
+    return str(data.alice_record.pk) in {line["id"] for line in document["records"]}
+
+
 def erase_domain_memory(client: Client, data: OrgData) -> bool:
     response = client.post(
         "/admin/tenants/domain/",
@@ -326,6 +338,7 @@ ADMIN_ACTIONS: dict[str, Callable[[Client, OrgData], bool]] = {
     "import_file": import_file,
     "reembed": reembed,
     "erase_subject": erase_subject,
+    "export_subject": export_subject,
     "erase_domain_memory": erase_domain_memory,
     "add_api_key": add_api_key,
     "revoke_api_key": revoke_api_key,
@@ -344,6 +357,7 @@ OPERATES = READS | {
     "import_file",
     "reembed",
     "erase_subject",
+    "export_subject",
     "erase_domain_memory",
     "add_api_key",
     "revoke_api_key",
@@ -585,6 +599,7 @@ ROLE_TABLE_ROWS = {
         "erase_subject",
         "erase_domain_memory",
     },
+    "export a data subject (their access export)": {"export_subject"},
     "create, change and revoke the org's API keys": {"add_api_key", "revoke_api_key"},
     "add, change and remove members and their roles": {"add_member"},
     "rename the org, add domains; delete a domain or the org (memory erased first)": {

@@ -14,7 +14,7 @@ from .base import (
     answered_once,
     errors_except,
 )
-from .memory import ErasureReceiptView, ForgetView, QueryView, SourcesView
+from .memory import ErasureReceiptView, ForgetView, QueryView, SourcesView, SubjectExportView
 from .records import (
     DECIMAL,
     WHOLE,
@@ -53,6 +53,7 @@ __all__ = [
     "RecordTimelineView",
     "RecordsView",
     "SourcesView",
+    "SubjectExportView",
     "WhoAmISerializer",
     "WhoAmIView",
     "answered_once",

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+from django.http import StreamingHttpResponse
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
+    OpenApiResponse,
     extend_schema,
 )
 from rest_framework import exceptions
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from tenants.models import Domain
+
 from ... import vocabulary
 from ...exceptions import ReceiptNotFound
 from ...services import forget as forget_service
 from ...services import query as query_service
 from ...services import records as records_service
+from ...services import subjects
 from .. import schema
 from .. import serializers as s
 from ..permissions import request_principal, resolve_domain
@@ -101,3 +107,40 @@ class SourcesView(MemoryAPIView):
     def get(self, request: Request, domain: str) -> Response:
         scope = resolve_domain(request, domain, Action.READ)
         return Response(records_service.summarize_sources(scope))
+
+
+class SubjectExportView(MemoryAPIView):
+    """A data subject's access export (GDPR Art. 15 and 20): keys with the export
+    permission."""
+
+    @extend_schema(
+        summary="Export a data subject",
+        parameters=[DOMAIN],
+        request=vocabulary.SubjectExportBody,
+        responses={
+            200: OpenApiResponse(
+                OpenApiTypes.OBJECT,
+                description="One JSON document, streamed: subject, org, domains,"
+                " exported_at, records (every stored field, links and earlier states),"
+                " derived_elsewhere (facts derived from their records in other"
+                " namespaces), erasures (receipts of their namespace), counts.",
+            ),
+            **errors_except(),
+        },
+    )
+    def post(self, request: Request, domain: str) -> StreamingHttpResponse:
+        scope = resolve_domain(request, domain, Action.EXPORT)
+        body = self.body(request)
+        unknown = sorted(set(body) - {"namespace"}, key=str)
+        if unknown:
+            raise exceptions.ValidationError(
+                {str(name): [vocabulary.SubjectExportBody.unknown] for name in unknown}
+            )
+        pieces = subjects.access_export(
+            [Domain.objects.select_related("org").get(pk=scope.domain_id)],
+            body.get("namespace"),
+            principal=request_principal(request),
+        )
+        response = StreamingHttpResponse(pieces, content_type="application/json")
+        response["Content-Disposition"] = 'attachment; filename="subject-export.json"'
+        return response

@@ -169,7 +169,7 @@ def _write_records(out: Writer, domain: Domain, *, vectors: bool) -> set[str]:
         columns.append("embedding")
     models: set[str] = set()
     for page in _pages(domain, columns, list(names)):
-        states = _versions(domain, [row["id"] for row in page])
+        states = versions_of(domain.org_id, [row["id"] for row in page])
         for row in page:
             line = {"domain": domain.slug, "knowledge_base": names[row["knowledge_base_id"]]}
             line.update((f, plain(row[f])) for f in RECORD_FIELDS)
@@ -205,11 +205,11 @@ def _pages(
         after = rows[-1]["id"]
 
 
-def _versions(domain: Domain, record_ids: list[Any]) -> dict[Any, list[dict[str, Any]]]:
+def versions_of(org_id: int, record_ids: list[Any]) -> dict[Any, list[dict[str, Any]]]:
     """The earlier states of ``record_ids``, oldest first, by record id."""
     states: dict[Any, list[dict[str, Any]]] = {}
     for row in (
-        RecordVersion.unscoped.filter(org_id=domain.org_id, record_id__in=record_ids)
+        RecordVersion.unscoped.filter(org_id=org_id, record_id__in=record_ids)
         .order_by("record_id", "version")
         .values("record_id", *VERSION_FIELDS)
     ):

@@ -1,4 +1,4 @@
-"""``manage.py create_api_key ORG [--domain D] --name N [--read] [--write] [--forget]``.
+"""``manage.py create_api_key ORG [--domain D] --name N [--read] [--write] [--forget] [--export]``.
 
 The plaintext key is the last line of output, printed once; only its hash is stored.
 """
@@ -28,6 +28,11 @@ class Command(BaseCommand):
         parser.add_argument("--write", action="store_true")
         parser.add_argument("--forget", action="store_true")
         parser.add_argument(
+            "--export",
+            action="store_true",
+            help="a data subject's access export (POST .../export)",
+        )
+        parser.add_argument(
             "--expires-in-days", type=int, default=None, help="expire the key after N days"
         )
 
@@ -44,7 +49,8 @@ class Command(BaseCommand):
                 raise CommandError(
                     f"Unknown domain {options['domain']!r} in org {org.slug!r}."
                 ) from None
-        granted = [flag for flag in ("read", "write", "forget") if options[flag]] or ["read"]
+        flags = ("read", "write", "forget", "export")
+        granted = [flag for flag in flags if options[flag]] or ["read"]
         expiry = None
         if options["expires_in_days"] is not None:
             if options["expires_in_days"] < 1:
@@ -57,6 +63,7 @@ class Command(BaseCommand):
             can_read="read" in granted,
             can_write="write" in granted,
             can_forget="forget" in granted,
+            can_export="export" in granted,
             expiry_date=expiry,
         )
         bound = f"{org.slug}/{domain.slug}" if domain is not None else f"{org.slug} (all domains)"

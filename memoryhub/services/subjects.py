@@ -29,7 +29,7 @@ from ..policy import Action
 from ..scope import Scope
 from ..vocabulary import SubjectExportBody
 from .archives.exporting import RECORD_FIELDS, plain, versions_of
-from .forget.request import salted_hash
+from .forget import salted_hash
 
 __all__ = ["PAGE", "access_export"]
 

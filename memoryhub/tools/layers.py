@@ -48,7 +48,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("write", "query"),
     ("updates", "imports"),
     ("forget",),
-    ("consolidation",),
+    ("consolidation", "archives"),
+    ("subjects",),
     ("maintenance", "overview", "health"),
 )
 

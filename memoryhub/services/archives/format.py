@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ...exceptions import ValidationFailed
-from ..forget.request import salted_hash
+from ..forget import salted_hash
 
 FORMAT = "memoryhub-archive"
 VERSION = 1

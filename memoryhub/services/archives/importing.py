@@ -36,16 +36,16 @@ from tenants.models import Domain, Org
 from ... import observe, policy
 from ...cache import bump_generation_on_commit
 from ...conf import memoryhub_settings
-from ...exceptions import ValidationFailed
+from ...exceptions import PolicyDenied
 from ...models import ErasureReceipt, KnowledgeBase, MemoryRecord, Observation, RecordVersion
 from ...models import content_hash as hash_of
 from ...policy import Action
 from ...scope import Scope
-from ...vocabulary import RecordUpdate, WriteItem
 from .. import indexing
 from ..dispatch import schedule_indexing
-from ..forget.request import salted_hash
-from . import format
+from ..forget import salted_hash
+from . import checking, format
+from .checking import when
 from .exporting import KNOWLEDGE_BASE_FIELDS, RECEIPT_FIELDS, RECORD_FIELDS, VERSION_FIELDS
 from .format import ArchiveInvalid
 
@@ -53,8 +53,6 @@ __all__ = ["BATCH", "ImportReport", "import_archive"]
 
 #: Records written per transaction.
 BATCH = 500
-#: Errors an invalid archive is reported with, at most.
-MOST_ERRORS = 20
 #: The namespace of the ids derived for records imported into another org.
 _IDS = uuid.UUID("5c1f5b0e-7d7e-4c52-9a8a-6d656d6f7279")
 _ANY = object()
@@ -102,7 +100,7 @@ def import_archive(
     what would have been."""
     path = Path(path)
     manifest = format.read_manifest(path)
-    _check(path, manifest)
+    checking.check(path, manifest)
     slug = org or str((manifest.get("org") or {}).get("slug") or "")
     if not slug:
         raise ArchiveInvalid("the manifest names no org: give one.", field="org")
@@ -112,188 +110,6 @@ def import_archive(
     run.flush()
     run.observe()
     return run.report
-
-
-# --- checking ------------------------------------------------------------------------
-
-
-def _check(path: Path, manifest: dict[str, Any]) -> None:
-    errors: list[str] = []
-    order = _Order()
-
-    def check(number: int, line: dict[str, Any]) -> None:
-        if len(errors) < MOST_ERRORS:
-            problems = line_problems(line)
-            errors.extend(f"line {number}: {problem}" for problem in problems or order.after(line))
-
-    format.verify(path, manifest, check)
-    if errors:
-        raise ValidationFailed({"archive": errors})
-    if manifest["counts"].get("receipt") and manifest.get("receipt_key") != (
-        format.receipt_key_fingerprint()
-    ):
-        raise ArchiveInvalid(
-            "its erasure receipts were made with another ERASURE_RECEIPT_KEY: set the"
-            " source deployment's key here, or nothing erased could be told apart.",
-            field="receipt_key",
-        )
-
-
-class _Order:
-    """What a line may refer to: the domains and knowledge bases declared before it, and
-    for a record's earlier state, the record just before it."""
-
-    def __init__(self) -> None:
-        self.domains: set[str] = set()
-        self.knowledge_bases: set[tuple[str, str]] = set()
-        self.record: str | None = None
-
-    def after(self, line: dict[str, Any]) -> list[str]:
-        kind = line["type"]
-        if kind == "domain":
-            self.domains.add(line["slug"])
-            return []
-        if kind == "version":
-            if line["record"] != self.record:
-                return [f"record: {line['record']} is not the record just before it."]
-            return []
-        self.record = line["id"] if kind == "record" else None
-        if line["domain"] not in self.domains:
-            return [f"domain: {line['domain']!r} is not declared before it."]
-        if kind == "knowledge_base":
-            self.knowledge_bases.add((line["domain"], line["name"]))
-        elif (
-            kind == "record"
-            and (line["domain"], line["knowledge_base"]) not in self.knowledge_bases
-        ):
-            return [f"knowledge_base: {line['knowledge_base']!r} is not declared before it."]
-        return []
-
-
-def line_problems(line: dict[str, Any]) -> list[str]:
-    """What is wrong with one line, by field (the write rules for a record's fields)."""
-    kind = line["type"]
-    try:
-        if kind == "record":
-            WriteItem.parse({f: line.get(f) for f in ("namespace", *RECORD_FIELDS[2:11])})
-            return _record_problems(line)
-        if kind == "version":
-            RecordUpdate.parse({f: line.get(f) for f in VERSION_FIELDS[1:10]})
-            return _need(line, {"record": _uuid, "version": _positive, "changed_at": _moment})
-    except ValidationFailed as exc:
-        return [f"{name}: {' '.join(map(str, messages))}" for name, messages in exc.errors.items()]
-    if kind == "domain":
-        return _need(line, {"slug": _slug, "name": _text(200), "hybrid_vector_weight": _weight})
-    if kind == "knowledge_base":
-        return _need(
-            line,
-            {
-                "domain": _slug,
-                "name": _slug,
-                "description": _text(100_000),
-                "read_only": _flag,
-                "consolidate": _flag,
-                "on_write": lambda value: value in KnowledgeBase.OnWrite.values,
-                "refused_writes": _count,
-            },
-        )
-    return _need(
-        line,
-        {
-            "domain": _slug,
-            "id": _uuid,
-            "created_at": _moment,
-            "batch": _uuid,
-            "actor": _text(150),
-            "selector": lambda value: isinstance(value, dict),
-            "by_source": lambda value: isinstance(value, dict),
-            "deleted": _count,
-            "cancelled_imports": _count,
-        },
-    )
-
-
-def _record_problems(line: dict[str, Any]) -> list[str]:
-    problems = _need(
-        line,
-        {
-            "id": _uuid,
-            "domain": _slug,
-            "knowledge_base": _slug,
-            "created_at": _moment,
-            "version": _positive,
-        },
-    )
-    if not isinstance(line.get("content"), str) or not line["content"]:
-        problems.append("content: may not be empty.")
-    if line.get("superseded_by") is not None and not _uuid(line["superseded_by"]):
-        problems.append("superseded_by: must be a record id.")
-    if not isinstance(line.get("derived_from") or [], list) or not all(
-        _uuid(x) for x in line.get("derived_from") or []
-    ):
-        problems.append("derived_from: must be a list of record ids.")
-    vector = line.get("embedding")
-    if vector is not None and (
-        not isinstance(vector, list)
-        or not all(isinstance(x, int | float) for x in vector)
-        or not isinstance(line.get("embedding_model"), str)
-    ):
-        problems.append("embedding: must be a list of numbers with its embedding_model.")
-    return problems
-
-
-def _need(line: dict[str, Any], checks: dict[str, Any]) -> list[str]:
-    return [
-        f"{name}: is missing or malformed." for name, ok in checks.items() if not ok(line.get(name))
-    ]
-
-
-def _when(value: str) -> datetime:
-    """A moment of a checked line (:func:`_moment`)."""
-    moment = parse_datetime(value)
-    assert moment is not None
-    return moment
-
-
-def _uuid(value: Any) -> bool:
-    try:
-        uuid.UUID(str(value))
-    except ValueError:
-        return False
-    return isinstance(value, str)
-
-
-def _slug(value: Any) -> bool:
-    return isinstance(value, str) and 0 < len(value) <= 64 and "\x00" not in value
-
-
-def _moment(value: Any) -> bool:
-    try:
-        return isinstance(value, str) and parse_datetime(value) is not None
-    except ValueError:
-        return False
-
-
-def _text(most: int) -> Any:
-    return lambda value: isinstance(value, str) and len(value) <= most and "\x00" not in value
-
-
-def _flag(value: Any) -> bool:
-    return isinstance(value, bool)
-
-
-def _count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63
-
-
-def _weight(value: Any) -> bool:
-    return value is None or (
-        isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= 1
-    )
-
-
-def _positive(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**31
 
 
 # --- importing -----------------------------------------------------------------------
@@ -331,7 +147,7 @@ class _Run:
 
     def _create_org(self, slug: str) -> None:
         if not policy.allows_anywhere(self.principal, Action.CREATE_ORG):
-            raise policy.PolicyDenied(Action.CREATE_ORG)
+            raise PolicyDenied(Action.CREATE_ORG)
         self.report.created["org"] = 1
         if not self.report.dry_run:
             name = (self.manifest.get("org") or {}).get("name") or slug
@@ -370,7 +186,7 @@ class _Run:
         namespace = line.get("namespace") or ""
         if namespace not in hashes:
             hashes[namespace] = salted_hash(namespace)
-        written = _when(line["created_at"])
+        written = when(line["created_at"])
         candidates = self.erasures.get((line["domain"], hashes[namespace]), []) + self.erasures.get(
             (line["domain"], _ANY), []
         )
@@ -445,7 +261,7 @@ class _Run:
         self.knowledge_bases[(line["domain"], line["name"])] = found
 
     def _receipt(self, line: dict[str, Any]) -> None:
-        erased_at = _when(line["created_at"])
+        erased_at = when(line["created_at"])
         self._remember(line["domain"], line.get("selector") or {}, erased_at)
         domain = self._in_domain(line)
         target = self._id(line["id"])

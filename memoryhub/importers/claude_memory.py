@@ -1,0 +1,68 @@
+"""A directory Claude's memory tool kept: each file under it is one file of
+:class:`~memoryhub.integrations.anthropic.StoreMemoryTool` in the namespace given (its
+path under ``/memories``, its text), created with the tool's own ``create``, so its
+rules apply (UTF-8 text, no blank file, the size bound, paths under ``/memories``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from anthropic.lib.tools import ToolError
+from anthropic.types.beta import BetaMemoryTool20250818CreateCommand
+from asgiref.sync import async_to_sync
+
+from .. import policy
+from ..integrations.anthropic import ROOT, StoreMemoryTool, memory_key
+from ..policy import Action
+from ..scope import Scope
+from ..sources import DjangoMemoryStore
+from . import PeerImport
+
+__all__ = ["from_claude_memory_dir"]
+
+
+def from_claude_memory_dir(
+    directory: Path | str,
+    scope: Scope,
+    *,
+    namespace: str,
+    source: str = "memory",
+    dry_run: bool = False,
+    principal: policy.Principal = policy.SYSTEM,
+) -> PeerImport:
+    """Import every file under ``directory`` (the memory tool's ``/memories``) into
+    ``namespace``; a file already there with the same text is ``unchanged``, with
+    another text ``conflict`` (left as memoryhub has it)."""
+    policy.require(principal, Action.IMPORT, scope)
+    report = PeerImport(peer="claude-memory-dir", dry_run=dry_run)
+    root = Path(directory)
+    if not root.is_dir():
+        raise FileNotFoundError(f"no directory {str(root)!r}")
+    store = DjangoMemoryStore(scope, source=source, principal=principal)
+    tool = StoreMemoryTool(store, scope=namespace)
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        relative = path.relative_to(root).as_posix()
+        address = f"{ROOT}/{relative}"
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError) as exc:
+            report.skip("unreadable", f"{relative}: {exc}")
+            continue
+        if dry_run:
+            report.imported += 1
+            continue
+        command = BetaMemoryTool20250818CreateCommand(
+            command="create", path=address, file_text=text
+        )
+        try:
+            tool.create(command)
+        except ToolError as exc:
+            if "already exists" not in str(exc):
+                report.skip("invalid", f"{relative}: {exc}")
+                continue
+            held = async_to_sync(store.get)(scope=namespace, key=memory_key(address))
+            same = held is not None and held.value == text
+            report.skip("unchanged" if same else "conflict", relative)
+            continue
+        report.imported += 1
+    return report

@@ -12,7 +12,7 @@ from anthropic.types.beta import BetaMemoryTool20250818CreateCommand
 from asgiref.sync import async_to_sync
 
 from .. import policy
-from ..integrations.anthropic import ROOT, StoreMemoryTool, memory_key
+from ..integrations.anthropic import ROOT, AsyncStoreMemoryTool, memory_key
 from ..policy import Action
 from ..scope import Scope
 from ..sources import DjangoMemoryStore
@@ -39,8 +39,22 @@ def from_claude_memory_dir(
     if not root.is_dir():
         raise FileNotFoundError(f"no directory {str(root)!r}")
     store = DjangoMemoryStore(scope, source=source, principal=principal)
-    tool = StoreMemoryTool(store, scope=namespace)
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+    files = sorted(p for p in root.rglob("*") if p.is_file())
+    async_to_sync(_import)(files, root, namespace, store, report)
+    return report
+
+
+async def _import(
+    files: list[Path],
+    root: Path,
+    namespace: str,
+    store: DjangoMemoryStore,
+    report: PeerImport,
+) -> None:
+    """Each file through the tool's ``create`` (one event loop: the store's database
+    calls run in the caller's thread, on its connection)."""
+    tool = AsyncStoreMemoryTool(store, scope=namespace)
+    for path in files:
         relative = path.relative_to(root).as_posix()
         address = f"{ROOT}/{relative}"
         try:
@@ -48,21 +62,20 @@ def from_claude_memory_dir(
         except (UnicodeDecodeError, OSError) as exc:
             report.skip("unreadable", f"{relative}: {exc}")
             continue
-        if dry_run:
+        if report.dry_run:
             report.imported += 1
             continue
         command = BetaMemoryTool20250818CreateCommand(
             command="create", path=address, file_text=text
         )
         try:
-            tool.create(command)
+            await tool.create(command)
         except ToolError as exc:
             if "already exists" not in str(exc):
                 report.skip("invalid", f"{relative}: {exc}")
                 continue
-            held = async_to_sync(store.get)(scope=namespace, key=memory_key(address))
+            held = await store.get(scope=namespace, key=memory_key(address))
             same = held is not None and held.value == text
             report.skip("unchanged" if same else "conflict", relative)
             continue
         report.imported += 1
-    return report

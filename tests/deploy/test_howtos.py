@@ -68,6 +68,10 @@ NOT_RUN: dict[tuple[str, str], str] = {
         "names the default Redis port, which no test may touch: tests/deploy/"
         "test_make_worker.py runs the worker that joins make run"
     ),
+    ("migrate.md", ".venv/bin/python manage.py memoryhub_import_from langgraph-postgres"): (
+        "needs a peer's store: tests/integrations/test_importers.py writes a PostgresStore and"
+        " an SQLiteSession database with the real libraries and imports them"
+    ),
     ("citus.md", ".venv/bin/python -m memoryhub.contrib.citus_cluster up"): _CITUS,
     ("citus.md", "python manage.py migrate"): _CITUS,
     ("citus.md", "python manage.py memoryhub_citus where"): _CITUS,

@@ -14,7 +14,10 @@ COPY manage.py ./
 COPY config ./config
 COPY templates ./templates
 
+# /var/lib/memoryhub/media: the files the site keeps (org archives), a volume shared by
+# web and workers in docker-compose.yml; made here so the volume is the app user's.
 RUN useradd --create-home --uid 1000 memoryhub \
+    && mkdir -p /var/lib/memoryhub/media && chown memoryhub /var/lib/memoryhub/media \
     && DEBUG=0 SECRET_KEY=collectstatic-only DATABASE_URL=postgres://x@localhost/x \
        python manage.py collectstatic --noinput
 USER memoryhub

@@ -257,6 +257,9 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = Path(os.environ.get("STATIC_ROOT") or BASE_DIR / "staticfiles")
+# Files the site keeps (org archives exported or uploaded in the admin); web and workers
+# must share it: a volume, or an object store's Django storage in production.
+MEDIA_ROOT = Path(os.environ.get("MEDIA_ROOT") or DATA_DIR / "media")
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     # Compressed copies (gzip) next to the originals; no manifest, so a page never fails

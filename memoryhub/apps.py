@@ -38,6 +38,8 @@ class MemoryhubConfig(AppConfig):
     def ready(self) -> None:
         from . import tracing
         from .cache import domain_saved
+        from .services.archives import jobs as archive_jobs
+        from .signals import records_forgotten
         from .worker import (
             configure_tracing_in_child,
             keep_reconnecting,
@@ -47,6 +49,8 @@ class MemoryhubConfig(AppConfig):
         )
         from .worker import task_received as holding_changed
 
+        # An erasure deletes the org's exported archives (they may hold what it erased).
+        records_forgotten.connect(archive_jobs.forgotten, weak=False)
         checks.register(check_settings, "memoryhub")
         checks.register(check_deploy_settings, "memoryhub", deploy=True)
         checks.register(check_database, checks.Tags.database)

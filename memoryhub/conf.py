@@ -295,6 +295,12 @@ SETTINGS: dict[str, Setting] = {
         " /metrics answers loopback addresses only. The standalone site reads it from"
         " MEMORYHUB_METRICS_TOKEN.",
     ),
+    "ARCHIVE_RETENTION": Setting(
+        86_400,
+        "Seconds an org archive exported from the admin is kept for download (the sweeper"
+        " deletes it then, and any erasure in its org deletes it at once).",
+        minimum=1,
+    ),
     "IDEMPOTENCY_TTL": Setting(
         86_400,
         "Seconds the first answer to a request sent with an Idempotency-Key is kept for"

@@ -15,6 +15,7 @@ from .conf import memoryhub_settings
 from .consolidation import ExtractorUnavailable
 from .embedders import EmbedderError
 from .services import consolidation, forget, imports, indexing, maintenance, vector_indexes
+from .services.archives import jobs as archive_jobs
 
 RETRY_BACKOFF_MAX = 600
 
@@ -114,6 +115,13 @@ def vacuum_erased() -> list[str]:
 def import_file(job_id: int) -> str:
     """Run an operator's import job: validate every line, then write in batches."""
     job = imports.run_job(job_id)
+    return job.status if job is not None else "missing"
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True)
+def archive_job(job_id: str) -> str:
+    """Run an org's export or an archive's import that an operator queued."""
+    job = archive_jobs.run_job(job_id)
     return job.status if job is not None else "missing"
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +58,8 @@ def pytest_configure(config: pytest.Config) -> None:
         CACHES={"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}},
         CELERY_TASK_ALWAYS_EAGER=True,
         CELERY_BROKER_URL="memory://localhost/",
+        # Files the site keeps (org archives): this session's own directory.
+        MEDIA_ROOT=tempfile.mkdtemp(prefix="memoryhub-media-"),
     ).enable()
     current_app.conf.task_always_eager = True
     current_app.conf.broker_url = settings.CELERY_BROKER_URL

@@ -5,7 +5,7 @@ operator path (``operator_access``), shows a staff user only their orgs' rows, a
 changes memory only through the services (curation, import, erasure, re-embedding).
 """
 
-from . import erasure, knowledge, observations, receipts, records  # noqa: F401
+from . import archives, erasure, knowledge, observations, receipts, records  # noqa: F401
 from .base import OperatorAdmin
 
 __all__ = ["OperatorAdmin"]

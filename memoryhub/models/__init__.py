@@ -12,6 +12,7 @@ managers:
 
 from __future__ import annotations
 
+from .archives import ArchiveJob
 from .audit import ErasureReceipt, Observation
 from .expressions import (
     LIVE_SQL,
@@ -61,6 +62,7 @@ __all__ = [
     "SESSION_SQL",
     "TAG",
     "TURN_SQL",
+    "ArchiveJob",
     "ErasureReceipt",
     "IdempotentRequest",
     "ImportChunk",

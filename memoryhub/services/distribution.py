@@ -36,6 +36,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from tenants.models import ApiKey, Domain, Membership, Org
 
 from ..models import (
+    ArchiveJob,
     ErasureReceipt,
     IdempotentRequest,
     ImportChunk,
@@ -90,6 +91,7 @@ DISTRIBUTED: tuple[type[models.Model], ...] = (
     WordStatistics,
     WordFrequency,
     IdempotentRequest,
+    ArchiveJob,
 )
 
 #: Tenancy, replicated to every node (an org before what refers to it).

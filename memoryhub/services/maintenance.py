@@ -18,6 +18,7 @@ from ..conf import memoryhub_settings
 from ..models import MemoryRecord, Observation
 from ..scope import Scope
 from . import consolidation, forget, idempotency, imports, indexing, vector_indexes
+from .archives import jobs as archive_jobs
 from .dispatch import queued, redelivery_after, schedule_indexing, send
 from .store.deletion import delete_records
 
@@ -43,6 +44,9 @@ def sweep() -> dict[str, int]:
     for knowledge_base_id, namespace in waiting:
         consolidation.enqueue(knowledge_base_id, namespace)
     purged = purge_expired()
+    for archive_job in archive_jobs.queued_for_sweep():
+        archive_jobs.enqueue(archive_job)
+    archive_jobs.drop_expired()
     if (
         memoryhub_settings.TENANT_INDEX_MIN_RECORDS
         or vector_indexes.has_tenant_indexes()

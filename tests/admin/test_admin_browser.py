@@ -619,6 +619,9 @@ def test_every_admin_page_fits_1280_and_1920_px(browser, live_server, django_use
         principal=policy.SystemPrincipal(label="admin:operator"),
     )
     receipt = ErasureReceipt.unscoped.get()
+    from memoryhub.services.archives import jobs as archive_jobs
+
+    archive_jobs.run_job(str(archive_jobs.start_export(org, principal=policy.SYSTEM).pk))
     create_api_key(org=org, domain=domain, name="support-bot-production")
     operator = django_user_model.objects.create_superuser(
         "operator", "op@example.com", "s3cret-pass"
@@ -659,6 +662,9 @@ def test_every_admin_page_fits_1280_and_1920_px(browser, live_server, django_use
         "/admin/memoryhub/erasurereceipt/lookup/",
         f"/admin/memoryhub/erasurereceipt/batch/{receipt.batch}/",
         f"/admin/memoryhub/memoryrecord/{record.pk}/change/#mh-history",
+        "/admin/memoryhub/memoryrecord/export-subject/",
+        "/admin/memoryhub/archivejob/export/",
+        "/admin/memoryhub/archivejob/import/",
     ]
     assert ImportJob.unscoped.get(pk=job.pk).status == "done"
 

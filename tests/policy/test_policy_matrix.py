@@ -25,7 +25,7 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from memoryhub import policy
-from memoryhub.models import ImportJob, KnowledgeBase, MemoryRecord, Observation
+from memoryhub.models import ArchiveJob, ImportJob, KnowledgeBase, MemoryRecord, Observation
 from memoryhub.scope import Scope
 from memoryhub.services import imports, knowledge_bases, write
 from tenants.models import ApiKey, Domain, Membership, Org
@@ -257,6 +257,22 @@ def export_subject(client: Client, data: OrgData) -> bool:
     return str(data.alice_record.pk) in {line["id"] for line in document["records"]}
 
 
+def export_archive(client: Client, data: OrgData) -> bool:
+    response = client.post("/admin/memoryhub/archivejob/export/", {"org": data.org.pk})
+    assert response.status_code in (200, 302, 403)
+    return ArchiveJob.unscoped.filter(org=data.org, kind="export").exists()
+
+
+def import_archive(client: Client, data: OrgData) -> bool:
+    archive = b'{"format": "memoryhub-archive", "version": 1}\n'
+    response = client.post(
+        "/admin/memoryhub/archivejob/import/",
+        {"file": SimpleUploadedFile("org.jsonl", archive), "org": data.org.pk},
+    )
+    assert response.status_code in (200, 302, 403)
+    return ArchiveJob.unscoped.filter(org=data.org, kind="import").exists()
+
+
 def erase_domain_memory(client: Client, data: OrgData) -> bool:
     response = client.post(
         "/admin/tenants/domain/",
@@ -339,6 +355,8 @@ ADMIN_ACTIONS: dict[str, Callable[[Client, OrgData], bool]] = {
     "reembed": reembed,
     "erase_subject": erase_subject,
     "export_subject": export_subject,
+    "export_archive": export_archive,
+    "import_archive": import_archive,
     "erase_domain_memory": erase_domain_memory,
     "add_api_key": add_api_key,
     "revoke_api_key": revoke_api_key,
@@ -358,6 +376,8 @@ OPERATES = READS | {
     "reembed",
     "erase_subject",
     "export_subject",
+    "export_archive",
+    "import_archive",
     "erase_domain_memory",
     "add_api_key",
     "revoke_api_key",
@@ -600,6 +620,7 @@ ROLE_TABLE_ROWS = {
         "erase_domain_memory",
     },
     "export a data subject (their access export)": {"export_subject"},
+    "export an org's archive; import an archive": {"export_archive", "import_archive"},
     "create, change and revoke the org's API keys": {"add_api_key", "revoke_api_key"},
     "add, change and remove members and their roles": {"add_member"},
     "rename the org, add domains; delete a domain or the org (memory erased first)": {

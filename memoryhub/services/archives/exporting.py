@@ -11,7 +11,7 @@ follow it.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -94,10 +94,16 @@ def plain(value: Any) -> Any:
 
 
 def export_archive(
-    org: Org, path: Path | str, *, domain: str | None = None, vectors: bool = False
+    org: Org,
+    path: Path | str,
+    *,
+    domain: str | None = None,
+    vectors: bool = False,
+    progress: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
     """Write ``org`` (or its domain ``domain``) to the archive ``path``; returns the
-    manifest (its counts say what was written)."""
+    manifest (its counts say what was written). ``progress`` is told the records written
+    so far, a page at a time."""
     domains = list(Domain.objects.filter(org=org).order_by("slug"))
     if domain is not None:
         domains = [d for d in domains if d.slug == domain]
@@ -124,7 +130,7 @@ def export_archive(
                 fields = {f: plain(getattr(receipt, f)) for f in RECEIPT_FIELDS}
                 out.write("receipt", {"domain": each.slug, **fields})
         for each in domains:
-            models |= _write_records(out, each, vectors=vectors)
+            models |= _write_records(out, each, vectors=vectors, progress=progress)
         return out.finish(
             {
                 "created_at": timezone.now().isoformat(),
@@ -156,7 +162,9 @@ def _knowledge_bases(domain: Domain) -> Iterator[KnowledgeBase]:
     )
 
 
-def _write_records(out: Writer, domain: Domain, *, vectors: bool) -> set[str]:
+def _write_records(
+    out: Writer, domain: Domain, *, vectors: bool, progress: Callable[[int], None] | None
+) -> set[str]:
     """Each record of ``domain`` (but expired ones, and those of a knowledge base being
     deleted), each followed by its earlier states; the embedding models seen."""
     names = dict(
@@ -180,6 +188,8 @@ def _write_records(out: Writer, domain: Domain, *, vectors: bool) -> set[str]:
             out.write("record", line)
             for state in states.get(row["id"], ()):
                 out.write("version", {"record": str(row["id"]), **state})
+        if progress is not None:
+            progress(out.counts["record"])
     return models
 
 

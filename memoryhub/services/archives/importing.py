@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -94,6 +95,7 @@ def import_archive(
     org: str | None = None,
     dry_run: bool = False,
     principal: policy.Principal = policy.SYSTEM,
+    progress: Callable[[int], None] | None = None,
 ) -> ImportReport:
     """Import the archive ``path`` into the org ``org`` (default: the archive's own
     slug, created if missing). With ``dry_run`` nothing is written; the report says
@@ -105,6 +107,7 @@ def import_archive(
     if not slug:
         raise ArchiveInvalid("the manifest names no org: give one.", field="org")
     run = _Run(manifest, slug, dry_run, principal)
+    run.progress = progress
     for _number, line in format.lines(path):
         run.take(line)
     run.flush()
@@ -140,6 +143,8 @@ class _Run:
         self.knowledge_bases: dict[tuple[str, str], KnowledgeBase | None] = {}
         self.erasures: dict[tuple[str, Any], list[_Receipt]] = defaultdict(list)
         self.batch: list[dict[str, Any]] = []
+        self.seen = 0
+        self.progress: Callable[[int], None] | None = None
         self.created_in: dict[tuple[int, int], int] = defaultdict(int)
         self.embedder = memoryhub_settings.embedder()
         if self.org is not None:
@@ -304,6 +309,9 @@ class _Run:
             if not self.report.dry_run and new:
                 self._write(new)
         self.report.created["record"] += len(new)
+        self.seen += len(batch)
+        if self.progress is not None:
+            self.progress(self.seen)
         self.report.created["version"] += sum(len(line["versions"]) for line in new)
 
     def _new_records(self, batch: list[dict[str, Any]]) -> list[dict[str, Any]]:

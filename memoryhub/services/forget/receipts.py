@@ -102,6 +102,9 @@ ERASURE_REGISTRY: dict[str, str] = {
     " every erasure in the domain deletes the domain's (idempotency.forget_domain), the"
     " sweeper those older than IDEMPOTENCY_TTL",
     "sessions.Session": "login sessions of staff users, not memory",
+    "memoryhub.ArchiveJob": "an org export's file (it may hold the subject): deleted by every"
+    " erasure in the org (archives.jobs, on records_forgotten), by the sweeper after"
+    " ARCHIVE_RETENTION; the row keeps the uploaded file's name and counts",
     "memoryhub.WordFrequency": "a large domain's common words (held by at least 20 of "
     "its records) and their counts: deleted by every erasure in the domain "
     "(word_statistics.forget), counted again by the sweeper from what remains",

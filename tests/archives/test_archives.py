@@ -20,7 +20,7 @@ from memoryhub.services import knowledge_bases, updates, write
 from memoryhub.services.archives import ArchiveInvalid, export_archive, import_archive
 from memoryhub.services.forget import ForgetRequest, forget
 from tenants.models import Domain, Org
-from tests.factories import DomainFactory
+from tests.factories import DomainFactory, OrgFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -335,3 +335,23 @@ def test_the_commands(committed, tenant, tmp_path, capsys):
     with pytest.raises(CommandError, match="was not imported: archive: not a memoryhub archive"):
         call_command("memoryhub_import", str(broken))
     assert datetime.now(UTC)  # the commands ran in this test's clock
+
+
+def test_a_key_another_record_holds_is_a_conflict_left_as_it_is(committed, tenant, tmp_path):
+    populate(committed, tenant)
+    archive = tmp_path / "acme.jsonl"
+    export_archive(tenant.org, archive)
+    clash = DomainFactory(org=OrgFactory(slug="clash"), slug="support")
+    scope = Scope.for_domain(clash)
+    knowledge_bases.ensure_knowledge_base(scope, "handbook", read_only=True)
+    committed(
+        write.write,
+        scope,
+        [{"content": "Clash's own refunds", "key": "refunds"}],
+        sources=["handbook"],
+        principal=policy.SYSTEM,
+    )
+    report = committed(import_archive, archive, org="clash")
+    assert report.skipped["conflict"] == 1 and report.created["record"] == 7
+    held = MemoryRecord.unscoped.get(org=clash.org, key="refunds")
+    assert held.content == "Clash's own refunds"

@@ -359,19 +359,18 @@ class _Run:
         ]
         if not keyed or self.org is None:
             return lines
-        held = set()
+        wanted = {}
         for each in keyed:
             kb = self.knowledge_bases.get((each["domain"], each["knowledge_base"]))
-            if kb is None:
-                continue
-            if MemoryRecord.unscoped.filter(
-                org_id=kb.org_id,
-                knowledge_base=kb,
-                namespace=each.get("namespace") or "",
-                key=each["key"],
-                superseded_by__isnull=True,
-            ).exists():
-                held.add(each["id"])
+            if kb is not None:
+                wanted[(kb.pk, each.get("namespace") or "", each["key"])] = each["id"]
+        taken = MemoryRecord.unscoped.filter(
+            org_id=self.org.pk,
+            knowledge_base_id__in={kb for kb, _, _ in wanted},
+            key__in={key for _, _, key in wanted},
+            superseded_by__isnull=True,
+        ).values_list("knowledge_base_id", "namespace", "key")
+        held = {wanted[slot] for slot in taken if slot in wanted}
         self.report.skipped["conflict"] += len(held)
         return [line for line in lines if line["id"] not in held]
 

@@ -38,6 +38,7 @@ from ... import observe, policy
 from ...cache import bump_generation_on_commit
 from ...conf import memoryhub_settings
 from ...exceptions import PolicyDenied
+from ...items import MOMENT_FIELDS
 from ...models import ErasureReceipt, KnowledgeBase, MemoryRecord, Observation, RecordVersion
 from ...models import content_hash as hash_of
 from ...policy import Action
@@ -45,6 +46,7 @@ from ...scope import Scope
 from .. import indexing
 from ..dispatch import schedule_indexing
 from ..forget import salted_hash
+from ..store import bulk
 from . import checking, format
 from .checking import when
 from .exporting import KNOWLEDGE_BASE_FIELDS, RECEIPT_FIELDS, RECORD_FIELDS, VERSION_FIELDS
@@ -376,7 +378,7 @@ class _Run:
 
     def _write(self, lines: list[dict[str, Any]]) -> None:
         records = [self._record(line) for line in lines]
-        MemoryRecord.unscoped.bulk_create(records)
+        bulk.copy_records(records)
         RecordVersion.unscoped.bulk_create(
             RecordVersion(
                 org_id=record.org_id,
@@ -398,15 +400,20 @@ class _Run:
         kb = self.knowledge_bases[(line["domain"], line["knowledge_base"])]
         assert kb is not None
         fields = {f: line[f] for f in RECORD_FIELDS[1:] if f in line and f != "updated_at"}
+        for moment in ("created_at", *MOMENT_FIELDS):
+            if line.get(moment):
+                fields[moment] = when(line[moment])
         fields["superseded_by"] = (
-            self._id(line["superseded_by"]) if line.get("superseded_by") else None
+            uuid.UUID(self._id(line["superseded_by"])) if line.get("superseded_by") else None
         )
-        fields["derived_from"] = [self._id(source) for source in line.get("derived_from") or []]
+        fields["derived_from"] = [
+            uuid.UUID(self._id(source)) for source in line.get("derived_from") or []
+        ]
         fields["tags"] = list(line.get("tags") or [])
         fields["metadata"] = line.get("metadata") or {}
         fields["namespace"] = line.get("namespace") or ""
         return MemoryRecord(
-            id=line["target"],
+            id=uuid.UUID(line["target"]),
             org_id=kb.org_id,
             domain_id=kb.domain_id,
             knowledge_base=kb,

@@ -465,7 +465,7 @@ SELECT {select} FROM models WHERE name IS NOT NULL
 def models_in_use() -> list[str]:
     """Every embedding model some record's vector is stored under: a skip scan of the
     model index (one probe per model, whatever the number of records). On a Citus
-    cluster, the same scan of each shard (``run_command_on_shards``), the names merged."""
+    cluster, the same scan of each shard, the names merged."""
     table = MemoryRecord._meta.db_table
     with connection.cursor() as cursor:
         if not distribution.is_citus(connection):
@@ -474,11 +474,8 @@ def models_in_use() -> list[str]:
         per_shard = _MODELS_SQL.format(
             table="%1$s", scope="", select="COALESCE(json_agg(name), '[]')"
         )
-        cursor.execute(
-            "SELECT success, result FROM run_command_on_shards(%s, %s)", [table, per_shard]
-        )
         names: set[str] = set()
-        for success, result in cursor.fetchall():
+        for success, result in distribution.on_each_shard(cursor, table, per_shard):
             if not success:
                 raise DatabaseError(f"listing the models of a shard failed: {result}")
             names.update(json.loads(result))

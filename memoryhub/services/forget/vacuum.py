@@ -20,7 +20,7 @@ from ...models import (
     RecordVersion,
 )
 from ..dispatch import send
-from ..distribution import distributed_tables, is_citus
+from ..distribution import distributed_tables, is_citus, on_each_shard
 
 logger = logging.getLogger(__name__)
 
@@ -108,10 +108,7 @@ def _clear_stats_if_empty(cursor: Any, table: str) -> None:
     On a Citus cluster a distributed table's statistics are its shards', on the workers:
     each shard the erasure emptied has its statistics cleared there."""
     if is_citus(connection) and table in distributed_tables(connection):
-        cursor.execute(
-            "SELECT success, result FROM run_command_on_shards(%s, %s)", [table, _CLEAR_SHARD_STATS]
-        )
-        for success, result in cursor.fetchall():
+        for success, result in on_each_shard(cursor, table, _CLEAR_SHARD_STATS):
             if not success:
                 logger.error("clearing the statistics of a shard of %s failed: %s", table, result)
         return

@@ -9,7 +9,6 @@ from typing import Any
 import psycopg
 from django.db import connection, transaction
 from psycopg import ClientCursor
-from psycopg import sql as psql
 
 from ...items import MemoryItem, Turns
 from ...models import (
@@ -21,7 +20,7 @@ from ...models import (
     MemoryRecord,
 )
 from ...scope import Scope
-from ..distribution import is_citus
+from ..distribution import is_citus, local_settings
 from .plans import ROW_FIELDS, Leg, Slot
 
 _SET = "SELECT " + ", ".join(["set_config(%s, %s, true)"] * 4)
@@ -39,24 +38,13 @@ def _binds_client_side() -> bool:
 
 def _settings_statements(settings: list[tuple[str, Any]]) -> tuple[list[str], list[Any]]:
     """The statements that set ``settings`` for the rest of the transaction, and their
-    parameters. On a Citus cluster, ``SET LOCAL`` commands, which Citus sends on to the
-    workers running the statements (``citus.propagate_set_commands``): ``set_config()``
-    would set them on the coordinator alone, and a worker's HNSW scan would run on its
-    defaults."""
+    parameters. On a Citus cluster, those that reach the workers too
+    (:func:`~..distribution.local_settings`)."""
     if not settings:
         return [], []
     if not is_citus(connection):
         return [_SET], [v for pair in settings for v in pair]
-    connection.ensure_connection()
-    return [
-        "SET LOCAL citus.propagate_set_commands = 'local'",
-        *(
-            psql.SQL("SET LOCAL {} = {}")
-            .format(psql.Identifier(*name.split(".")), psql.Literal(str(value)))
-            .as_string(connection.connection)
-            for name, value in settings
-        ),
-    ], []
+    return local_settings(connection, settings), []
 
 
 def _configure(cursor: Any, settings: list[tuple[str, Any]]) -> None:

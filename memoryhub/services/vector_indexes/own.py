@@ -15,7 +15,7 @@ from psycopg import sql
 from ...models import MemoryRecord
 from ...scope import Scope
 from .. import record_indexes
-from ..distribution import is_citus
+from ..distribution import is_citus, on_each_placement
 from .shared import connection_cursor, model_digest
 
 #: Tenant index names: ``memoryhub_thnsw_<org>_<domain>_<model digest>`` (``_next`` while
@@ -117,12 +117,7 @@ def _own_index_row_on_shards(name: str) -> tuple[float, float, str] | None:
         " WHERE r.oid = '%s'::regclass"
     )
     with connection_cursor() as cursor:
-        cursor.execute(  # type: ignore[attr-defined]
-            "SELECT shardid = get_shard_id_for_distribution_column(%s, %s), success, result"
-            " FROM run_command_on_placements(%s, %s)",
-            [table, int(match[1]), table, per_shard],
-        )
-        rows = cursor.fetchall()  # type: ignore[attr-defined]
+        rows = on_each_placement(cursor, table, per_shard, int(match[1]))
     total, mine, predicate, valid = 0.0, 0.0, "", False
     for own_shard, success, result in rows:
         if not success:

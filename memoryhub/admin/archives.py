@@ -177,9 +177,11 @@ class ArchiveJobAdmin(AuditAdmin):
         job = get_object_or_404(self.get_queryset(request), pk=pk, kind=ArchiveJob.Kind.EXPORT)
         if not job.file or job.status != ArchiveJob.Status.DONE:
             raise Http404("This archive is no longer kept.")
-        return FileResponse(
-            default_storage.open(job.file, "rb"), as_attachment=True, filename=job.filename
-        )
+        try:
+            stream = default_storage.open(job.file, "rb")
+        except FileNotFoundError:
+            raise Http404("This archive is no longer kept.") from None
+        return FileResponse(stream, as_attachment=True, filename=job.filename)
 
     @admin.display(description=_("progress"))
     def progress(self, obj: ArchiveJob) -> str:

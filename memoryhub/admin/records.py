@@ -418,7 +418,14 @@ class MemoryRecordAdmin(OperatorAdmin):
                 context.update(nothing=True, by_user=form.cleaned_data.get("by_user"))
             else:
                 domains = list(form.selected_domains())
-                pieces = subjects.access_export(domains, namespace, principal=principal(request))
+                try:
+                    pieces = subjects.access_export(
+                        domains, namespace, principal=principal(request)
+                    )
+                except ValidationFailed as exc:
+                    for messages_ in exc.errors.values():
+                        form.add_error("namespace", " ".join(map(str, messages_)))
+                    return TemplateResponse(request, "admin/memoryhub/export_subject.html", context)
                 response = StreamingHttpResponse(pieces, content_type="application/json")
                 name = f"subject-export-{domains[0].org.slug}.json" if domains else "export.json"
                 response["Content-Disposition"] = f'attachment; filename="{name}"'

@@ -19,9 +19,12 @@ again changes nothing: what is already there is skipped as ``unchanged``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["EXAMPLES", "PeerImport"]
+if TYPE_CHECKING:
+    from ..scope import Scope
+
+__all__ = ["EXAMPLES", "PeerImport", "erased_namespaces"]
 
 #: Examples kept per reason for skipping.
 EXAMPLES = 5
@@ -52,3 +55,18 @@ class PeerImport:
             "skipped": self.skipped,
             "examples": self.examples,
         }
+
+
+def erased_namespaces(scope: Scope) -> set[str]:
+    """The keyed hashes of the namespaces erased in ``scope``'s domain: a peer's items
+    carry no trustworthy time, so an import leaves out every item of an erased subject
+    (``erased``), whenever it was written."""
+    from ..models import ErasureReceipt
+
+    return {
+        selector["namespace"]
+        for selector in ErasureReceipt.unscoped.filter(
+            org_id=scope.org_id, domain_id=scope.domain_id, selector__has_key="namespace"
+        ).values_list("selector", flat=True)
+        if isinstance(selector, dict) and not selector.get("key") and not selector.get("sources")
+    }

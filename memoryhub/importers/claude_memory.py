@@ -15,8 +15,9 @@ from .. import policy
 from ..integrations.anthropic import ROOT, AsyncStoreMemoryTool, memory_key
 from ..policy import Action
 from ..scope import Scope
+from ..services.forget import salted_hash
 from ..sources import DjangoMemoryStore
-from . import PeerImport
+from . import PeerImport, erased_namespaces
 
 __all__ = ["from_claude_memory_dir"]
 
@@ -40,6 +41,12 @@ def from_claude_memory_dir(
         raise FileNotFoundError(f"no directory {str(root)!r}")
     store = DjangoMemoryStore(scope, source=source, principal=principal)
     files = sorted(p for p in root.rglob("*") if p.is_file())
+    if salted_hash(namespace) in erased_namespaces(scope):
+        for path in files:
+            report.skip(
+                "erased", f"{path.relative_to(root).as_posix()}: {namespace} was erased here"
+            )
+        return report
     async_to_sync(_import)(files, root, namespace, store, report)
     return report
 
@@ -62,8 +69,19 @@ async def _import(
         except (UnicodeDecodeError, OSError) as exc:
             report.skip("unreadable", f"{relative}: {exc}")
             continue
+        try:
+            key = memory_key(address)
+        except ToolError as exc:
+            report.skip("invalid", f"{relative}: {exc}")
+            continue
         if report.dry_run:
-            report.imported += 1
+            held = await store.get(scope=namespace, key=key)
+            if held is not None:
+                report.skip("unchanged" if held.value == text else "conflict", relative)
+            elif not text.strip():
+                report.skip("invalid", f"{relative}: blank")
+            else:
+                report.imported += 1
             continue
         command = BetaMemoryTool20250818CreateCommand(
             command="create", path=address, file_text=text
@@ -74,7 +92,7 @@ async def _import(
             if "already exists" not in str(exc):
                 report.skip("invalid", f"{relative}: {exc}")
                 continue
-            held = await store.get(scope=namespace, key=memory_key(address))
+            held = await store.get(scope=namespace, key=key)
             same = held is not None and held.value == text
             report.skip("unchanged" if same else "conflict", relative)
             continue

@@ -17,7 +17,8 @@ from ..exceptions import ValidationFailed
 from ..integrations.langgraph.django import MemoryhubStore
 from ..policy import Action
 from ..scope import Scope
-from . import PeerImport
+from ..services.forget import salted_hash
+from . import PeerImport, erased_namespaces
 
 __all__ = ["PAGE", "from_langgraph_postgres"]
 
@@ -39,10 +40,20 @@ def from_langgraph_postgres(
     policy.require(principal, Action.IMPORT, scope)
     report = PeerImport(peer="langgraph-postgres", dry_run=dry_run)
     target = MemoryhubStore(scope, principal=principal, source=source)
+    erased = erased_namespaces(scope)
     with psycopg.connect(conninfo) as connection:
         for page in _pages(connection):
-            _import_page(target, page, report)
+            kept = [row for row in page if not _erased(row, erased, report)]
+            _import_page(target, kept, report)
     return report
+
+
+def _erased(row: tuple[Any, ...], erased: set[str], report: PeerImport) -> bool:
+    prefix, key = row[0], row[1]
+    if salted_hash(prefix.split(".")[0]) in erased:
+        report.skip("erased", f"{prefix}/{key}")
+        return True
+    return False
 
 
 def _pages(connection: psycopg.Connection[Any]) -> Any:
@@ -68,12 +79,30 @@ def _pages(connection: psycopg.Connection[Any]) -> Any:
         after = (rows[-1][0], rows[-1][1])
 
 
+def _readable(
+    target: MemoryhubStore, wanted: list[tuple[Any, ...]], report: PeerImport
+) -> tuple[list[tuple[Any, ...]], list[Any]]:
+    kept, held = [], []
+    for each in wanted:
+        try:
+            [item] = target.batch([GetOp(each[0], each[1])])
+        except ValidationFailed as exc:
+            report.skip("invalid", f"{'.'.join(each[0])}/{each[1]}: {exc.errors}")
+            continue
+        kept.append(each)
+        held.append(item)
+    return kept, held
+
+
 def _import_page(target: MemoryhubStore, rows: list[tuple[Any, ...]], report: PeerImport) -> None:
     now = datetime.now(UTC)
     wanted = [
         (tuple(prefix.split(".")), key, value, expires) for prefix, key, value, expires in rows
     ]
-    held = target.batch([GetOp(namespace, key) for namespace, key, _, _ in wanted])
+    try:
+        held = target.batch([GetOp(namespace, key) for namespace, key, _, _ in wanted])
+    except ValidationFailed:  # a key memoryhub's bounds refuse: find it, go on without it
+        wanted, held = _readable(target, wanted, report)
     puts = []
     for (namespace, key, value, expires), item in zip(wanted, held, strict=True):
         name = f"{'.'.join(namespace)}/{key}"

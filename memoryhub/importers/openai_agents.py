@@ -13,11 +13,12 @@ from asgiref.sync import async_to_sync
 
 from .. import policy
 from ..exceptions import ValidationFailed
-from ..integrations.openai_agents import MemoryhubSession
+from ..integrations.openai_agents import MAX_ITEMS, InvalidSessionItems, MemoryhubSession
 from ..policy import Action
 from ..scope import Scope
+from ..services.forget import salted_hash
 from ..sources import DjangoMemoryStore
-from . import PeerImport
+from . import PeerImport, erased_namespaces
 
 __all__ = ["from_openai_agents_sqlite"]
 
@@ -40,6 +41,7 @@ def from_openai_agents_sqlite(
         raise FileNotFoundError(f"no file {str(path)!r}")
     report = PeerImport(peer="openai-agents-sqlite", dry_run=dry_run)
     store = DjangoMemoryStore(scope, source=source, principal=principal)
+    erased = erased_namespaces(scope)
     for session_id in _sessions(path, sessions_table):
         items = async_to_sync(
             SQLiteSession(
@@ -47,6 +49,9 @@ def from_openai_agents_sqlite(
             ).get_items
         )()
         target = MemoryhubSession(session_id, store)
+        if salted_hash(target.namespace) in erased:
+            report.skip("erased", f"session {session_id}: its namespace was erased here")
+            continue
         if async_to_sync(target.get_items)(limit=1):
             report.skip("unchanged", f"session {session_id}: already here")
             continue
@@ -55,9 +60,12 @@ def from_openai_agents_sqlite(
             continue
         if not dry_run:
             try:
-                async_to_sync(target.add_items)(items)
-            except ValidationFailed as exc:
-                report.skip("invalid", f"session {session_id}: {exc.errors}")
+                # In calls the session takes (MAX_ITEMS at most), in order.
+                for start in range(0, len(items), MAX_ITEMS):
+                    async_to_sync(target.add_items)(items[start : start + MAX_ITEMS])
+            except (ValidationFailed, InvalidSessionItems) as exc:
+                async_to_sync(target.clear_session)()
+                report.skip("invalid", f"session {session_id}: {exc}")
                 continue
         report.imported += len(items)
     return report

@@ -4,7 +4,8 @@ about one namespace, as one JSON document.
 In one domain (an API key's door) or every domain of the org (an operator's): the
 subject's records in every knowledge base, read-only ones included, with every stored
 field, validity, supersession links and earlier states; the facts consolidation derived
-from their records elsewhere, with their provenance; and the erasures of their namespace
+from their records elsewhere, with their provenance (a fact that also cites others'
+records only as the citation); and the erasures of their namespace
 (the receipts, which name them by keyed hash). Observations name no subject, so none is
 theirs to give.
 
@@ -136,10 +137,12 @@ def _line(domain: Domain, names: dict[int, str], row: dict[str, Any]) -> dict[st
 
 def _derived_elsewhere(domain: Domain, ids: list[Any], namespace: str) -> Iterator[dict[str, Any]]:
     """Facts outside the subject's namespace that consolidation derived from their
-    records (each cites them in ``derived_from``)."""
+    records: whole when all their sources are the subject's, else only which of the
+    subject's records they cite (the rest is other people's)."""
     names = dict(
         KnowledgeBase.unscoped.filter(org_id=domain.org_id, domain=domain).values_list("pk", "name")
     )
+    theirs = set(ids)
     seen: set[Any] = set()
     for start in range(0, len(ids), PAGE):
         rows = (
@@ -152,9 +155,18 @@ def _derived_elsewhere(domain: Domain, ids: list[Any], namespace: str) -> Iterat
             .values(*RECORD_FIELDS, "knowledge_base_id")
         )
         for row in rows:
-            if row["id"] not in seen:
-                seen.add(row["id"])
+            if row["id"] in seen:
+                continue
+            seen.add(row["id"])
+            if set(row["derived_from"]) <= theirs:
                 yield _line(domain, names, row)
+            else:
+                yield {
+                    "id": str(row["id"]),
+                    "domain": domain.slug,
+                    "knowledge_base": names.get(row["knowledge_base_id"], ""),
+                    "cites": [str(pk) for pk in row["derived_from"] if pk in theirs],
+                }
 
 
 def _erasures(domain: Domain, namespace: str) -> list[dict[str, Any]]:

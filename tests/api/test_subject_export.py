@@ -60,6 +60,13 @@ def alice(committed, tenant, other_tenant):
         write.write, scope, [{"content": "The team serves green tea", "namespace": "team:ops"}]
     ).record_ids[0]
     MemoryRecord.unscoped.filter(pk=team).update(derived_from=[turn])
+    bob_turn = committed(
+        write.write, scope, [{"content": "Bob drinks coffee", "namespace": "user:bob"}]
+    ).record_ids[0]
+    mixed = committed(
+        write.write, scope, [{"content": "The team drinks both", "namespace": "team:ops"}]
+    ).record_ids[0]
+    MemoryRecord.unscoped.filter(pk=mixed).update(derived_from=[turn, bob_turn])
     committed(
         write.write, scope, [{"content": "Alice's pin", "key": "pin", "namespace": "user:alice"}]
     )
@@ -112,11 +119,13 @@ def test_a_key_with_export_gets_everything_of_the_subject_and_nothing_else(alice
     assert paris["valid_until"] is not None and paris["superseded_by"] is not None
     turn = next(line for line in document["records"] if "tea" in line["content"])
     assert [state["content"] for state in turn["versions"]] == ["Alice said she prefers tea"]
-    assert [line["content"] for line in document["derived_elsewhere"]] == [
-        "The team serves green tea"
-    ]
+    whole, cited = sorted(document["derived_elsewhere"], key=lambda line: "cites" in line)
+    assert whole["content"] == "The team serves green tea"
+    # A fact that also cites another person's record is given as its citation only.
+    assert set(cited) == {"id", "domain", "knowledge_base", "cites"}
+    assert cited["cites"] == [turn["id"]]
     assert [e["deleted"] for e in document["erasures"]] == [1]
-    assert document["counts"] == {"records": 4, "derived_elsewhere": 1, "erasures": 1}
+    assert document["counts"] == {"records": 4, "derived_elsewhere": 2, "erasures": 1}
     assert (document["subject"], document["org"], document["domains"]) == (
         {"namespace": "user:alice"},
         "acme",
@@ -124,6 +133,7 @@ def test_a_key_with_export_gets_everything_of_the_subject_and_nothing_else(alice
     )
     text = json.dumps(document)
     assert "Bob" not in text and "Globex" not in text and "pro plan" not in text
+    assert "drinks both" not in text
     # What a listing of each knowledge base in her namespace returns, record for record.
     client = key_client(alice)
     listed = set()
@@ -191,6 +201,12 @@ def test_the_admin_exports_across_the_orgs_domains(alice, client, other_tenant):
         {"org": other_tenant.org.pk, "namespace": "user:alice"},
     )
     assert foreign.status_code == 200 and "Select a valid choice" in foreign.content.decode()
+    # A namespace the form takes but the rules refuse is the form's error, not a 500.
+    invisible = client.post(
+        "/admin/memoryhub/memoryrecord/export-subject/",
+        {"org": alice.org.pk, "namespace": "user:a\u200bb"},
+    )
+    assert invisible.status_code == 200 and "errorlist" in invisible.content.decode()
     # A viewer may read records, not export a person.
     viewer = MembershipFactory(org=alice.org, role="viewer", user__is_staff=True).user
     client.force_login(viewer)

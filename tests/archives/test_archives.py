@@ -355,3 +355,106 @@ def test_a_key_another_record_holds_is_a_conflict_left_as_it_is(committed, tenan
     assert report.skipped["conflict"] == 1 and report.created["record"] == 7
     held = MemoryRecord.unscoped.get(org=clash.org, key="refunds")
     assert held.content == "Clash's own refunds"
+
+
+def test_a_record_deleted_by_id_stays_out_and_only_it(committed, tenant, tmp_path):
+    """A delete by id leaves a receipt naming the record: an import refuses that record
+    (and what it superseded), not its whole knowledge base."""
+    from memoryhub.services.forget import forget_record
+
+    populate(committed, tenant)
+    archive = tmp_path / "acme.jsonl"
+    export_archive(tenant.org, archive)
+    acme_fact = MemoryRecord.unscoped.get(content="Alice works at Acme")
+    committed(forget_record, tenant.scope, acme_fact.pk, principal=policy.SYSTEM)
+    report = committed(import_archive, archive, org="copy")
+    assert report.skipped["erased"] == 2  # the fact, and the one it superseded
+    assert report.created["record"] == 6
+    copied = set(MemoryRecord.unscoped.filter(org__slug="copy").values_list("content", flat=True))
+    assert "Refunds take ten days." in copied and "Q3 target is 2M" in copied
+    assert not copied & {"Alice works at Acme", "Alice works at Initech"}
+
+
+def test_an_org_restored_after_its_deletion_keeps_its_erasures(committed, tenant, tmp_path):
+    """Receipts outlive their org: the org's archive, restored after a subject was
+    erased and the org deleted, brings nothing of the subject back."""
+    populate(committed, tenant)
+    archive = tmp_path / "acme.jsonl"
+    export_archive(tenant.org, archive)
+    committed(
+        forget,
+        tenant.scope,
+        ForgetRequest(namespace="user:alice"),
+        principal=policy.SystemPrincipal(label="admin:op"),
+    )
+    receipts = ErasureReceipt.unscoped.count()
+    RecordVersion.unscoped.filter(org=tenant.org).delete()
+    MemoryRecord.unscoped.filter(org=tenant.org).delete()
+    KnowledgeBase.unscoped.filter(org=tenant.org).delete()
+    Domain.objects.filter(org=tenant.org).delete()
+    tenant.org.delete()
+    assert ErasureReceipt.unscoped.count() == receipts  # kept for good
+    report = committed(import_archive, archive)
+    assert report.created["org"] == 1 and report.skipped["erased"] == 2
+    assert not MemoryRecord.unscoped.filter(namespace="user:alice").exists()
+
+
+def test_a_fact_derived_from_erased_records_alone_stays_out(committed, tenant, tmp_path):
+    populate(committed, tenant)
+    alice = list(MemoryRecord.unscoped.filter(namespace="user:alice").values_list("id", flat=True))
+    bob = MemoryRecord.unscoped.filter(namespace="user:bob", kind="episodic").first()
+    only_alice = committed(
+        write.write,
+        tenant.scope,
+        [{"content": "Ops knows Alice's employer", "namespace": "team:ops"}],
+    ).record_ids[0]
+    mixed = committed(
+        write.write, tenant.scope, [{"content": "Ops knows two people", "namespace": "team:ops"}]
+    ).record_ids[0]
+    MemoryRecord.unscoped.filter(pk=only_alice).update(derived_from=alice)
+    MemoryRecord.unscoped.filter(pk=mixed).update(derived_from=[*alice, bob.pk])
+    archive = tmp_path / "acme.jsonl"
+    export_archive(tenant.org, archive)
+    committed(
+        forget,
+        tenant.scope,
+        ForgetRequest(namespace="user:alice"),
+        principal=policy.SystemPrincipal(label="admin:op"),
+    )
+    report = committed(import_archive, archive, org="copy")
+    copied = set(MemoryRecord.unscoped.filter(org__slug="copy").values_list("content", flat=True))
+    assert "Ops knows Alice's employer" not in copied
+    assert "Ops knows two people" in copied
+    assert report.skipped["erased"] == 3
+
+
+def test_an_erasure_during_an_import_keeps_its_subject_out(
+    committed, tenant, tmp_path, monkeypatch
+):
+    from memoryhub.services.archives import importing
+
+    populate(committed, tenant)
+    archive = tmp_path / "acme.jsonl"
+    export_archive(tenant.org, archive)
+    monkeypatch.setattr(importing, "BATCH", 1)
+    erased = []
+
+    def erase_alice_once(done: int) -> None:
+        """Once the first of Alice's records has arrived (an erasure that finds nothing
+        leaves no receipt), erase her."""
+        arrived = MemoryRecord.unscoped.filter(org__slug="copy", namespace="user:alice")
+        if erased or not arrived.exists():
+            return
+        copy = Domain.objects.get(org__slug="copy", slug="support")
+        erased.append(
+            forget(
+                Scope.for_domain(copy),
+                ForgetRequest(namespace="user:alice"),
+                principal=policy.SystemPrincipal(label="admin:op"),
+            )
+        )
+
+    report = committed(import_archive, archive, org="copy", progress=erase_alice_once)
+    assert erased
+    assert not MemoryRecord.unscoped.filter(org__slug="copy", namespace="user:alice").exists()
+    assert report.skipped["erased"] >= 1

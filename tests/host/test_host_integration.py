@@ -115,3 +115,15 @@ def test_the_hosts_tenant_id_maps_to_one_org():
     assert other.slug == "acme-corp-2"
     with pytest.raises(ValueError, match="external_ref"):
         Org.objects.get_or_create_for("")
+
+
+def test_a_delete_by_id_is_announced_as_records_forgotten(tenant, received, committed):
+    from memoryhub.services.forget import forget_record
+
+    [record_id] = committed(write.write, tenant.scope, [{"content": "Alice likes tea."}]).record_ids
+    received.clear()
+    erased = committed(forget_record, tenant.scope, record_id, principal=policy.SYSTEM)
+    [(name, payload)] = received
+    assert name == "records_forgotten"
+    assert payload["receipt"] == erased.receipt and payload["deleted"] == 1
+    assert payload["selector"] == {"id": record_id, "sources": ["memory"]}

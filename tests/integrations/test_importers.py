@@ -250,3 +250,22 @@ def test_the_command_and_the_policy(tenant, tmp_path, capsys):
     with pytest.raises(PolicyDenied):
         from_claude_memory_dir(root, tenant.scope, namespace="user:alice", principal=reader)
     assert Path(root).is_dir()
+
+
+def test_an_erased_subject_is_not_imported_from_a_peer(tenant, tmp_path):
+    from memoryhub.services import write
+    from memoryhub.services.forget import ForgetRequest, forget
+
+    write.write(tenant.scope, [{"content": "Carol's note", "namespace": "user:carol"}])
+    forget(tenant.scope, ForgetRequest(namespace="user:carol"), principal=policy.SYSTEM)
+    root = tmp_path / "memories"
+    root.mkdir()
+    (root / "carol.md").write_text("Carol's preferences")
+    report = from_claude_memory_dir(root, tenant.scope, namespace="user:carol")
+    assert report.imported == 0 and report.skipped == {"erased": 1}
+    assert records(tenant) == []
+    sessions = tmp_path / "sessions.db"
+    run(SQLiteSession("carol", sessions).add_items([{"role": "user", "content": "hi"}]))
+    write.write(tenant.scope, [{"content": "x", "namespace": "session:carol"}])
+    forget(tenant.scope, ForgetRequest(namespace="session:carol"), principal=policy.SYSTEM)
+    assert from_openai_agents_sqlite(sessions, tenant.scope).skipped == {"erased": 1}

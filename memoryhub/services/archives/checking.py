@@ -4,6 +4,8 @@ names what was declared before it."""
 
 from __future__ import annotations
 
+import math
+import re
 import uuid
 from datetime import datetime
 from pathlib import Path
@@ -27,7 +29,7 @@ MOST_ERRORS = 20
 def check(path: Path, manifest: dict[str, Any]) -> None:
     """Raise :class:`~.format.ArchiveInvalid` (or ``ValidationFailed`` naming lines and
     fields) unless the whole archive may be imported."""
-    errors: list[str] = []
+    errors: list[str] = _manifest_problems(manifest)
     order = _Order()
 
     def check(number: int, line: dict[str, Any]) -> None:
@@ -38,7 +40,7 @@ def check(path: Path, manifest: dict[str, Any]) -> None:
     format.verify(path, manifest, check)
     if errors:
         raise ValidationFailed({"archive": errors})
-    if manifest["counts"].get("receipt") and manifest.get("receipt_key") != (
+    if (manifest.get("counts") or {}).get("receipt") and manifest.get("receipt_key") != (
         format.receipt_key_fingerprint()
     ):
         raise ArchiveInvalid(
@@ -48,17 +50,43 @@ def check(path: Path, manifest: dict[str, Any]) -> None:
         )
 
 
+def _manifest_problems(manifest: dict[str, Any]) -> list[str]:
+    org = manifest.get("org")
+    if not isinstance(org, dict) or not _domain_slug(org.get("slug")):
+        return ["manifest: org.slug is missing or not a slug."]
+    if not _text(200)(org.get("name") or ""):
+        return ["manifest: org.name is not a name of at most 200 characters."]
+    return []
+
+
+#: The order of an archive's kinds of line (a record's earlier states follow it).
+RANK = {"domain": 0, "knowledge_base": 1, "receipt": 2, "record": 3, "version": 3}
+
+
 class _Order:
-    """What a line may refer to: the domains and knowledge bases declared before it, and
-    for a record's earlier state, the record just before it."""
+    """What a line may refer to and where it may stand: the kinds in their order, the
+    domains and knowledge bases declared before it, a domain's records together and in
+    id order (an id twice is refused), a record's earlier states right after it, and
+    one length of vector per model."""
 
     def __init__(self) -> None:
         self.domains: set[str] = set()
         self.knowledge_bases: set[tuple[str, str]] = set()
         self.record: str | None = None
+        self.rank = 0
+        self.records_of: str | None = None
+        self.done_domains: set[str] = set()
+        self.dimensions: dict[str, int] = {}
 
     def after(self, line: dict[str, Any]) -> list[str]:
         kind = line["type"]
+        if RANK[kind] < self.rank:
+            return [f"type: a {kind} line after the {list(RANK)[self.rank]} lines."]
+        self.rank = RANK[kind]
+        if kind == "record":
+            problem = self._record_order(line)
+            if problem:
+                return [problem]
         if kind == "domain":
             self.domains.add(line["slug"])
             return []
@@ -77,6 +105,24 @@ class _Order:
         ):
             return [f"knowledge_base: {line['knowledge_base']!r} is not declared before it."]
         return []
+
+    def _record_order(self, line: dict[str, Any]) -> str:
+        domain, pk = line["domain"], str(line["id"]).lower()
+        if domain != self.records_of:
+            if domain in self.done_domains:
+                return f"domain: {domain!r}'s records are not together."
+            if self.records_of is not None:
+                self.done_domains.add(self.records_of)
+            self.records_of, self.record = domain, None
+        elif self.record is not None and pk <= self.record.lower():
+            return "id: not after the record before it (records are in id order, each once)."
+        vector = line.get("embedding")
+        if isinstance(vector, list):
+            model = str(line.get("embedding_model"))
+            expected = self.dimensions.setdefault(model, len(vector))
+            if expected != len(vector):
+                return f"embedding: {len(vector)} numbers where {model}'s vectors have {expected}."
+        return ""
 
 
 def line_problems(line: dict[str, Any]) -> list[str]:
@@ -101,7 +147,9 @@ def line_problems(line: dict[str, Any]) -> list[str]:
     except ValidationFailed as exc:
         return [f"{name}: {' '.join(map(str, messages))}" for name, messages in exc.errors.items()]
     if kind == "domain":
-        return _need(line, {"slug": _slug, "name": _text(200), "hybrid_vector_weight": _weight})
+        return _need(
+            line, {"slug": _domain_slug, "name": _text(200), "hybrid_vector_weight": _weight}
+        )
     if kind == "knowledge_base":
         return _need(
             line,
@@ -156,7 +204,8 @@ def _record_problems(line: dict[str, Any]) -> list[str]:
     vector = line.get("embedding")
     if vector is not None and (
         not isinstance(vector, list)
-        or not all(isinstance(x, int | float) for x in vector)
+        or not vector
+        or not all(isinstance(x, int | float) and math.isfinite(x) for x in vector)
         or not isinstance(line.get("embedding_model"), str)
     ):
         problems.append("embedding: must be a list of numbers with its embedding_model.")
@@ -184,15 +233,25 @@ def _uuid(value: Any) -> bool:
     return isinstance(value, str)
 
 
+def _domain_slug(value: Any) -> bool:
+    return (
+        isinstance(value, str)
+        and len(value) <= 64
+        and re.fullmatch(r"[-a-zA-Z0-9_]+", value) is not None
+    )
+
+
 def _slug(value: Any) -> bool:
     return isinstance(value, str) and 0 < len(value) <= 64 and "\x00" not in value
 
 
 def _moment(value: Any) -> bool:
+    """An ISO 8601 moment with its offset (a naive one is no moment)."""
     try:
-        return isinstance(value, str) and parse_datetime(value) is not None
+        moment = parse_datetime(value) if isinstance(value, str) else None
     except ValueError:
         return False
+    return moment is not None and moment.tzinfo is not None
 
 
 def _text(most: int) -> Any:

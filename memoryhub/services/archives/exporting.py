@@ -23,7 +23,7 @@ from tenants.models import Domain, Org
 from ... import __version__
 from ...items import STORED_FIELDS
 from ...models import ErasureReceipt, KnowledgeBase, MemoryRecord, RecordVersion
-from .format import Writer, receipt_key_fingerprint, writing
+from .format import ArchiveInvalid, Writer, receipt_key_fingerprint, writing
 
 __all__ = ["PAGE", "RECORD_FIELDS", "VERSION_FIELDS", "export_archive"]
 
@@ -111,6 +111,7 @@ def export_archive(
             raise Domain.DoesNotExist(f"org {org.slug!r} has no domain {domain!r}.")
     path = Path(path)
     models: set[str] = set()
+    erasures = erasure_count(org.pk)
     with writing(path) as out:
         for each in domains:
             out.write("domain", _domain_line(each))
@@ -131,7 +132,7 @@ def export_archive(
                 out.write("receipt", {"domain": each.slug, **fields})
         for each in domains:
             models |= _write_records(out, each, vectors=vectors, progress=progress)
-        return out.finish(
+        manifest = out.finish(
             {
                 "created_at": timezone.now().isoformat(),
                 "memoryhub": __version__,
@@ -142,6 +143,18 @@ def export_archive(
                 "receipt_key": receipt_key_fingerprint(),
             }
         )
+    if erasure_count(org.pk) != erasures:
+        # An erasure committed while the records were read: the file may hold some of
+        # what it erased, without its receipt.
+        path.unlink(missing_ok=True)
+        raise ArchiveInvalid("an erasure in the org ran during the export: export again.")
+    return manifest
+
+
+def erasure_count(org_id: int) -> int:
+    """How many erasures the org has made (receipts are never deleted: a count that grew
+    is an erasure that committed)."""
+    return ErasureReceipt.unscoped.filter(org_id=org_id).count()
 
 
 def _domain_line(domain: Domain) -> dict[str, Any]:

@@ -87,14 +87,17 @@ class Writer:
         }
         partial = self.path.with_name(f".{self.path.name}.partial")
         gzipped = self.path.suffix == ".gz"
-        with (
-            _open(partial, "w", gzipped=gzipped) as out,
-            self._body.open(encoding="utf-8", newline="\n") as body,
-        ):
-            out.write(json.dumps(manifest, ensure_ascii=False, sort_keys=True) + "\n")
-            shutil.copyfileobj(body, out, 1024 * 1024)
-        partial.replace(self.path)
-        self._body.unlink()
+        try:
+            with (
+                _open(partial, "w", gzipped=gzipped) as out,
+                self._body.open(encoding="utf-8", newline="\n") as body,
+            ):
+                out.write(json.dumps(manifest, ensure_ascii=False, sort_keys=True) + "\n")
+                shutil.copyfileobj(body, out, 1024 * 1024)
+            partial.replace(self.path)
+        finally:
+            partial.unlink(missing_ok=True)
+            self._body.unlink(missing_ok=True)
         return manifest
 
     def discard(self) -> None:

@@ -45,10 +45,11 @@ from ...policy import Action
 from ...scope import Scope
 from .. import indexing
 from ..dispatch import schedule_indexing
-from ..forget import salted_hash
 from ..store import bulk
+from ..store.locks import lock_domain, lock_namespaces
 from . import checking, format
 from .checking import when
+from .erasures import Erasures
 from .exporting import KNOWLEDGE_BASE_FIELDS, RECEIPT_FIELDS, RECORD_FIELDS, VERSION_FIELDS
 from .format import ArchiveInvalid
 
@@ -110,6 +111,7 @@ def import_archive(
         raise ArchiveInvalid("the manifest names no org: give one.", field="org")
     run = _Run(manifest, slug, dry_run, principal)
     run.progress = progress
+    run.erasures.decide((line for _number, line in format.lines(path)), run._id)
     for _number, line in format.lines(path):
         run.take(line)
     run.flush()
@@ -118,13 +120,6 @@ def import_archive(
 
 
 # --- importing -----------------------------------------------------------------------
-
-
-@dataclass
-class _Receipt:
-    key: str | None
-    sources: frozenset[str] | None
-    erased_at: datetime
 
 
 class _Run:
@@ -143,14 +138,22 @@ class _Run:
             self._create_org(slug)
         self.domains: dict[str, Domain | None] = {}
         self.knowledge_bases: dict[tuple[str, str], KnowledgeBase | None] = {}
-        self.erasures: dict[tuple[str, Any], list[_Receipt]] = defaultdict(list)
+        self.erasures = Erasures()
+        self.receipts_read_at = timezone.now()
         self.batch: list[dict[str, Any]] = []
         self.seen = 0
         self.progress: Callable[[int], None] | None = None
         self.created_in: dict[tuple[int, int], int] = defaultdict(int)
         self.embedder = memoryhub_settings.embedder()
-        if self.org is not None:
-            self._load_receipts()
+        self.erasures.load(self._org_ids(), self._slugs())
+
+    def _org_ids(self) -> list[int]:
+        return [self.org.pk] if self.org is not None else []
+
+    def _slugs(self) -> set[str]:
+        """The slugs whose receipts apply: the target's, and the archive's own org's
+        (receipts outlive their org)."""
+        return {self.report.org, str((self.manifest.get("org") or {}).get("slug") or "")} - {""}
 
     def _create_org(self, slug: str) -> None:
         if not policy.allows_anywhere(self.principal, Action.CREATE_ORG):
@@ -159,55 +162,6 @@ class _Run:
         if not self.report.dry_run:
             name = (self.manifest.get("org") or {}).get("name") or slug
             self.org = Org.objects.create(slug=slug, name=name)
-
-    def _load_receipts(self) -> None:
-        assert self.org is not None
-        slugs = dict(Domain.objects.filter(org=self.org).values_list("pk", "slug"))
-        for receipt in ErasureReceipt.unscoped.filter(org_id=self.org.pk).iterator():
-            self._remember(
-                slugs.get(receipt.domain_id, receipt.domain_slug),
-                receipt.selector,
-                receipt.created_at,
-            )
-
-    def _remember(self, domain: str, selector: dict[str, Any], erased_at: datetime) -> None:
-        """Index one receipt by its domain and namespace hash (``_ANY``: every namespace)."""
-        if not isinstance(selector, dict) or selector.get("import_job") is not None:
-            return  # an import's undo names records by their import, not their subject
-        namespace = selector.get("namespace")
-        if (
-            namespace is None
-            and not selector.get("all")
-            and not selector.get("key")
-            and not selector.get("sources")
-        ):
-            return
-        sources = selector.get("sources")
-        self.erasures[(domain, namespace if namespace is not None else _ANY)].append(
-            _Receipt(selector.get("key"), frozenset(sources) if sources else None, erased_at)
-        )
-
-    def erased(self, line: dict[str, Any], hashes: dict[str, str]) -> bool:
-        """Whether a receipt keeps ``line`` out: one of its namespace (or key, knowledge
-        base, domain) made after the record was written."""
-        namespace = line.get("namespace") or ""
-        if namespace not in hashes:
-            hashes[namespace] = salted_hash(namespace)
-        written = when(line["created_at"])
-        candidates = self.erasures.get((line["domain"], hashes[namespace]), []) + self.erasures.get(
-            (line["domain"], _ANY), []
-        )
-        for receipt in candidates:
-            if receipt.erased_at < written:
-                continue
-            if receipt.sources is not None and line["knowledge_base"] not in receipt.sources:
-                continue
-            if receipt.key is not None and (
-                line.get("key") is None or salted_hash(line["key"]) != receipt.key
-            ):
-                continue
-            return True
-        return False
 
     # --- lines -----------------------------------------------------------------------
 
@@ -269,7 +223,6 @@ class _Run:
 
     def _receipt(self, line: dict[str, Any]) -> None:
         erased_at = when(line["created_at"])
-        self._remember(line["domain"], line.get("selector") or {}, erased_at)
         domain = self._in_domain(line)
         target = self._id(line["id"])
         if ErasureReceipt.unscoped.filter(pk=target).exists():
@@ -307,6 +260,8 @@ class _Run:
         if not batch:
             return
         with transaction.atomic():
+            if not self.report.dry_run:
+                self._hold_off_erasures(batch)
             new = self._new_records(batch)
             if not self.report.dry_run and new:
                 self._write(new)
@@ -316,10 +271,23 @@ class _Run:
             self.progress(self.seen)
         self.report.created["version"] += sum(len(line["versions"]) for line in new)
 
+    def _hold_off_erasures(self, batch: list[dict[str, Any]]) -> None:
+        """Take the locks every writer takes (an erasure waits for this batch, or this
+        batch for it), then read the receipts made since the last batch: an erasure that
+        committed during the import keeps its subject out of the batches after it."""
+        for (domain, name), kb in self.knowledge_bases.items():
+            lines = [
+                line for line in batch if (line["domain"], line["knowledge_base"]) == (domain, name)
+            ]
+            if lines and kb is not None:
+                lock_domain(Scope(org_id=kb.org_id, domain_id=kb.domain_id))
+                lock_namespaces(kb, {line.get("namespace") or "" for line in lines})
+        since, self.receipts_read_at = self.receipts_read_at, timezone.now()
+        self.erasures.load(self._org_ids(), self._slugs(), since=since)
+
     def _new_records(self, batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The lines of ``batch`` to write: not there yet, not erased, not expired,
         their key and id free."""
-        hashes: dict[str, str] = {}
         for line in batch:
             line["target"] = self._id(line["id"])
         taken = dict(
@@ -330,20 +298,20 @@ class _Run:
         now = timezone.now()
         new = []
         for line in batch:
-            reason = self._skip_reason(line, taken, hashes, now)
+            reason = self._skip_reason(line, taken, now)
             if reason:
                 self.report.skipped[reason] += 1
             else:
                 new.append(line)
         return self._free_keys(new)
 
-    def _skip_reason(
-        self, line: dict[str, Any], taken: dict[Any, int], hashes: dict[str, str], now: datetime
-    ) -> str:
+    def _skip_reason(self, line: dict[str, Any], taken: dict[Any, int], now: datetime) -> str:
         owner = taken.get(uuid.UUID(line["target"]))
         if owner is not None:
             return "unchanged" if self.org is not None and owner == self.org.pk else "conflict"
-        if self.erased(line, hashes):
+        if line["id"] in self.erasures.refused or self.erasures.erased(
+            line, line["id"], line["target"]
+        ):
             return "erased"
         expires = parse_datetime(line["expires_at"]) if line.get("expires_at") else None
         if expires is not None and expires <= now:

@@ -35,7 +35,7 @@ from ...exceptions import PolicyDenied, ValidationFailed
 from ...models import ArchiveJob, MemoryRecord
 from ...policy import Action
 from ..dispatch import send
-from .exporting import export_archive
+from .exporting import erasure_count, export_archive
 from .importing import import_archive
 
 __all__ = [
@@ -120,12 +120,14 @@ def enqueue(job_id: Any) -> None:
 
 
 def queued_for_sweep(older_than: timedelta = timedelta(minutes=5)) -> list[str]:
-    """Jobs queued for longer than ``older_than`` (their message lost)."""
+    """Jobs queued or running for longer than ``older_than``: their message lost, or
+    their worker gone (a running one holds its lock: sent again, it does nothing)."""
     cutoff = timezone.now() - older_than
     return [
         str(pk)
         for pk in ArchiveJob.unscoped.filter(
-            status=ArchiveJob.Status.QUEUED, created_at__lte=cutoff
+            status__in=(ArchiveJob.Status.QUEUED, ArchiveJob.Status.RUNNING),
+            created_at__lte=cutoff,
         ).values_list("pk", flat=True)[:100]
     ]
 
@@ -192,6 +194,7 @@ def _progress(job: ArchiveJob) -> Any:
 
 
 def _export(job: ArchiveJob) -> dict[str, Any]:
+    erasures = erasure_count(job.org_id)
     with tempfile.TemporaryDirectory(prefix="memoryhub-archive-") as scratch:
         slug = job.domain.slug if job.domain is not None else None
         local = Path(scratch) / f"{job.org.slug}{'-' + slug if slug else ''}.jsonl.gz"
@@ -201,6 +204,10 @@ def _export(job: ArchiveJob) -> dict[str, Any]:
         with local.open("rb") as stream:
             name = default_storage.save(f"{DIRECTORY}/{job.pk}.jsonl.gz", File(stream))
     ArchiveJob.unscoped.filter(pk=job.pk).update(file=name, filename=local.name)
+    if erasure_count(job.org_id) != erasures:
+        # An erasure while the file was stored (drop_exports found no file yet).
+        _drop_file(job)
+        raise ValidationFailed({"archive": ["an erasure in the org ran meanwhile: export again."]})
     return {"counts": manifest["counts"], "sha256": manifest["sha256"]}
 
 

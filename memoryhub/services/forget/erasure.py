@@ -279,12 +279,17 @@ def forget_record(
             by_source[kb_id] = by_source.get(kb_id, 0) + n
         names = dict(KnowledgeBase.objects.filter(pk__in=by_source).values_list("pk", "name"))
         result.by_source = {names[kb_id]: n for kb_id, n in sorted(by_source.items())}
-        record_receipt(
-            scope,
-            {"id": str(record.pk), "sources": [knowledge_base.name]},
-            result,
-            policy.actor_label(principal),
-            None,
+        selector = {"id": str(record.pk), "sources": [knowledge_base.name]}
+        actor = policy.actor_label(principal)
+        record_receipt(scope, selector, result, actor, None)
+        signals.send_on_commit(
+            signals.records_forgotten,
+            scope=scope,
+            receipt=result.receipt,
+            deleted=result.deleted,
+            actor=actor,
+            by_source=dict(result.by_source),
+            selector=selector,
         )
     return result
 

@@ -31,6 +31,7 @@ from ..scope import Scope
 from . import distribution
 from .dispatch import schedule_indexing, send
 from .store import bulk
+from .store.cluster import on_each_shard
 from .vector_indexes import OWN_INDEX_ONLY, ensure_vector_index, fold_delta, own_index, placement
 
 __all__ = [
@@ -475,7 +476,7 @@ def models_in_use() -> list[str]:
             table="%1$s", scope="", select="COALESCE(json_agg(name), '[]')"
         )
         names: set[str] = set()
-        for success, result in distribution.on_each_shard(cursor, table, per_shard):
+        for success, result in on_each_shard(cursor, table, per_shard):
             if not success:
                 raise DatabaseError(f"listing the models of a shard failed: {result}")
             names.update(json.loads(result))

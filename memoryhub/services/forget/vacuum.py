@@ -20,7 +20,8 @@ from ...models import (
     RecordVersion,
 )
 from ..dispatch import send
-from ..distribution import distributed_tables, is_citus, on_each_shard
+from ..distribution import distributed_tables, is_citus
+from ..store.cluster import on_each_shard
 
 logger = logging.getLogger(__name__)
 

@@ -20,7 +20,8 @@ from ...models import (
     MemoryRecord,
 )
 from ...scope import Scope
-from ..distribution import is_citus, local_settings
+from ..distribution import is_citus
+from ..store.cluster import local_settings
 from .plans import ROW_FIELDS, Leg, Slot
 
 _SET = "SELECT " + ", ".join(["set_config(%s, %s, true)"] * 4)
@@ -39,7 +40,7 @@ def _binds_client_side() -> bool:
 def _settings_statements(settings: list[tuple[str, Any]]) -> tuple[list[str], list[Any]]:
     """The statements that set ``settings`` for the rest of the transaction, and their
     parameters. On a Citus cluster, those that reach the workers too
-    (:func:`~..distribution.local_settings`)."""
+    (:func:`~..store.cluster.local_settings`)."""
     if not settings:
         return [], []
     if not is_citus(connection):

@@ -15,7 +15,8 @@ from psycopg import sql
 from ...models import MemoryRecord
 from ...scope import Scope
 from .. import record_indexes
-from ..distribution import is_citus, on_each_placement
+from ..distribution import is_citus
+from ..store.cluster import on_each_placement
 from .shared import connection_cursor, model_digest
 
 #: Tenant index names: ``memoryhub_thnsw_<org>_<domain>_<model digest>`` (``_next`` while

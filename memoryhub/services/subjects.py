@@ -151,6 +151,9 @@ def _derived_elsewhere(domain: Domain, ids: list[Any], namespace: str) -> Iterat
                 domain_id=domain.pk,
                 derived_from__overlap=ids[start : start + PAGE],
             )
+            # The sources' partial index holds facts only: the planner must see that
+            # condition to use it (else it reads the whole table, page after page).
+            .exclude(derived_from=[])
             .exclude(namespace=namespace)
             .values(*RECORD_FIELDS, "knowledge_base_id")
         )

@@ -104,6 +104,10 @@ def limit_storage() -> Storage:
     return storage
 
 
+#: Serialises the in-memory storage's counting (see :class:`MovingWindow`).
+_memory_lock = threading.Lock()
+
+
 def reset_local_limits() -> None:
     """Forget every event the in-memory limits counted (what ``cache.clear()`` is to a
     local-memory cache: for tests)."""
@@ -121,14 +125,21 @@ class MovingWindow:
     def __init__(self, name: str, limit: int, seconds: int) -> None:
         self.name = name
         self.item = RateLimitItemPerSecond(limit, seconds)
-        self.limiter = MovingWindowRateLimiter(limit_storage())
+        storage = limit_storage()
+        self.limiter = MovingWindowRateLimiter(storage)
+        # limits' in-memory storage starts its expiry timer unguarded: two threads
+        # counting at once may both start it, and the second raises (a 500).
+        self._serial = _memory_lock if isinstance(storage, MemoryStorage) else None
 
     def _ident(self, ident: str) -> str:
         return hashlib.sha256(ident.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
     def hit(self, ident: str) -> bool:
         """Count one event if it fits under the limit; whether it did."""
-        return self.limiter.hit(self.item, self.name, self._ident(ident))
+        if self._serial is None:
+            return self.limiter.hit(self.item, self.name, self._ident(ident))
+        with self._serial:
+            return self.limiter.hit(self.item, self.name, self._ident(ident))
 
     def exceeded(self, ident: str) -> bool:
         """Whether the next event would be refused (nothing is counted)."""
